@@ -1,0 +1,65 @@
+"""User-facing entry points: the ``torch.compile`` backend, ``compile`` and ``explain``."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelReport:
+    """One generated Flashlight kernel."""
+
+    name: str
+    source: str  # the Triton source, as compiled
+    aten_ops: tuple[str, ...]  # the ATen operations it absorbed
+
+
+@dataclasses.dataclass(frozen=True)
+class FallbackOp:
+    """An ATen operation that runs outside Flashlight kernels, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclasses.dataclass
+class ExplainReport:
+    """What :func:`explain` found: kernels generated and operations left to the fallback."""
+
+    kernels: list[KernelReport] = dataclasses.field(default_factory=list)
+    fallback_ops: list[FallbackOp] = dataclasses.field(default_factory=list)
+    graphs: int = 0
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.kernels)} Flashlight kernel(s), {len(self.fallback_ops)} fallback op(s)"]
+        for kernel in self.kernels:
+            lines.append(f"  kernel {kernel.name}: {', '.join(kernel.aten_ops)}")
+        for op in self.fallback_ops:
+            lines.append(f"  fallback {op.name}: {op.reason}")
+        return "\n".join(lines)
+
+
+def compile(fn: Callable, *, dynamic: bool | None = None, **options: Any) -> Callable:
+    """``torch.compile(fn, backend="flashlight")`` with Flashlight options.
+
+    Options: ``fallback`` (``"eager"`` or ``"inductor"``) chooses how operations outside
+    Flashlight kernels run; ``autotune`` (bool) overrides ``FLASHLIGHT_AUTOTUNE``.
+    """
+    from flashlight.backend import make_backend
+
+    return torch.compile(fn, backend=make_backend(**options), dynamic=dynamic)
+
+
+def explain(fn: Callable, *args: Any, **kwargs: Any) -> ExplainReport:
+    """Compile ``fn`` for these inputs, run it once, and report what Flashlight generated."""
+    from flashlight.backend import make_backend
+
+    report = ExplainReport()
+    torch.compiler.reset()
+    compiled = torch.compile(fn, backend=make_backend(report=report))
+    with torch.no_grad():
+        compiled(*args, **kwargs)
+    torch.compiler.reset()
+    return report

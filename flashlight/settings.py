@@ -1,0 +1,83 @@
+"""Every environment variable Flashlight reads, declared once.
+
+Values are read when first asked for, so tests and users can change them at
+run time, and :func:`override` scopes a change to a ``with`` block::
+
+    with settings.override(debug=2):
+        fn(*args)   # prints the IR after each pass and the generated source
+
+=====================  ==========  ==================================================
+variable               default     meaning
+=====================  ==========  ==================================================
+FLASHLIGHT_DEBUG       0           1: log fusion decisions and fallbacks;
+                                   2: also the IR after each pass and Triton source
+FLASHLIGHT_CACHE_DIR   ~/.cache/   where generated kernel sources are written
+                       flashlight
+FLASHLIGHT_AUTOTUNE    1           autotune tile configurations on the GPU (0: use
+                                   the first candidate configuration)
+FLASHLIGHT_FALLBACK    eager       how ops outside Flashlight kernels run:
+                                   ``eager`` or ``inductor``
+TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
+                                   on CPU tensors through the Triton interpreter
+=====================  ==========  ==================================================
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Any, Callable, Iterator
+
+
+@dataclasses.dataclass(frozen=True)
+class _Knob:
+    env: str
+    default: Any
+    parse: Callable[[str], Any]
+
+
+def _bool(text: str) -> bool:
+    return text.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+_KNOBS: dict[str, _Knob] = {
+    "debug": _Knob("FLASHLIGHT_DEBUG", 0, int),
+    "cache_dir": _Knob(
+        "FLASHLIGHT_CACHE_DIR",
+        os.path.join(os.path.expanduser("~"), ".cache", "flashlight"),
+        str,
+    ),
+    "autotune": _Knob("FLASHLIGHT_AUTOTUNE", True, _bool),
+    "fallback": _Knob("FLASHLIGHT_FALLBACK", "eager", str),
+    "interpret": _Knob("TRITON_INTERPRET", False, _bool),
+}
+
+_overrides: dict[str, Any] = {}
+
+
+def get(name: str) -> Any:
+    """The current value of setting ``name`` (override, else environment, else default)."""
+    if name in _overrides:
+        return _overrides[name]
+    knob = _KNOBS[name]
+    raw = os.environ.get(knob.env)
+    return knob.default if raw is None else knob.parse(raw)
+
+
+@contextlib.contextmanager
+def override(**values: Any) -> Iterator[None]:
+    """Temporarily set settings by name, e.g. ``override(debug=2)``."""
+    unknown = set(values) - set(_KNOBS)
+    if unknown:
+        raise KeyError(f"unknown Flashlight settings: {sorted(unknown)}")
+    saved = dict(_overrides)
+    _overrides.update(values)
+    try:
+        yield
+    finally:
+        _overrides.clear()
+        _overrides.update(saved)
+
+
+def debug_level() -> int:
+    return int(get("debug"))
