@@ -1,0 +1,1 @@
+"""Model integrations: OpenFold's attention modules on Flashlight kernels, and a CPU compatibility layer."""
