@@ -1,0 +1,178 @@
+"""The attention core of OpenFold's gated self-attention, in plain PyTorch, and its compiled forms.
+
+OpenFold's ``Attention`` module computes, for query input ``q_x`` and key/value input
+``kv_x`` (``[*, Q, C_q]`` and ``[*, K, C_k]``)::
+
+    q, k, v = linear_q(q_x), linear_k(kv_x), linear_v(kv_x)    # [*, Q/K, H * C]
+    q, k, v = (t.view(..., H, C).transpose(-2, -3) ...)        # [*, H, Q/K, C]
+    a = softmax(q / sqrt(C) @ k^T + sum(biases), -1)           # [*, H, Q, K]
+    o = (a @ v).transpose(-2, -3) * sigmoid(linear_g(q_x))     # [*, Q, H, C]
+    out = linear_o(o.flatten(-2))                              # [*, Q, C_q]
+
+The projections stay ordinary PyTorch calls on the module's own layers. Everything
+between them, from the projected ``q, k, v``, the biases and the gate's logits to the
+gated output, is one of the functions below: scaling, scores, every bias, the softmax,
+``@ v``, the transpose back and the sigmoid gate. Flashlight compiles such a function
+into a single fused kernel, so the ``[*, H, Q, K]`` scores never reach memory and the
+broadcast biases and the gate are applied inside it.
+
+The functions are pure (no in-place operations) and take a fixed number of biases:
+``attention_core(n_biases, gated)`` picks one. OpenFold passes one bias (MSA column
+attention: the mask bias ``[*, S, 1, 1, K]``) or two (MSA row and triangle attention: the
+mask bias and the pair/triangle bias ``[*, 1, H, Q, K]``); zero happens with
+``use_flash=True`` and no mask.
+
+[Note: one compiled callable per signature]
+``compiled_core`` compiles each core once per *signature*: bias count, gating, heads
+``H``, head width ``C``, dtype and compile options. The cache is module level, shared by
+all patched modules, so the 48 Evoformer blocks of a model share one compiled row
+attention. ``torch.compile`` keeps its compiled graphs on the Python code object of the
+function it compiles, with a limit on how many it keeps; each signature therefore
+compiles its own copy of the function (a fresh code object with a descriptive name), so
+that e.g. fp32 and bf16, or the Evoformer's ``C = 32`` and the template stack's
+``C = 16``, never compete for that limit. Sequence lengths and batch sizes are not part
+of the signature: the callables are compiled with ``dynamic=None``, so a second length
+makes those dimensions symbolic instead of compiling once per length.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import types
+from typing import Any, Callable, Hashable, Sequence
+
+import torch
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, biases: Sequence[torch.Tensor]):
+    """Scaled attention with additive biases; returns ``[*, Q, H, C]``."""
+    # [*, H, Q, C]
+    q = q / math.sqrt(q.shape[-1])
+    # [*, H, Q, K]
+    s = torch.matmul(q, k.transpose(-1, -2))
+    for b in biases:
+        # Biases may arrive in float32 while q is bf16 (OpenFold adds them in place,
+        # which keeps the scores' dtype); the cast keeps the same dtype flow.
+        s = s + b.to(s.dtype)
+    p = torch.softmax(s, dim=-1)
+    # [*, H, Q, C]
+    o = torch.matmul(p, v)
+    # [*, Q, H, C]
+    return o.transpose(-2, -3)
+
+
+def gated_attention_0(q, k, v, g):
+    """``softmax(q k^T / sqrt(C)) v``, transposed to ``[*, Q, H, C]``, gated by ``sigmoid(g)``.
+
+    q: ``[*, H, Q, C]``; k, v: ``[*, H, K, C]``; g: ``[*, Q, H, C]`` gate logits.
+    """
+    return _attend(q, k, v, ()) * torch.sigmoid(g)
+
+
+def gated_attention_1(q, k, v, bias_1, g):
+    """As :func:`gated_attention_0` with one bias broadcasting to ``[*, H, Q, K]``."""
+    return _attend(q, k, v, (bias_1,)) * torch.sigmoid(g)
+
+
+def gated_attention_2(q, k, v, bias_1, bias_2, g):
+    """As :func:`gated_attention_0` with two biases broadcasting to ``[*, H, Q, K]``.
+
+    OpenFold's MSA row attention passes the mask bias ``[*, S, 1, 1, K]`` and the pair
+    bias ``[*, 1, H, Q, K]``; triangle attention the same with the triangle bias.
+    """
+    return _attend(q, k, v, (bias_1, bias_2)) * torch.sigmoid(g)
+
+
+def attention_0(q, k, v):
+    """Ungated :func:`gated_attention_0`: ``[*, Q, H, C]``."""
+    return _attend(q, k, v, ())
+
+
+def attention_1(q, k, v, bias_1):
+    """Ungated :func:`gated_attention_1`."""
+    return _attend(q, k, v, (bias_1,))
+
+
+def attention_2(q, k, v, bias_1, bias_2):
+    """Ungated :func:`gated_attention_2`."""
+    return _attend(q, k, v, (bias_1, bias_2))
+
+
+_CORES: dict[tuple[int, bool], Callable] = {
+    (0, True): gated_attention_0,
+    (1, True): gated_attention_1,
+    (2, True): gated_attention_2,
+    (0, False): attention_0,
+    (1, False): attention_1,
+    (2, False): attention_2,
+}
+
+MAX_BIASES = 2
+
+
+def attention_core(n_biases: int, gated: bool) -> Callable:
+    """The plain PyTorch core taking ``n_biases`` biases (0 to 2), gated or not.
+
+    Arguments are ``(q, k, v, *biases, g)`` when gated, ``(q, k, v, *biases)`` otherwise.
+    """
+    try:
+        return _CORES[(n_biases, bool(gated))]
+    except KeyError:
+        raise ValueError(
+            f"the attention core takes 0 to {MAX_BIASES} biases, not {n_biases}"
+        ) from None
+
+
+def _fresh_copy(fn: Callable, name: str) -> Callable:
+    """``fn`` with its own code object named ``name`` (see [Note: one compiled callable...])."""
+    code = fn.__code__.replace(co_name=name)
+    if hasattr(code, "co_qualname"):
+        code = code.replace(co_qualname=name)
+    copy = types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    copy.__doc__ = fn.__doc__
+    copy.__module__ = fn.__module__
+    copy.__wrapped__ = fn
+    return copy
+
+
+_compiled: dict[Hashable, Callable] = {}
+_compiled_lock = threading.Lock()
+
+
+def signature_name(n_biases: int, gated: bool, heads: int, width: int, dtype: torch.dtype) -> str:
+    """A readable name for one core signature, e.g. ``gated_attention_2_h8_c32_bfloat16``."""
+    base = attention_core(n_biases, gated).__name__
+    return f"{base}_h{heads}_c{width}_{str(dtype).replace('torch.', '')}"
+
+
+def compiled_core(
+    n_biases: int,
+    gated: bool,
+    heads: int,
+    width: int,
+    dtype: torch.dtype,
+    compile_options: dict[str, Any] | None = None,
+) -> Callable:
+    """The Flashlight-compiled core for one signature, compiled on first request.
+
+    ``compile_options`` are passed to :func:`flashlight.compile` (e.g.
+    ``{"fallback": "inductor"}``). The callable is cached for the life of the process.
+    """
+    options = dict(compile_options or {})
+    key = (n_biases, bool(gated), int(heads), int(width), dtype, tuple(sorted(options.items())))
+    with _compiled_lock:
+        fn = _compiled.get(key)
+        if fn is None:
+            import flashlight
+
+            plain = attention_core(n_biases, gated)
+            name = signature_name(n_biases, gated, heads, width, dtype)
+            fn = flashlight.compile(_fresh_copy(plain, name), dynamic=None, **options)
+            _compiled[key] = fn
+        return fn
+
+
+def clear_compiled() -> None:
+    """Forget every compiled core (the next call compiles again)."""
+    with _compiled_lock:
+        _compiled.clear()
