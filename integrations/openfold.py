@@ -17,7 +17,9 @@ transposed MSA)
 ``starting=True`` (Evoformer,
 extra-MSA and template pair stacks)
 ``TriangleAttention`` with             ``triangle_attention_end``     mask, triangle
-``starting=False`` (input transposed)
+``starting=False`` (input transposed),
+or named ``*end*`` (0.0.1's Evoformer
+transposes around a starting node)
 =====================================  =============================  ==================
 
 :func:`patch_openfold` sets one instance attribute, ``forward``, on each of those
@@ -238,7 +240,11 @@ def _find_targets(model: torch.nn.Module) -> list[_Target]:
     for path, module, ancestors in _walk(model, "", ()):
         kind = None
         if isinstance(module, cls["TriangleAttention"]):
-            kind = "triangle_attention_start" if module.starting else "triangle_attention_end"
+            # OpenFold 0.0.1's Evoformer builds its ending-node attention as a starting
+            # node module and transposes the pair representation around the call, so
+            # the attribute name tells the kind too.
+            ending = not module.starting or "end" in path.rsplit(".", 1)[-1]
+            kind = "triangle_attention_end" if ending else "triangle_attention_start"
         elif isinstance(module, cls["MSAAttention"]):
             if getattr(module, "pair_bias", False):
                 kind = "msa_row_attention_with_pair_bias"

@@ -135,7 +135,7 @@ def _fresh_copy(fn: Callable, name: str) -> Callable:
     return copy
 
 
-_compiled: dict[Hashable, Callable] = {}
+_compiled: dict[Hashable, tuple[str, Callable]] = {}
 _compiled_lock = threading.Lock()
 
 
@@ -161,15 +161,21 @@ def compiled_core(
     options = dict(compile_options or {})
     key = (n_biases, bool(gated), int(heads), int(width), dtype, tuple(sorted(options.items())))
     with _compiled_lock:
-        fn = _compiled.get(key)
-        if fn is None:
+        entry = _compiled.get(key)
+        if entry is None:
             import flashlight
 
             plain = attention_core(n_biases, gated)
             name = signature_name(n_biases, gated, heads, width, dtype)
-            fn = flashlight.compile(_fresh_copy(plain, name), dynamic=None, **options)
-            _compiled[key] = fn
-        return fn
+            entry = (name, flashlight.compile(_fresh_copy(plain, name), dynamic=None, **options))
+            _compiled[key] = entry
+        return entry[1]
+
+
+def compiled_names() -> list[str]:
+    """Names of the signatures compiled so far (see :func:`signature_name`), sorted."""
+    with _compiled_lock:
+        return sorted(name for name, _ in _compiled.values())
 
 
 def clear_compiled() -> None:
