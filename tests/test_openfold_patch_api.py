@@ -1,0 +1,328 @@
+"""patch_openfold / unpatch_openfold: what gets patched, reversal, weights, bad input.
+
+Kernels run through the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1).
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("openfold")
+
+from openfold.model.msa import MSAColumnAttention, MSARowAttentionWithPairBias  # noqa: E402
+from openfold.model.triangular_attention import TriangleAttention  # noqa: E402
+
+import flashlight  # noqa: E402
+from flashlight.integrations import openfold as ofp  # noqa: E402
+from flashlight.integrations import openfold_core  # noqa: E402
+from flashlight.integrations import openfold_testing as oft  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    ofp.reset_warnings()
+    yield
+    ofp.reset_warnings()
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(torch.seed() % 2**31)
+
+
+def _block_like(gen):
+    """A small Evoformer-like module tree (0.0.1 layout) with its inputs."""
+
+    class PairCore(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tri_att_start = TriangleAttention(16, 32, 2, starting=True)
+            self.tri_att_end = TriangleAttention(16, 32, 2, starting=False)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.msa_att_row = MSARowAttentionWithPairBias(32, 16, 32, 2)
+            self.msa_att_col = MSAColumnAttention(32, 32, 2)
+            self.core = PairCore()
+
+        def forward(self, m, z, msa_mask, pair_mask, chunk_size=None):
+            m = m + self.msa_att_row(m, z=z, mask=msa_mask, chunk_size=chunk_size)
+            m = m + self.msa_att_col(m, mask=msa_mask, chunk_size=chunk_size)
+            z = z + self.core.tri_att_start(z, mask=pair_mask, chunk_size=chunk_size)
+            z = z + self.core.tri_att_end(z, mask=pair_mask, chunk_size=chunk_size)
+            return m, z
+
+    block = Block().eval()
+    oft.randomize_(block, gen)
+    n_seq, n_res = 5, 11
+    inputs = (
+        torch.randn(n_seq, n_res, 32, generator=gen),
+        torch.randn(n_res, n_res, 16, generator=gen),
+        oft.random_mask((n_seq, n_res), gen),
+        oft.random_mask((n_res, n_res), gen),
+    )
+    return block, inputs
+
+
+def _run(module, inputs, **kwargs):
+    with torch.no_grad():
+        return module(*inputs, **kwargs)
+
+
+def _close(a, b, tol=1e-4):
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=tol, atol=tol * y.abs().max().item())
+
+
+def test_report_counts_each_kind_by_stack():
+    config = oft.small_model_config(evoformer_blocks=2, extra_msa_blocks=1)
+    config.model.template.enabled = True
+    config.model.template.template_pair_stack.no_blocks = 2
+    from openfold.model.model import AlphaFold
+
+    model = AlphaFold(config)
+    report = flashlight.patch_openfold(model)
+    per_block = {
+        "msa_row_attention_with_pair_bias": 1,
+        "msa_column_attention": 1,
+        "triangle_attention_start": 1,
+        "triangle_attention_end": 1,
+    }
+    assert report.counts["evoformer"] == {k: 2 * v for k, v in per_block.items()}
+    # extra-MSA column attention is global attention: not patched
+    assert report.counts["extra_msa"] == {
+        "msa_row_attention_with_pair_bias": 1,
+        "triangle_attention_start": 1,
+        "triangle_attention_end": 1,
+    }
+    assert report.counts["template_pair"] == {
+        "triangle_attention_start": 2,
+        "triangle_attention_end": 2,
+    }
+    assert report.total == 8 + 3 + 4 == len(report.paths)
+    assert report.by_kind["triangle_attention_start"] == 5
+    assert "evoformer.blocks.1.core.tri_att_end.mha" in report.paths
+    assert "template_pair" in str(report)
+    # the global column attention and the template pointwise attention keep their forward
+    assert "forward" not in vars(model.extra_msa_stack.blocks[0].msa_att_col.global_attention)
+    assert "forward" not in vars(model.template_pointwise_att.mha)
+    assert flashlight.unpatch_openfold(model) == 15
+
+
+def test_patch_matches_and_unpatch_restores_bit_identical(gen):
+    block, inputs = _block_like(gen)
+    stock = copy.deepcopy(block)
+    want = _run(stock, inputs)
+    report = flashlight.patch_openfold(block)
+    assert report.counts == {
+        "other": {
+            "msa_row_attention_with_pair_bias": 1,
+            "msa_column_attention": 1,
+            "triangle_attention_start": 1,
+            "triangle_attention_end": 1,
+        }
+    }
+    assert all(ofp.is_patched(m) for m in (block.msa_att_row.mha, block.core.tri_att_end.mha))
+    _close(_run(block, inputs), want)
+    assert flashlight.unpatch_openfold(block) == 4
+    for module in block.modules():
+        assert "forward" not in vars(module) and not hasattr(module, "_flashlight_openfold")
+    for x, y in zip(_run(block, inputs), want):
+        assert torch.equal(x, y)
+    assert flashlight.unpatch_openfold(block) == 0  # nothing left to undo
+
+
+def test_patching_twice_is_harmless(gen):
+    block, inputs = _block_like(gen)
+    want = _run(copy.deepcopy(block), inputs)
+    first = flashlight.patch_openfold(block)
+    forward = block.msa_att_row.mha.forward
+    second = flashlight.patch_openfold(block)
+    assert second.counts == first.counts and second.already_patched == 4
+    assert block.msa_att_row.mha.forward == forward
+    _close(_run(block, inputs), want)
+    assert flashlight.unpatch_openfold(block) == 4
+    for x, y in zip(_run(block, inputs), want):
+        assert torch.equal(x, y)
+
+
+def test_kinds_option_patches_a_subset(gen):
+    block, _ = _block_like(gen)
+    report = flashlight.patch_openfold(block, kinds=["triangle_attention_end"])
+    assert report.total == 1 and ofp.is_patched(block.core.tri_att_end.mha)
+    assert not ofp.is_patched(block.core.tri_att_start.mha)
+    with pytest.raises(ValueError, match="unknown OpenFold attention kinds"):
+        flashlight.patch_openfold(block, kinds=["msa_global_attention"])
+    with pytest.raises(ValueError, match="none of the requested kinds"):
+        flashlight.patch_openfold(MSAColumnAttention(32, 32, 2), kinds=["triangle_attention_end"])
+
+
+def test_state_dict_is_unchanged_and_loading_after_patching_takes_effect(gen):
+    block, inputs = _block_like(gen)
+    before = {k: v.clone() for k, v in block.state_dict().items()}
+    params = [id(p) for p in block.parameters()]
+    flashlight.patch_openfold(block)
+    after = block.state_dict()
+    assert list(after) == list(before)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    # parameters are used in place: the patched module holds no copies
+    assert [id(p) for p in block.parameters()] == params
+    out_before = _run(block, inputs)
+
+    perturbed = {k: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in before.items()}
+    block.load_state_dict(perturbed)
+    stock = copy.deepcopy(block)
+    flashlight.unpatch_openfold(stock)
+    stock.load_state_dict(perturbed)
+    out = _run(block, inputs)
+    _close(out, _run(stock, inputs))
+    assert not torch.allclose(out[0], out_before[0], atol=1e-3)
+    assert not torch.allclose(out[1], out_before[1], atol=1e-3)
+
+
+def test_model_without_openfold_attention_is_a_clear_error():
+    with pytest.raises(ValueError, match="no OpenFold attention module"):
+        flashlight.patch_openfold(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        flashlight.patch_openfold("model_1")
+
+
+def test_cpu_without_interpreter_falls_back_with_one_warning(gen):
+    block, inputs = _block_like(gen)
+    want = _run(copy.deepcopy(block), inputs)
+    flashlight.patch_openfold(block)
+    with flashlight.settings.override(interpret=False):
+        with pytest.warns(RuntimeWarning, match="TRITON_INTERPRET") as record:
+            out = _run(block, inputs)
+            out2 = _run(block, inputs)
+    assert len([w for w in record if "TRITON_INTERPRET" in str(w.message)]) == 1
+    for x, y, z in zip(out, out2, want):  # the stock forward ran: bit-identical
+        assert torch.equal(x, z) and torch.equal(y, z)
+
+
+def test_cpu_without_interpreter_can_refuse(gen):
+    block, inputs = _block_like(gen)
+    flashlight.patch_openfold(block, fallback_on_cpu=False)
+    with flashlight.settings.override(interpret=False):
+        with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+            _run(block, inputs)
+
+
+def test_autograd_runs_the_stock_attention(gen):
+    block, inputs = _block_like(gen)
+    stock = copy.deepcopy(block)
+    flashlight.patch_openfold(block)
+    with pytest.warns(RuntimeWarning, match="forward-only"):
+        m, z = block(*inputs)
+    m_ref, z_ref = stock(*inputs)
+    assert torch.equal(m, m_ref) and torch.equal(z, z_ref)
+    (m.sum() + z.sum()).backward()
+    assert block.msa_att_row.mha.linear_q.weight.grad is not None
+
+
+def test_compiled_cores_are_shared_by_signature(gen):
+    openfold_core.clear_compiled()
+    blocks = [_block_like(gen) for _ in range(2)]
+    for block, inputs in blocks:
+        flashlight.patch_openfold(block)
+        _run(block, inputs)
+    # row + triangle (2 biases, H 2, c 32) share one; column (1 bias) has its own
+    assert openfold_core.compiled_names() == ["gated_attention_1_h2_c32_float32", "gated_attention_2_h2_c32_float32"]
+
+
+class _Upstream2PairStack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tri_att_start = TriangleAttention(16, 32, 2, starting=True)
+        self.tri_att_end = TriangleAttention(16, 32, 2, starting=False)
+
+
+class _Upstream2Block(torch.nn.Module):
+    """OpenFold 2.x nests the triangle attentions under ``pair_stack``."""
+
+    def __init__(self):
+        super().__init__()
+        self.msa_att_row = MSARowAttentionWithPairBias(32, 16, 32, 2)
+        self.msa_att_col = MSAColumnAttention(32, 32, 2)
+        self.pair_stack = _Upstream2PairStack()
+
+
+class _Upstream2Stack(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_Upstream2Block() for _ in range(n)])
+
+
+UPSTREAM2_FLAGS = {
+    "use_memory_efficient_kernel": False,
+    "use_deepspeed_evo_attention": False,
+    "use_cuequivariance_attention": False,
+    "use_lma": False,
+    "lma_q_chunk_size": 1024,
+    "lma_kv_chunk_size": 4096,
+    "use_flash": False,
+    "flash_mask": None,
+}
+
+
+def test_upstream_2x_layout_and_flags(gen):
+    stack = _Upstream2Stack(2).eval()
+    oft.randomize_(stack, gen)
+    stock = copy.deepcopy(stack)
+    report = flashlight.patch_openfold(stack)
+    assert report.counts == {
+        "other": {
+            "msa_row_attention_with_pair_bias": 2,
+            "msa_column_attention": 2,
+            "triangle_attention_start": 2,
+            "triangle_attention_end": 2,
+        }
+    }
+    assert "blocks.1.pair_stack.tri_att_end.mha" in report.paths
+    n = 12
+    x = torch.randn(n, n, 16, generator=gen)
+    mask = oft.random_mask((n, n), gen)
+    biases = [
+        (1e9 * (mask - 1))[..., :, None, None, :],  # [I, 1, 1, J]
+        torch.randn(1, 2, n, n, generator=gen),  # [1, H, I, J]
+    ]
+    with torch.no_grad():
+        for patched_block, stock_block in zip(stack.blocks, stock.blocks):
+            for name in ("tri_att_start", "tri_att_end"):
+                mha = getattr(patched_block.pair_stack, name).mha
+                want = getattr(stock_block.pair_stack, name).mha(x, x, biases)
+                # the call an OpenFold 2.x owner makes: every flag by keyword
+                out = mha(q_x=x, kv_x=x, biases=biases, **UPSTREAM2_FLAGS)
+                torch.testing.assert_close(
+                    out, want, rtol=1e-4, atol=1e-4 * want.abs().max().item()
+                )
+    assert flashlight.unpatch_openfold(stack) == 8
+
+
+def test_attention_core_is_one_kernel(gen):
+    """The compiler fuses scores, biases, softmax, P@V and the gate into one kernel."""
+    block, (m, z, msa_mask, pair_mask) = _block_like(gen)
+    row = block.msa_att_row
+    with torch.no_grad():
+        m_in, mask_bias, pair_bias = row._prep_inputs(m, z, msa_mask)
+        m_in = row.layer_norm_m(m_in)
+        for biases in ([mask_bias, pair_bias], [mask_bias], []):
+            fn, args = ofp.core_call(row.mha, m_in, m_in, biases)
+            report = flashlight.explain(fn, *args)
+            assert len(report.kernels) == 1, str(report)
+            ops = " ".join(report.kernels[0].aten_ops)
+            assert "sigmoid" in ops, ops
+            assert "exp" in ops or "softmax" in ops, ops
+            assert "mm" in ops, ops  # both matmuls (mm/bmm/matmul) are inside
+            compute = [op for op in report.fallback_ops if not _is_view(op.name)]
+            assert not compute, str(report)
+
+
+_VIEW_OPS = ("view", "transpose", "permute", "expand", "unsqueeze", "squeeze", "alias", "t.")
+
+
+def _is_view(name: str) -> bool:
+    return any(v in name for v in _VIEW_OPS)
