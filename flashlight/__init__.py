@@ -15,6 +15,18 @@ from __future__ import annotations
 from flashlight import settings
 from flashlight.api import ExplainReport, FallbackOp, KernelReport, compile, explain
 
+
+def _register_backend() -> None:
+    import torch._dynamo
+
+    from flashlight.backend import flashlight_backend
+
+    if "flashlight" not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(flashlight_backend, name="flashlight")
+
+
+_register_backend()
+
 __all__ = [
     "ExplainReport",
     "FallbackOp",

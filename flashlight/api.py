@@ -14,6 +14,16 @@ class KernelReport:
     name: str
     source: str  # the Triton source, as compiled
     aten_ops: tuple[str, ...]  # the ATen operations it absorbed
+    _aot: Callable | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def aot_compile(self, capability: int = 90, **blocks: int):
+        """Compile this kernel ahead of time for an NVIDIA GPU of ``capability`` (no GPU needed).
+
+        Returns Triton's compiled kernel (``.metadata.shared``: shared memory bytes).
+        """
+        if self._aot is None:
+            raise RuntimeError("this report has no compiler attached")
+        return self._aot(capability, **blocks)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,150 @@
+"""The ``torch.compile`` backend: capture, compile, and stitch kernels into the FX graph.
+
+Capture goes through public doors only: Dynamo hands us an FX graph, AOTAutograd's
+``aot_autograd`` turns it into an ATen-level inference graph (functionalized, with
+symbolic sizes when Dynamo marks lengths dynamic), and we return a callable
+``GraphModule``. Nodes computed by a Flashlight kernel are replaced by a call to its
+:class:`~flashlight.runtime.Launcher`; everything else stays in the graph and runs
+eagerly (``fallback="eager"``) or through Inductor (``fallback="inductor"``).
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from flashlight import settings
+from flashlight.api import ExplainReport, FallbackOp, KernelReport
+from flashlight.codegen import generate
+from flashlight.lower import lower
+from flashlight.pipeline import Plan, compile_graph
+from flashlight.runtime import Launcher, aot_compile
+
+log = logging.getLogger("flashlight")
+aten = torch.ops.aten
+
+# ops that only re-index memory; never listed as fallback work
+VIEW_LIKE = {
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
+    aten.transpose.int, aten.t.default, aten.unsqueeze.default, aten.squeeze.dim,
+    aten.squeeze.dims, aten.squeeze.default, aten.expand.default, aten.alias.default,
+    aten.detach.default, aten.slice.Tensor, aten.select.int, aten.as_strided.default,
+    aten.clone.default, aten.contiguous.default if hasattr(aten, "contiguous") else aten.clone.default,
+    aten.lift_fresh_copy.default,
+}
+
+_kernel_ids = iter(range(1 << 30))
+
+
+def _fp32_precision() -> str:
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+
+
+def _on_cpu(example_inputs) -> bool:
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    return bool(tensors) and all(t.device.type == "cpu" for t in tensors)
+
+
+def _op_name(node: fx.Node) -> str:
+    return str(node.target).replace("aten.", "")
+
+
+def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, options: dict[str, Any]):
+    """Compile one ATen graph: returns the callable that replaces it."""
+    if _on_cpu(example_inputs) and not settings.get("interpret"):
+        warnings.warn(
+            "Flashlight kernels need a CUDA device, or TRITON_INTERPRET=1 on CPU; "
+            "running this graph without them",
+            stacklevel=2,
+        )
+        _record(report, gm, Plan({}, {}, None), {}, reason="CPU tensors without the Triton interpreter")
+        return _finish(gm, options)
+    plan = compile_graph(lower_and_log(gm))
+    nodes = {n.name: n for n in gm.graph.nodes}
+    launchers: dict[str, Launcher] = {}
+    for node_name, tiled in plan.kernels.items():
+        src = generate(tiled, f"flashlight_kernel_{next(_kernel_ids)}", _fp32_precision())
+        if settings.debug_level() >= 2:
+            log.warning("[flashlight] Triton source for %s\n%s", node_name, src.source)
+        launcher = Launcher(tiled, src)
+        launcher.input_dtypes = tuple(nodes[name].meta["val"].dtype for name in src.inputs)
+        launcher.aten_ops = tuple(_op_name(nodes[o]) for o in tiled.kernel.origins if o in nodes)
+        launchers[node_name] = launcher
+    _stitch(gm, launchers)
+    _record(report, gm, plan, launchers)
+    return _finish(gm, options)
+
+
+def lower_and_log(gm: fx.GraphModule):
+    lowered = lower(gm)
+    nodes = {n.name: n for n in gm.graph.nodes}
+    for name, reason in lowered.opaque.items():
+        nodes[name].meta["flashlight_reason"] = reason
+        if settings.debug_level() >= 1:
+            log.warning("[flashlight] %s runs outside Flashlight: %s", name, reason)
+    return lowered
+
+
+def _stitch(gm: fx.GraphModule, launchers: dict[str, Launcher]) -> None:
+    nodes = {n.name: n for n in gm.graph.nodes}
+    for node_name, launcher in launchers.items():
+        target = nodes[node_name]
+        with gm.graph.inserting_before(target):
+            call = gm.graph.call_function(launcher, tuple(nodes[name] for name in launcher.src.inputs))
+        call.meta = dict(target.meta)
+        target.replace_all_uses_with(call)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+
+
+def _finish(gm: fx.GraphModule, options: dict[str, Any]):
+    fallback = options.get("fallback") or settings.get("fallback")
+    if fallback == "eager":
+        return gm
+    raise ValueError(f"unknown fallback {fallback!r}; Flashlight runs unfused operations eagerly ('eager')")
+
+
+def _record(report: ExplainReport | None, gm: fx.GraphModule, plan: Plan, launchers, reason: str | None = None):
+    if report is None:
+        return
+    report.graphs += 1
+    lowered_reasons = getattr(plan, "rejected", {})
+    for launcher in launchers.values():
+        report.kernels.append(_kernel_report(launcher))
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or isinstance(node.target, Launcher) or node.target in VIEW_LIKE:
+            continue
+        why = reason or lowered_reasons.get(node.name) or _opaque_reason(node) or "not fused into a kernel"
+        report.fallback_ops.append(FallbackOp(_op_name(node), why))
+
+
+def _opaque_reason(node: fx.Node) -> str | None:
+    return node.meta.get("flashlight_reason")
+
+
+def _kernel_report(launcher: Launcher) -> KernelReport:
+    kernel = launcher.kernel
+
+    def aot(capability: int = 90, **kw):
+        dtypes = list(launcher.input_dtypes)
+        return aot_compile(launcher.src, dtypes, kernel.dtype, capability, **kw)
+
+    return KernelReport(launcher.src.name, launcher.src.source, tuple(launcher.aten_ops), aot)
+
+
+def make_backend(report: ExplainReport | None = None, **options: Any):
+    """A ``torch.compile`` backend; ``report`` (if given) collects what was generated."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    def fw_compiler(gm: fx.GraphModule, example_inputs):
+        return build(gm, example_inputs, report, options)
+
+    return aot_autograd(fw_compiler=fw_compiler)
+
+
+def flashlight_backend(gm: fx.GraphModule, example_inputs):
+    """The backend registered as ``torch.compile(..., backend="flashlight")``."""
+    return make_backend()(gm, example_inputs)

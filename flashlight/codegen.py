@@ -1,0 +1,388 @@
+"""Triton code generation: prints a tiled kernel as Triton source.
+
+Every decision (which dims are tiles, which loop, what is a ``tl.dot``, how the online
+loop rescales) was made by the passes; this module only spells it out. The printed
+kernel has a fixed shape:
+
+1. decode the logical grid from ``tl.program_id(0)`` (row blocks innermost, so
+   programs that share keys and values run together);
+2. loop-invariant values (the query tile, row biases) before the loop;
+3. one loop over the ``n`` tiles updating the online reductions
+   ([Note: online reduction] in :mod:`flashlight.passes.online`);
+4. the epilogue and one masked store.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from flashlight.ir import (
+    Const,
+    Dim,
+    Expr,
+    Iota,
+    Load,
+    LoopResult,
+    Pointwise,
+    Reduce,
+    RunningMax,
+    TiledKernel,
+    walk,
+)
+from flashlight.passes.tiling import Layouts, canonical, roles_of
+
+TL_DTYPES = {
+    torch.float32: "tl.float32",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64",
+    torch.int64: "tl.int64",
+    torch.int32: "tl.int32",
+    torch.int8: "tl.int8",
+    torch.uint8: "tl.uint8",
+    torch.bool: "tl.int1",
+}
+
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=",
+           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "&", "or": "|"}
+_UNARY = {"exp": "tl.exp({})", "log": "tl.log({})", "sigmoid": "tl.sigmoid({})",
+          "abs": "tl.abs({})", "sqrt": "tl.sqrt({})", "rsqrt": "tl.rsqrt({})", "neg": "(-{})",
+          "relu": "tl.maximum({}, 0.0)", "not": "({} == 0)",
+          # tanh through exp: exact at both tails, and tl has no portable tanh
+          "tanh": "(1.0 - 2.0 / (tl.exp(2.0 * {}) + 1.0))"}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSource:
+    """Generated source with what the launcher needs to call it."""
+
+    name: str
+    source: str
+    inputs: tuple[str, ...]  # tensor arguments, in order (the output comes last)
+    input_ranks: tuple[int, ...]
+    size_args: tuple[str, ...]  # symbolic size texts, in argument order
+    dot_dtype: str | None  # "ieee" / "tf32" for fp32 contractions
+
+
+def _literal(value) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        if value != value:
+            return 'float("nan")'
+        if value in (float("inf"), float("-inf")):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return repr(value)
+    return repr(value)
+
+
+class _Printer:
+    def __init__(self, tk: TiledKernel, name: str, fp32_precision: str):
+        self.tk = tk
+        self.kernel = tk.kernel
+        self.tiling = tk.tiling
+        self.name = name
+        self.fp32_precision = fp32_precision
+        self.roles = roles_of(self.tiling, self.kernel)
+        grid = set(self.tiling.grid)
+        self.layouts = Layouts(self.kernel, self.roles, grid)
+        self.padded = dict(self.tiling.padded)
+        self.inputs: list[str] = []
+        self.ranks: list[int] = []
+        self.sizes: list[str] = []
+        self.pre: list[str] = []
+        self.loop: list[str] = []
+        self.post: list[str] = []
+        self.memo: dict[tuple[str, Expr], tuple[str, tuple]] = {}
+        self.counter = 0
+        self.loop_dims = {red.dim for red in self.kernel.loop}
+
+    # ------------------------------------------------------------------ helpers
+    def fresh(self, hint: str) -> str:
+        self.counter += 1
+        return f"{hint}{self.counter}"
+
+    def size(self, d: Dim) -> str:
+        if d.is_static:
+            return str(d.size)
+        if d.size not in self.sizes:
+            self.sizes.append(d.size)
+        return f"size{self.sizes.index(d.size)}"
+
+    def role_size(self, role: str) -> str:
+        if role == "m":
+            return "BLOCK_M"
+        if role == "n":
+            return "BLOCK_N"
+        for d, r in self.roles.items():
+            if r == role:
+                return str(self.padded[d])
+        raise KeyError(role)
+
+    def shape(self, layout) -> str:
+        return "[" + ", ".join(self.role_size(r) for r in layout) + "]"
+
+    def offs(self, role: str, layout) -> str:
+        var = f"offs_{role}"
+        if len(layout) <= 1:
+            return var
+        return f"{var}[:, None]" if layout[0] == role else f"{var}[None, :]"
+
+    def broadcast(self, var: str, src, dst) -> str:
+        src, dst = tuple(src), tuple(dst)
+        if src == dst or not src:
+            return var
+        if len(src) == 2:
+            return f"tl.trans({var})" if src == dst[::-1] else var
+        return f"{var}[:, None]" if dst[0] == src[0] else f"{var}[None, :]"
+
+    def dim_term(self, d: Dim, layout) -> str:
+        role = self.roles.get(d)
+        return f"g_{d.name}" if role is None else self.offs(role, layout)
+
+    def index(self, axis, layout) -> str:
+        if not axis:
+            return "0"
+        text = self.dim_term(axis[0], layout)
+        for d in axis[1:]:
+            text = f"({text}) * {self.size(d)} + {self.dim_term(d, layout)}"
+        return text
+
+    def mask(self, dims, layout) -> str | None:
+        parts = []
+        for d in dims:
+            role = self.roles.get(d)
+            if role is None:
+                continue
+            bound = self.extent(role)
+            if role[0] in "ef" and self.padded.get(d) == d.size:
+                continue
+            parts.append(f"({self.offs(role, layout)} < {bound})")
+        return " & ".join(parts) if parts else None
+
+    def extent(self, role: str) -> str:
+        for d, r in self.roles.items():
+            if r == role:
+                return self.size(d)
+        raise KeyError(role)
+
+    def scope_of(self, expr: Expr) -> str:
+        for node in walk(expr):
+            if isinstance(node, RunningMax):
+                return "loop"
+            if isinstance(node, (Load, Iota)) and any(d in self.loop_dims for d in _index_dims(node)):
+                return "loop"
+        return "pre"
+
+    # ----------------------------------------------------------------- emission
+    def emit(self, expr: Expr, scope: str) -> tuple[str, tuple]:
+        target = self.scope_of(expr) if scope == "loop" else scope
+        if target == "pre" and scope == "post":
+            target = "post"
+        for s in ((target, "pre") if target != "pre" else ("pre",)):
+            if (s, expr) in self.memo:
+                return self.memo[(s, expr)]
+        var, layout = self._emit(expr, target)
+        self.memo[(target, expr)] = (var, layout)
+        return var, layout
+
+    def lines(self, scope: str) -> list[str]:
+        return {"pre": self.pre, "loop": self.loop, "post": self.post}[scope]
+
+    def assign(self, scope: str, hint: str, text: str) -> str:
+        var = self.fresh(hint)
+        self.lines(scope).append(f"{var} = {text}")
+        return var
+
+    def _emit(self, expr: Expr, scope: str) -> tuple[str, tuple]:
+        layout = self.layouts.of(expr) if not isinstance(expr, Reduce) else self.layouts.memo.get(expr) or self.layouts.of(expr)
+        if isinstance(expr, Const):
+            return _literal(expr.value), ()
+        if isinstance(expr, Load):
+            return self.emit_load(expr, layout, scope), layout
+        if isinstance(expr, Iota):
+            return self.assign(scope, "idx", self.index(expr.axis, layout)), layout
+        if isinstance(expr, RunningMax):
+            return f"m_safe{expr.index}", layout
+        if isinstance(expr, LoopResult):
+            return f"res{expr.index}", layout
+        if isinstance(expr, Reduce):
+            return self.emit_inner_reduce(expr, scope)
+        if isinstance(expr, Pointwise):
+            return self.emit_pointwise(expr, layout, scope), layout
+        raise TypeError(type(expr))
+
+    def emit_load(self, load: Load, layout, scope: str) -> str:
+        if load.base not in self.inputs:
+            self.inputs.append(load.base)
+            self.ranks.append(len(load.index))
+        k = self.inputs.index(load.base)
+        offset = " + ".join(f"({self.index(axis, layout)}) * in{k}_s{a}" for a, axis in enumerate(load.index) if axis) or "0"
+        mask = self.mask(_index_dims(load), layout)
+        masked = f", mask={mask}, other=0" if mask else ""
+        value = f"tl.load(in{k} + {offset}{masked})"
+        if load.dtype.is_floating_point:
+            value += ".to(tl.float32)"
+        return self.assign(scope, "x", value)
+
+    def emit_pointwise(self, expr: Pointwise, layout, scope: str) -> str:
+        args = []
+        for a in expr.args:
+            var, lay = self.emit(a, scope)
+            args.append(self.broadcast(var, lay, layout))
+        op = expr.op
+        if op in _BINARY:
+            text = f"({args[0]} {_BINARY[op]} {args[1]})"
+            if op == "div" and not expr.dtype.is_floating_point:
+                raise NotImplementedError("integer division")
+        elif op in _UNARY:
+            text = _UNARY[op].format(args[0])
+        elif op in ("maximum", "minimum"):
+            text = f"tl.{op}({args[0]}, {args[1]}, propagate_nan=tl.PropagateNan.ALL)"
+        elif op == "where":
+            text = f"tl.where({args[0]}, {args[1]}, {args[2]})"
+        elif op == "pow":
+            text = _pow(args[0], expr.args[1].value)
+        elif op == "cast":
+            text = args[0] if expr.dtype.is_floating_point else f"({args[0]}).to({TL_DTYPES[expr.dtype]})"
+        else:
+            raise NotImplementedError(op)
+        if expr.dtype.is_floating_point and op in ("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"):
+            raise NotImplementedError("comparison typed as float")
+        return self.assign(scope, "v", text)
+
+    def emit_dot(self, body: Pointwise, reduced: str, scope: str, mask_n: bool) -> tuple[str, tuple]:
+        (a, la), (b, lb) = (self.emit(x, scope) for x in body.args)
+        if mask_n:
+            a = self.mask_loop(a, la, body.args[0], "0.0")
+            b = self.mask_loop(b, lb, body.args[1], "0.0")
+        x = [r for r in la if r != reduced][0]
+        y = [r for r in lb if r != reduced][0]
+        a = a if la == (x, reduced) else f"tl.trans({a})"
+        b = b if lb == (reduced, y) else f"tl.trans({b})"
+        dtype = TL_DTYPES[body.dtype] if body.dtype in (torch.bfloat16, torch.float16) else "tl.float32"
+        precision = f', input_precision="{self.fp32_precision}"' if dtype == "tl.float32" else ""
+        text = f"tl.dot({a}.to({dtype}), {b}.to({dtype}){precision})"
+        out = canonical((x, y))
+        var = self.assign(scope, "dot", text)
+        if out != (x, y):
+            var = self.assign(scope, "dot", f"tl.trans({var})")
+        return var, out
+
+    def mask_loop(self, var: str, layout, expr: Expr, neutral: str) -> str:
+        """Neutralise out-of-range loop positions of a computed (non-load) value."""
+        if "n" not in layout or isinstance(expr, Load):
+            return var
+        return f"tl.where({self.offs('n', layout)} < N_SIZE, {var}, {neutral})"
+
+    def emit_inner_reduce(self, expr: Reduce, scope: str) -> tuple[str, tuple]:
+        role = self.roles[expr.dims[0]]
+        if self.layouts._is_dot(expr.body, role):
+            return self.emit_dot(expr.body, role, scope, mask_n=False)
+        var, lay = self.emit(expr.body, scope)
+        axis = lay.index(role)
+        fn = "tl.sum" if expr.op == "sum" else "tl.max"
+        d = expr.dims[0]
+        if self.padded.get(d) != d.size:
+            neutral = "0.0" if expr.op == "sum" else 'float("-inf")'
+            var = f"tl.where({self.offs(role, lay)} < {self.size(d)}, {var}, {neutral})"
+        return self.assign(scope, "red", f"{fn}({var}, axis={axis})"), tuple(r for r in lay if r != role)
+
+    # ------------------------------------------------------------ the online loop
+    def emit_loop(self) -> None:
+        kernel = self.kernel
+        maxes = [k for k, r in enumerate(kernel.loop) if r.op == "max"]
+        sums = [k for k, r in enumerate(kernel.loop) if r.op == "sum"]
+        for k in maxes:
+            lay = self.layouts.loop_layouts[k]
+            self.pre.append(f"m{k} = tl.full({self.shape(lay)}, float(\"-inf\"), tl.float32)")
+        for k in sums:
+            self.pre.append(f"acc{k} = tl.zeros({self.shape(self.layouts.loop_layouts[k])}, tl.float32)")
+        for k in maxes:
+            var, lay = self.emit(kernel.loop[k].body, "loop")
+            var = f"tl.where({self.offs('n', lay)} < N_SIZE, {var}, float(\"-inf\"))"
+            block = self.assign("loop", "bmax", f"tl.max({var}, axis={lay.index('n')})")
+            self.loop.append(f"m_new{k} = tl.maximum(m{k}, {block}, propagate_nan=tl.PropagateNan.ALL)")
+            self.loop.append(f"m_safe{k} = tl.where(m_new{k} == float(\"-inf\"), 0.0, m_new{k})")
+            self.loop.append(f"alpha{k} = tl.exp(m{k} - m_safe{k})")
+        for k in sums:
+            red = kernel.loop[k]
+            acc_lay = self.layouts.loop_layouts[k]
+            if self.layouts._is_dot(red.body, "n"):
+                part, lay = self.emit_dot(red.body, "n", "loop", mask_n=True)
+            else:
+                var, lay = self.emit(red.body, "loop")
+                var = f"tl.where({self.offs('n', lay)} < N_SIZE, {var}, 0.0)"
+                part = self.assign("loop", "part", f"tl.sum({var}, axis={lay.index('n')})")
+                lay = tuple(r for r in lay if r != "n")
+            scale = "".join(
+                f" * {self.broadcast(f'alpha{j}', self.layouts.loop_layouts[j], acc_lay)}"
+                for j in red.rescaled_by
+            )
+            self.loop.append(f"acc{k} = acc{k}{scale} + {self.broadcast(part, lay, acc_lay)}")
+        for k in maxes:
+            self.loop.append(f"m{k} = m_new{k}")
+        for k in maxes:
+            self.post.append(f"res{k} = m{k}")
+        for k in sums:
+            self.post.append(f"res{k} = acc{k}")
+
+    def emit_store(self) -> None:
+        var, lay = self.emit(self.kernel.epilogue, "post")
+        out_roles = canonical(self.roles[d] for d in self.kernel.dims if d in self.roles)
+        var = self.broadcast(var, lay, out_roles)
+        if not lay and out_roles:
+            var = f"tl.full({self.shape(out_roles)}, {var}, tl.float32)"
+        offset = " + ".join(f"({self.index(axis, out_roles)}) * out_s{a}" for a, axis in enumerate(self.kernel.axes) if axis) or "0"
+        mask = self.mask(self.kernel.dims, out_roles)
+        masked = f", mask={mask}" if mask else ""
+        self.post.append(f"tl.store(out + {offset}, ({var}).to({TL_DTYPES[self.kernel.dtype]}){masked})")
+
+    # --------------------------------------------------------------------- whole
+    def print(self) -> KernelSource:
+        self.emit_loop()
+        self.emit_store()
+        row = self.tiling.row
+        head = [f"pid = tl.program_id(0)"]
+        head.append(f"num_m = tl.cdiv({self.size(row)}, BLOCK_M)")
+        head.append("pid_m = pid % num_m")
+        head.append("rest = pid // num_m")
+        for d in reversed(self.tiling.grid):
+            head.append(f"g_{d.name} = rest % {self.size(d)}")
+            head.append(f"rest = rest // {self.size(d)}")
+        head.append("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
+        for d, role in self.roles.items():
+            if role[0] in "ef" and f"offs_{role} =" not in "\n".join(head):
+                head.append(f"offs_{role} = tl.arange(0, {self.padded[d]})")
+        loop_extent = self.size(self.kernel.loop[0].dim)
+        head.append(f"N_SIZE = {loop_extent}")
+        params = [f"in{k}" for k in range(len(self.inputs))] + ["out"]
+        params += [f"size{k}" for k in range(len(self.sizes))]
+        params += [f"in{k}_s{a}" for k, r in enumerate(self.ranks) for a in range(r)]
+        params += [f"out_s{a}" for a in range(len(self.kernel.axes))]
+        params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
+        body = head + self.pre
+        body.append("for start_n in range(0, N_SIZE, BLOCK_N):")
+        body.append("    offs_n = start_n + tl.arange(0, BLOCK_N)")
+        body += ["    " + line for line in self.loop]
+        body += self.post
+        src = ["import triton", "import triton.language as tl", "", "", "@triton.jit",
+               f"def {self.name}({', '.join(params)}):"] + ["    " + line for line in body]
+        return KernelSource(self.name, "\n".join(src) + "\n", tuple(self.inputs), tuple(self.ranks),
+                            tuple(self.sizes), self.fp32_precision)
+
+
+def _index_dims(node: Expr) -> tuple[Dim, ...]:
+    axes = node.index if isinstance(node, Load) else (node.axis,)
+    return tuple(d for axis in axes for d in axis)
+
+
+def _pow(base: str, exponent) -> str:
+    return {2: f"({base} * {base})", 3: f"({base} * {base} * {base})", 0.5: f"tl.sqrt({base})",
+            -0.5: f"tl.rsqrt({base})", -1: f"(1.0 / {base})", 1: base}[exponent]
+
+
+def generate(tk: TiledKernel, name: str, fp32_precision: str = "ieee") -> KernelSource:
+    """Print ``tk`` as a Triton kernel named ``name``."""
+    return _Printer(tk, name, fp32_precision).print()

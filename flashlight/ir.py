@@ -1,0 +1,438 @@
+"""The loop-nest IR: every operation is a loop nest over named dimensions.
+
+A :class:`Nest` computes one tensor. Each of its output axes is a tuple of
+:class:`Dim` s (row-major: an axis built by merging dims ``(a, b)`` has index
+``a * size(b) + b``); the scalar :class:`Expr` ``body`` gives the value at one
+point of those dims. Reductions (``sum``, ``max``) bind their own dims, so a
+matrix multiply is not special: ``S[i, j] = Reduce(sum, Q[i, c] * K[j, c], (c,))``.
+
+Views, permutes, expands and broadcasts never become nests: they are index
+maps folded into :class:`Load` (a graph input or fallback value read at a
+compound index) and :class:`Ref` (another nest's value read at a compound
+index). A broadcast axis is the empty tuple: it is read at index 0.
+
+All nodes are frozen dataclasses, so structurally equal sub-expressions are
+equal and hash alike: the code generator uses that for common-subexpression
+elimination.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Callable, Iterator, Union
+
+import torch
+
+Size = Union[int, str]  # a static size, or the text of a symbolic (dynamic) size
+
+_dim_ids = itertools.count()
+
+
+@dataclasses.dataclass(frozen=True)
+class Dim:
+    """A named loop dimension with a static or symbolic extent."""
+
+    name: str
+    size: Size
+
+    @staticmethod
+    def fresh(size: Size, hint: str = "d") -> "Dim":
+        return Dim(f"{hint}{next(_dim_ids)}", size)
+
+    @property
+    def is_static(self) -> bool:
+        return isinstance(self.size, int)
+
+    def __repr__(self) -> str:
+        return f"{self.name}:{self.size}"
+
+
+Axis = tuple  # tuple[Dim, ...]; () is a broadcast axis of size 1
+
+
+def axis_dims(axes: tuple[Axis, ...]) -> tuple[Dim, ...]:
+    return tuple(d for axis in axes for d in axis)
+
+
+class Expr:
+    """Base class of scalar expressions evaluated at one point of a loop nest."""
+
+    def children(self) -> tuple["Expr", ...]:
+        return ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Load(Expr):
+    """Element of tensor ``base`` (an input of the kernel) at a compound index per axis."""
+
+    base: str
+    index: tuple[Axis, ...]
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Ref(Expr):
+    """Element of the tensor computed by nest ``nest`` at a compound index per axis."""
+
+    nest: str
+    index: tuple[Axis, ...]
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Iota(Expr):
+    """The integer index of a compound axis (``torch.arange`` and friends)."""
+
+    axis: Axis
+    dtype: torch.dtype = torch.int64
+
+
+@dataclasses.dataclass(frozen=True)
+class Const(Expr):
+    value: float | int | bool
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Pointwise(Expr):
+    """An elementwise operation; ``op`` names an entry of the codegen's op table."""
+
+    op: str
+    args: tuple[Expr, ...]
+    dtype: torch.dtype
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.args
+
+
+@dataclasses.dataclass(frozen=True)
+class Reduce(Expr):
+    """``op`` (``sum`` or ``max``) of ``body`` over the dims it binds."""
+
+    op: str
+    body: Expr
+    dims: tuple[Dim, ...]
+    dtype: torch.dtype
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.body,)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopResult(Expr):
+    """The final value of the ``index``-th reduction of a kernel's online loop."""
+
+    index: int
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningMax(Expr):
+    """Inside the online loop: the running value of loop max-reduction ``index``.
+
+    It stands for the finished max wherever the online rewrite proved that using
+    the running max and rescaling later gives the same result; see
+    [Note: online reduction] in :mod:`flashlight.passes.online`.
+    """
+
+    index: int
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Nest:
+    """One loop nest: computes a tensor whose axes are ``axes`` from ``body``."""
+
+    name: str
+    axes: tuple[Axis, ...]
+    body: Expr
+    dtype: torch.dtype
+    origins: tuple[str, ...]  # the FX nodes (ATen ops) this nest computes
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return axis_dims(self.axes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Graph:
+    """The program: nests in topological order, plus which of them are materialized.
+
+    ``inputs`` names the tensors kernels may load (graph inputs and values computed
+    outside Flashlight). ``materialized`` are the nests whose values must exist in
+    memory (graph outputs, values needed by fallback operations, or nests that a
+    pass decided not to inline).
+    """
+
+    nests: tuple[Nest, ...]
+    inputs: tuple[str, ...]
+    materialized: frozenset[str]
+
+    def nest(self, name: str) -> Nest:
+        for nest in self.nests:
+            if nest.name == name:
+                return nest
+        raise KeyError(name)
+
+    def replace(self, **changes) -> "Graph":
+        return dataclasses.replace(self, **changes)
+
+
+# --------------------------------------------------------------------------- traversal
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Every node of ``expr``, parents before children (shared nodes repeat)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(node.children()))
+
+
+def rebuild(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """Rewrite bottom-up: ``fn`` returns a replacement for a node, or None to keep it."""
+    memo: dict[int, Expr] = {}
+
+    def visit(node: Expr) -> Expr:
+        key = id(node)
+        if key in memo:
+            return memo[key]
+        if isinstance(node, Pointwise):
+            new_args = tuple(visit(a) for a in node.args)
+            if new_args != node.args:
+                node = dataclasses.replace(node, args=new_args)
+        elif isinstance(node, Reduce):
+            new_body = visit(node.body)
+            if new_body is not node.body:
+                node = dataclasses.replace(node, body=new_body)
+        out = fn(node)
+        result = node if out is None else out
+        memo[key] = result
+        return result
+
+    return visit(expr)
+
+
+def replace_nodes(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """Rewrite top-down: where ``fn`` gives a replacement, it is used and not descended."""
+    memo: dict[int, Expr] = {}
+
+    def visit(node: Expr) -> Expr:
+        key = id(node)
+        if key not in memo:
+            out = fn(node)
+            if out is None:
+                if isinstance(node, Pointwise):
+                    out = dataclasses.replace(node, args=tuple(visit(a) for a in node.args))
+                elif isinstance(node, Reduce):
+                    out = dataclasses.replace(node, body=visit(node.body))
+                else:
+                    out = node
+            memo[key] = out
+        return memo[key]
+
+    return visit(expr)
+
+
+def free_dims(expr: Expr) -> frozenset[Dim]:
+    """The dims ``expr`` depends on (dims bound by its reductions excluded)."""
+    return _free_dims(expr)
+
+
+_FREE_CACHE: dict[Expr, frozenset[Dim]] = {}
+
+
+def _free_dims(expr: Expr) -> frozenset[Dim]:
+    cached = _FREE_CACHE.get(expr)
+    if cached is not None:
+        return cached
+    if isinstance(expr, (Load, Ref)):
+        out = frozenset(axis_dims(expr.index))
+    elif isinstance(expr, Iota):
+        out = frozenset(expr.axis)
+    elif isinstance(expr, Reduce):
+        out = _free_dims(expr.body) - frozenset(expr.dims)
+    else:
+        out = frozenset().union(*(_free_dims(c) for c in expr.children()))
+    if len(_FREE_CACHE) > 200_000:
+        _FREE_CACHE.clear()
+    _FREE_CACHE[expr] = out
+    return out
+
+
+def contains(expr: Expr, kind: type) -> bool:
+    return any(isinstance(node, kind) for node in walk(expr))
+
+
+# ------------------------------------------------------------------------- substitution
+
+
+def substitute(expr: Expr, mapping: dict[Dim, Axis]) -> Expr:
+    """Replace free dims by compound axes (``()`` reads index 0 of a size-1 axis).
+
+    Row-major composition makes this exact: if ``x`` becomes ``(p, q)`` then an
+    index ``(x, w)`` becomes ``(p, q, w)``.
+    """
+    if not mapping:
+        return expr
+
+    def sub_axis(axis: Axis) -> Axis:
+        return tuple(d2 for d in axis for d2 in mapping.get(d, (d,)))
+
+    def fn(node: Expr) -> Expr | None:
+        if isinstance(node, (Load, Ref)):
+            return dataclasses.replace(node, index=tuple(sub_axis(a) for a in node.index))
+        if isinstance(node, Iota):
+            return dataclasses.replace(node, axis=sub_axis(node.axis))
+        return None
+
+    return rebuild(expr, fn)
+
+
+# ------------------------------------------------------------------------------ checker
+
+
+class InvariantError(AssertionError):
+    pass
+
+
+def check_invariants(graph: Graph) -> None:
+    """Structural invariants every pass must keep (run after each pass in tests).
+
+    - nests are topologically ordered and reference only earlier nests or inputs;
+    - a nest's free dims are exactly its output dims, with no dim used twice;
+    - reductions bind dims that are not free outside them;
+    - materialized nests exist.
+    """
+    seen: set[str] = set()
+    for nest in graph.nests:
+        out = nest.dims
+        if len(set(out)) != len(out):
+            raise InvariantError(f"{nest.name}: a dim appears twice in its axes {nest.axes}")
+        free = free_dims(nest.body)
+        if not free <= set(out):
+            raise InvariantError(f"{nest.name}: body depends on {sorted(map(repr, free - set(out)))} not in its axes")
+        for node in walk(nest.body):
+            if isinstance(node, Ref) and node.nest not in seen:
+                raise InvariantError(f"{nest.name}: reads {node.nest} before it is defined")
+            if isinstance(node, Load) and node.base not in graph.inputs:
+                raise InvariantError(f"{nest.name}: loads unknown input {node.base}")
+            if isinstance(node, Reduce) and set(node.dims) & set(out):
+                raise InvariantError(f"{nest.name}: reduction rebinds output dims")
+        seen.add(nest.name)
+    missing = graph.materialized - seen
+    if missing:
+        raise InvariantError(f"materialized nests missing: {sorted(missing)}")
+
+
+# ----------------------------------------------------------------------------- printing
+
+
+def format_expr(expr: Expr) -> str:
+    if isinstance(expr, Load):
+        return f"{expr.base}[{_fmt_index(expr.index)}]"
+    if isinstance(expr, Ref):
+        return f"%{expr.nest}[{_fmt_index(expr.index)}]"
+    if isinstance(expr, Iota):
+        return f"iota({_fmt_axis(expr.axis)})"
+    if isinstance(expr, Const):
+        return repr(expr.value)
+    if isinstance(expr, Pointwise):
+        return f"{expr.op}({', '.join(format_expr(a) for a in expr.args)})"
+    if isinstance(expr, Reduce):
+        dims = ",".join(d.name for d in expr.dims)
+        return f"{expr.op}[{dims}]({format_expr(expr.body)})"
+    if isinstance(expr, LoopResult):
+        return f"loop{expr.index}"
+    if isinstance(expr, RunningMax):
+        return f"running_max{expr.index}"
+    return repr(expr)
+
+
+def _fmt_axis(axis: Axis) -> str:
+    return "*".join(d.name for d in axis) if axis else "0"
+
+
+def _fmt_index(index: tuple[Axis, ...]) -> str:
+    return ", ".join(_fmt_axis(a) for a in index)
+
+
+def format_graph(graph: Graph) -> str:
+    lines = [f"inputs: {', '.join(graph.inputs)}"]
+    for nest in graph.nests:
+        mark = "*" if nest.name in graph.materialized else " "
+        axes = ", ".join(_fmt_axis(a) for a in nest.axes)
+        lines.append(f"{mark}{nest.name}[{axes}] = {format_expr(nest.body)}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ fused kernel forms
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopReduction:
+    """One reduction of a kernel's single online loop over the key-like dim.
+
+    ``body`` may read ``RunningMax(k)`` for each ``k`` in ``rescaled_by``: the online
+    pass proved the body scales by ``exp(-max_k)``, so partial results are rescaled
+    when the running max grows. See [Note: online reduction].
+    """
+
+    op: str  # "sum" or "max"
+    body: Expr
+    dim: Dim
+    rescaled_by: tuple[int, ...]
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """A fused kernel: one online loop of reductions, then an elementwise epilogue.
+
+    The epilogue reads loop results through ``LoopResult(k)``; its free dims are the
+    output dims.
+    """
+
+    name: str
+    axes: tuple[Axis, ...]
+    dtype: torch.dtype
+    loop: tuple[LoopReduction, ...]
+    epilogue: Expr
+    origins: tuple[str, ...]
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return axis_dims(self.axes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiling:
+    """Where each dim of a kernel lives.
+
+    ``row`` is tiled by ``BLOCK_M``; loop dims by ``BLOCK_N``; ``feature`` and the
+    ``eliminated`` reduction dims fit one padded tile each (size in ``padded``) and
+    disappear as loops; ``grid`` dims are the logical launch grid, one program each.
+    """
+
+    row: Dim | None
+    feature: Dim | None
+    grid: tuple[Dim, ...]
+    eliminated: tuple[Dim, ...]
+    padded: tuple[tuple[Dim, int], ...]
+    dots: int  # how many contractions map to tl.dot
+
+
+@dataclasses.dataclass(frozen=True)
+class TiledKernel:
+    kernel: Kernel
+    tiling: Tiling
+
+
+def format_kernel(kernel: Kernel) -> str:
+    lines = [f"kernel {kernel.name}[{', '.join(_fmt_axis(a) for a in kernel.axes)}]"]
+    for k, red in enumerate(kernel.loop):
+        scale = f" rescaled by {list(red.rescaled_by)}" if red.rescaled_by else ""
+        lines.append(f"  loop{k} = {red.op}[{red.dim.name}]({format_expr(red.body)}){scale}")
+    lines.append(f"  out = {format_expr(kernel.epilogue)}")
+    return "\n".join(lines)

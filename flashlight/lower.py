@@ -1,0 +1,647 @@
+"""Lowering: an ATen-level FX graph to the loop-nest IR.
+
+Every compute node becomes one :class:`~flashlight.ir.Nest` with fresh dims for its
+output axes (``_softmax`` becomes the nests of its definition: max, shift, exp, sum,
+divide). View-like nodes (view, permute, transpose, expand, unsqueeze, ...) produce no
+nest: they change the index map through which consumers read their base. Nodes with
+no lowering become *opaque*: they run outside Flashlight, and Flashlight kernels read
+their results as inputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Callable
+
+import sympy
+import torch
+import torch.fx as fx
+
+from flashlight.ir import (
+    Axis,
+    Const,
+    Dim,
+    Expr,
+    Graph,
+    Iota,
+    Load,
+    Nest,
+    Pointwise,
+    Reduce,
+    Ref,
+    axis_dims,
+    substitute,
+)
+
+aten = torch.ops.aten
+
+
+class Unsupported(Exception):
+    """A node the lowering cannot express; it becomes opaque (runs outside Flashlight)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """A lowered tensor value: (a view of) base ``name`` read through an index map.
+
+    ``index`` gives, per axis of the base, the compound of template dims that indexes
+    it; ``axes`` gives, per axis of this value, the compound of template dims that
+    axis spans (``()`` for a size-1 broadcast axis).
+    """
+
+    kind: str  # "input" (graph input or opaque value) or "nest"
+    name: str
+    index: tuple[Axis, ...]
+    axes: tuple[Axis, ...]
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowered:
+    graph: Graph
+    opaque: dict[str, str]  # FX node name -> why it was not lowered
+    nest_of_node: dict[str, str]  # FX node name -> the nest computing it
+
+
+# ------------------------------------------------------------------------------ sizes
+
+
+def size_of(value: Any) -> int | str:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, torch.SymInt):
+        expr = value.node.expr
+        return int(expr) if expr.is_number else str(expr)
+    raise Unsupported(f"size {value!r}")
+
+
+def _sym(size: int | str) -> sympy.Expr:
+    return sympy.Integer(size) if isinstance(size, int) else sympy.sympify(size)
+
+
+def sizes_equal(a: int | str, b: int | str) -> bool:
+    return a == b or sympy.simplify(_sym(a) - _sym(b)) == 0
+
+
+def axis_size(axis: Axis) -> int | str:
+    if not axis:
+        return 1
+    total = sympy.Integer(1)
+    for d in axis:
+        total *= _sym(d.size)
+    return int(total) if total.is_number else str(total)
+
+
+def _meta(node: fx.Node):
+    return node.meta.get("val")
+
+
+def _shape(node: fx.Node) -> tuple:
+    val = _meta(node)
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported(f"{node.name} is not a tensor")
+    return tuple(size_of(s) for s in val.shape)
+
+
+# ------------------------------------------------------------------------- the lowerer
+
+
+class _Lowerer:
+    def __init__(self, gm: fx.GraphModule):
+        self.gm = gm
+        self.env: dict[str, Access | Const] = {}
+        self.nests: list[Nest] = []
+        self.inputs: list[str] = []
+        self.opaque: dict[str, str] = {}
+        self.nest_of_node: dict[str, str] = {}
+        self.materialized: set[str] = set()
+        self.origin = ""
+
+    # ---- values
+    def input_access(self, node: fx.Node) -> Access:
+        shape = _shape(node)
+        axes = tuple(() if s == 1 else (Dim.fresh(s, "t"),) for s in shape)
+        self.inputs.append(node.name)
+        return Access("input", node.name, axes, axes, _meta(node).dtype)
+
+    def add_nest(self, axes: tuple[Axis, ...], body: Expr, dtype: torch.dtype, hint: str) -> Access:
+        name = f"n{len(self.nests)}_{hint}"
+        self.nests.append(Nest(name, axes, body, dtype, (self.origin,)))
+        return Access("nest", name, axes, axes, dtype)
+
+    def read(self, value: Access | Const, out_axes: tuple[Axis, ...]) -> Expr:
+        """The expression reading ``value`` broadcast (right-aligned) to ``out_axes``."""
+        if isinstance(value, Const):
+            return value
+        offset = len(out_axes) - len(value.axes)
+        if offset < 0:
+            raise Unsupported("operand has more axes than the result")
+        mapping: dict[Dim, Axis] = {}
+        for k, own in enumerate(value.axes):
+            target = out_axes[offset + k]
+            if not own:
+                continue
+            if not target:
+                raise Unsupported("cannot broadcast a non-unit axis to a unit axis")
+            mapping.update(_match_axis(own, target))
+        for d in axis_dims(value.index):
+            mapping.setdefault(d, ())  # size-1 dims not visible through the view
+        index = tuple(tuple(x for d in axis for x in mapping[d]) for axis in value.index)
+        if value.kind == "input":
+            return Load(value.name, index, value.dtype)
+        return Ref(value.name, index, value.dtype)
+
+    def result_axes(self, node: fx.Node, operands: list[Access | Const]) -> tuple[Axis, ...]:
+        """Fresh output axes for an elementwise node, factored like its operands' axes."""
+        shape = _shape(node)
+        axes: list[Axis] = []
+        for k, size in enumerate(shape):
+            if size == 1:
+                axes.append(())
+                continue
+            factors = None
+            for op in operands:
+                if isinstance(op, Access):
+                    pos = k - (len(shape) - len(op.axes))
+                    if pos >= 0 and len(op.axes[pos]) > 1:
+                        factors = [d.size for d in op.axes[pos]]
+            sizes = factors or [size]
+            axes.append(tuple(Dim.fresh(s) for s in sizes))
+        return tuple(axes)
+
+    def value(self, arg: Any, dtype: torch.dtype) -> Access | Const:
+        if isinstance(arg, fx.Node):
+            found = self.env.get(arg.name)
+            if found is None:
+                raise Unsupported(f"operand {arg.name} has no lowering")
+            return found
+        if isinstance(arg, (bool, int, float)):
+            return Const(arg, dtype)
+        raise Unsupported(f"operand {arg!r}")
+
+    # ---- main loop
+    def run(self) -> Lowered:
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                if isinstance(_meta(node), torch.Tensor):
+                    self.env[node.name] = self.input_access(node)
+                continue
+            if node.op == "output":
+                for arg in fx.graph.map_arg(node.args, lambda n: n).__iter__():
+                    self._use_outside(arg)
+                continue
+            if node.op != "call_function":
+                self._make_opaque(node, f"{node.op} nodes run outside Flashlight")
+                continue
+            self.origin = node.name
+            rule = LOWERINGS.get(node.target)
+            if rule is None:
+                self._make_opaque(node, f"no Flashlight lowering for {_op_name(node)}")
+                continue
+            try:
+                before = len(self.nests)
+                self.env[node.name] = rule(self, node)
+                if len(self.nests) > before:
+                    self.nest_of_node[node.name] = self.nests[-1].name
+            except Unsupported as why:
+                self._make_opaque(node, f"{_op_name(node)}: {why}")
+        graph = Graph(tuple(self.nests), tuple(self.inputs), frozenset(self.materialized))
+        return Lowered(graph, self.opaque, self.nest_of_node)
+
+    def _use_outside(self, arg: Any) -> None:
+        """``arg`` is consumed outside Flashlight: its base nest must be materialized."""
+        nodes: list[fx.Node] = []
+        fx.graph.map_arg(arg, nodes.append)
+        for n in nodes:
+            found = self.env.get(n.name)
+            if isinstance(found, Access) and found.kind == "nest":
+                self.materialized.add(found.name)
+
+    def _make_opaque(self, node: fx.Node, reason: str) -> None:
+        self._use_outside((node.args, node.kwargs))
+        self.opaque[node.name] = reason
+        val = _meta(node)
+        if isinstance(val, torch.Tensor):
+            try:
+                self.env[node.name] = self.input_access(node)
+            except Unsupported:
+                pass
+
+
+def _op_name(node: fx.Node) -> str:
+    target = node.target
+    return getattr(target, "__name__", None) or str(target)
+
+
+def _match_axis(own: Axis, target: Axis) -> dict[Dim, Axis]:
+    """Map the template dims of an operand axis onto the result axis dims."""
+    if len(own) == len(target):
+        if all(sizes_equal(a.size, b.size) for a, b in zip(own, target)):
+            return {a: (b,) for a, b in zip(own, target)}
+    if len(own) == 1 and sizes_equal(own[0].size, axis_size(target)):
+        return {own[0]: target}
+    raise Unsupported("operands factor a broadcast axis differently")
+
+
+# --------------------------------------------------------------------------- views
+
+
+def _view_like(fn: Callable[[Access, fx.Node], Access]):
+    def rule(lw: _Lowerer, node: fx.Node) -> Access:
+        src = lw.value(node.args[0], _meta(node).dtype)
+        if not isinstance(src, Access):
+            raise Unsupported("view of a constant")
+        return fn(src, node)
+
+    return rule
+
+
+def _permute(src: Access, node: fx.Node) -> Access:
+    order = [d % len(src.axes) for d in node.args[1]]
+    return dataclasses.replace(src, axes=tuple(src.axes[d] for d in order))
+
+
+def _transpose(src: Access, node: fx.Node) -> Access:
+    n = len(src.axes)
+    a, b = node.args[1] % n, node.args[2] % n
+    axes = list(src.axes)
+    axes[a], axes[b] = axes[b], axes[a]
+    return dataclasses.replace(src, axes=tuple(axes))
+
+
+def _t(src: Access, node: fx.Node) -> Access:
+    return dataclasses.replace(src, axes=tuple(reversed(src.axes)))
+
+
+def _unsqueeze(src: Access, node: fx.Node) -> Access:
+    axes = list(src.axes)
+    pos = node.args[1] % (len(axes) + 1)
+    axes.insert(pos, ())
+    return dataclasses.replace(src, axes=tuple(axes))
+
+
+def _squeeze(src: Access, node: fx.Node) -> Access:
+    dims = node.args[1] if len(node.args) > 1 else None
+    if dims is None:
+        return dataclasses.replace(src, axes=tuple(a for a in src.axes if a))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    drop = {d % len(src.axes) for d in dims}
+    return dataclasses.replace(src, axes=tuple(a for k, a in enumerate(src.axes) if not (k in drop and not a)))
+
+
+def _expand(src: Access, node: fx.Node) -> Access:
+    shape = _shape(node)
+    offset = len(shape) - len(src.axes)
+    axes: list[Axis] = [(Dim.fresh(s, "b"),) if s != 1 else () for s in shape[:offset]]
+    for k, own in enumerate(src.axes):
+        size = shape[offset + k]
+        axes.append((Dim.fresh(size, "b"),) if not own and size != 1 else own)
+    return dataclasses.replace(src, axes=tuple(axes))
+
+
+def _reshape(src: Access, node: fx.Node) -> Access:
+    """Regroup the factors of the source axes into the target shape (splitting if needed)."""
+    shape = _shape(node)
+    factors = [d for axis in src.axes for d in axis]
+    index, axes = src.index, list(src.axes)
+    new_axes: list[Axis] = []
+    pos = 0
+    for size in shape:
+        if size == 1:
+            new_axes.append(())
+            continue
+        group: list[Dim] = []
+        remaining = _sym(size)
+        while remaining != 1:
+            if pos >= len(factors):
+                raise Unsupported("reshape does not line up with the source factors")
+            f = factors[pos]
+            ratio = sympy.simplify(remaining / _sym(f.size))
+            if ratio.is_integer is True or (ratio.is_number and ratio == int(ratio)) or ratio.is_Integer:
+                group.append(f)
+                remaining = ratio
+                pos += 1
+                continue
+            # split factor f into (head, tail) with head of the remaining size
+            tail = sympy.simplify(_sym(f.size) / remaining)
+            if not (tail.is_Integer or tail.is_integer):
+                raise Unsupported("reshape splits a dim by a size that does not divide it")
+            head = Dim.fresh(size_of_sym(remaining), "r")
+            rest = Dim.fresh(size_of_sym(tail), "r")
+            mapping = {f: (head, rest)}
+            index = tuple(tuple(x for d in axis for x in mapping.get(d, (d,))) for axis in index)
+            factors[pos:pos + 1] = [head, rest]
+            group.append(head)
+            pos += 1
+            remaining = sympy.Integer(1)
+        new_axes.append(tuple(group))
+    if pos != len(factors):
+        raise Unsupported("reshape leaves source factors unused")
+    return dataclasses.replace(src, index=index, axes=tuple(new_axes))
+
+
+def size_of_sym(expr: sympy.Expr) -> int | str:
+    return int(expr) if expr.is_number else str(expr)
+
+
+def _identity(src: Access, node: fx.Node) -> Access:
+    return src
+
+
+# ------------------------------------------------------------------------ pointwise
+
+
+def _pointwise(op: str, nargs: int | None = None):
+    def rule(lw: _Lowerer, node: fx.Node) -> Access:
+        dtype = _meta(node).dtype
+        args = list(node.args if nargs is None else node.args[:nargs])
+        if op == "sub" and node.kwargs.get("alpha", 1) != 1 or op == "add" and node.kwargs.get("alpha", 1) != 1:
+            raise Unsupported("alpha != 1")
+        if op == "div" and node.kwargs.get("rounding_mode") is not None:
+            raise Unsupported("rounding division")
+        operands = [lw.value(a, _operand_dtype(a, dtype)) for a in args]
+        axes = lw.result_axes(node, operands)
+        body = Pointwise(op, tuple(lw.read(v, axes) for v in operands), dtype)
+        return lw.add_nest(axes, body, dtype, op)
+
+    return rule
+
+
+def _operand_dtype(arg: Any, default: torch.dtype) -> torch.dtype:
+    if isinstance(arg, bool):
+        return torch.bool
+    if isinstance(arg, int) and not default.is_floating_point:
+        return torch.int64
+    return default
+
+
+def _where_scalar_fill(lw: _Lowerer, node: fx.Node) -> Access:
+    """``masked_fill(x, mask, value)`` is ``where(mask, value, x)``."""
+    dtype = _meta(node).dtype
+    x = lw.value(node.args[0], dtype)
+    mask = lw.value(node.args[1], torch.bool)
+    fill = lw.value(node.args[2], dtype)
+    axes = lw.result_axes(node, [x, mask, fill])
+    body = Pointwise("where", (lw.read(mask, axes), lw.read(fill, axes), lw.read(x, axes)), dtype)
+    return lw.add_nest(axes, body, dtype, "masked_fill")
+
+
+def _to_copy(lw: _Lowerer, node: fx.Node) -> Access:
+    dtype = _meta(node).dtype
+    src = lw.value(node.args[0], dtype)
+    if isinstance(src, Access) and src.dtype == dtype:
+        return src
+    axes = lw.result_axes(node, [src])
+    return lw.add_nest(axes, Pointwise("cast", (lw.read(src, axes),), dtype), dtype, "cast")
+
+
+def _clamp(lw: _Lowerer, node: fx.Node) -> Access:
+    dtype = _meta(node).dtype
+    x = lw.value(node.args[0], dtype)
+    axes = lw.result_axes(node, [x])
+    body = lw.read(x, axes)
+    lo = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
+    hi = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
+    if lo is not None:
+        body = Pointwise("maximum", (body, Const(lo, dtype)), dtype)
+    if hi is not None:
+        body = Pointwise("minimum", (body, Const(hi, dtype)), dtype)
+    return lw.add_nest(axes, body, dtype, "clamp")
+
+
+def _tri(keep_lower: bool):
+    def rule(lw: _Lowerer, node: fx.Node) -> Access:
+        dtype = _meta(node).dtype
+        x = lw.value(node.args[0], dtype)
+        diagonal = node.args[1] if len(node.args) > 1 else node.kwargs.get("diagonal", 0)
+        axes = lw.result_axes(node, [x])
+        if not axes[-1] or not axes[-2]:
+            raise Unsupported("tril/triu of a unit axis")
+        row, col = Iota(axes[-2]), Iota(axes[-1])
+        offset = Pointwise("sub", (col, row), torch.int64)
+        cmp = "le" if keep_lower else "ge"
+        keep = Pointwise(cmp, (offset, Const(diagonal, torch.int64)), torch.bool)
+        body = Pointwise("where", (keep, lw.read(x, axes), Const(0, dtype)), dtype)
+        return lw.add_nest(axes, body, dtype, "tril" if keep_lower else "triu")
+
+    return rule
+
+
+def _full(lw: _Lowerer, node: fx.Node) -> Access:
+    dtype = _meta(node).dtype
+    shape = _shape(node)
+    axes = tuple(() if s == 1 else (Dim.fresh(s),) for s in shape)
+    fill = node.args[1] if node.target is aten.full.default else (1 if node.target is aten.ones.default else 0)
+    return lw.add_nest(axes, Const(fill, dtype), dtype, "full")
+
+
+def _scalar_tensor(lw: _Lowerer, node: fx.Node) -> Access:
+    dtype = _meta(node).dtype
+    return lw.add_nest((), Const(node.args[0], dtype), dtype, "scalar")
+
+
+def _arange(lw: _Lowerer, node: fx.Node) -> Access:
+    dtype = _meta(node).dtype
+    (n,) = _shape(node)
+    start = node.args[0] if node.target is aten.arange.start and len(node.args) > 1 else 0
+    step = node.args[2] if len(node.args) > 2 else node.kwargs.get("step", 1)
+    if not isinstance(start, int) or step != 1:
+        raise Unsupported("arange with a non-integer start or a step")
+    axis = (Dim.fresh(n),)
+    body: Expr = Iota(axis)
+    if start:
+        body = Pointwise("add", (body, Const(start, torch.int64)), torch.int64)
+    if dtype != torch.int64:
+        body = Pointwise("cast", (body,), dtype)
+    return lw.add_nest((axis,), body, dtype, "arange")
+
+
+# ------------------------------------------------------------------------ reductions
+
+
+def _reduce_axes(lw: _Lowerer, node: fx.Node, src: Access, dims: list[int], keepdim: bool):
+    n = len(src.axes)
+    dims = [d % n for d in dims] if dims else list(range(n))
+    out_shape = _shape(node)
+    in_axes = tuple(() if not a else tuple(Dim.fresh(d.size) for d in a) for a in src.axes)
+    out_axes = []
+    for k, a in enumerate(in_axes):
+        if k in dims:
+            if keepdim:
+                out_axes.append(())
+        else:
+            out_axes.append(a)
+    if len(out_axes) != len(out_shape):
+        raise Unsupported("reduction result rank mismatch")
+    reduced = tuple(d for k in dims for d in in_axes[k])
+    return in_axes, tuple(out_axes), reduced
+
+
+def _reduction(op: str):
+    def rule(lw: _Lowerer, node: fx.Node) -> Access:
+        dtype = _meta(node).dtype
+        src = lw.value(node.args[0], dtype)
+        if not isinstance(src, Access):
+            raise Unsupported("reduction of a constant")
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", [])
+        dims = [dims] if isinstance(dims, int) else list(dims or [])
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        if node.kwargs.get("dtype") not in (None, dtype):
+            raise Unsupported("reduction with a dtype argument")
+        in_axes, out_axes, reduced = _reduce_axes(lw, node, src, dims, keepdim)
+        body = Reduce(op, lw.read(src, in_axes), reduced, dtype)
+        return lw.add_nest(out_axes, body, dtype, op)
+
+    return rule
+
+
+def _softmax(lw: _Lowerer, node: fx.Node) -> Access:
+    """softmax(x) = exp(x - max(x)) / sum(exp(x - max(x))), as separate nests."""
+    dtype = _meta(node).dtype
+    src = lw.value(node.args[0], dtype)
+    if not isinstance(src, Access):
+        raise Unsupported("softmax of a constant")
+    dim = node.args[1]
+    compute = torch.float32 if node.args[2] else dtype
+    in_axes, keep_axes, reduced = _reduce_axes(lw, node_with_keepdim(node), src, [dim], True)
+    m = lw.add_nest(keep_axes, Reduce("max", lw.read(src, in_axes), reduced, compute), compute, "amax")
+    axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
+    shifted = Pointwise("sub", (lw.read(src, axes), lw.read(m, axes)), compute)
+    e = lw.add_nest(axes, Pointwise("exp", (shifted,), compute), compute, "exp")
+    in2, keep2, red2 = _reduce_axes(lw, node_with_keepdim(node), e, [dim], True)
+    s = lw.add_nest(keep2, Reduce("sum", lw.read(e, in2), red2, compute), compute, "sum")
+    axes3 = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
+    out = Pointwise("div", (lw.read(e, axes3), lw.read(s, axes3)), compute)
+    if compute != dtype:
+        out = Pointwise("cast", (out,), dtype)
+    return lw.add_nest(axes3, out, dtype, "softmax")
+
+
+class node_with_keepdim:  # noqa: N801 - a tiny adapter: the shape of x.amax(dim, keepdim=True)
+    def __init__(self, node: fx.Node):
+        self.node = node
+        self.name = node.name
+        self.meta = {"val": _meta(node.args[0])}
+        dim = node.args[1] % len(self.meta["val"].shape)
+        shape = list(self.meta["val"].shape)
+        shape[dim] = 1
+        self.meta = {"val": self.meta["val"].new_empty(shape)}
+
+
+def _contraction(lw: _Lowerer, node: fx.Node) -> Access:
+    """mm / bmm: out[..., m, n] = sum_k a[..., m, k] * b[..., k, n]."""
+    dtype = _meta(node).dtype
+    a, b = (lw.value(x, dtype) for x in node.args[:2])
+    if not isinstance(a, Access) or not isinstance(b, Access):
+        raise Unsupported("matmul with a constant")
+    out_shape = _shape(node)
+    batch = tuple(tuple(Dim.fresh(d.size) for d in ax) if ax else () for ax in a.axes[:-2])
+    if len(batch) != len(out_shape) - 2:
+        raise Unsupported("matmul rank")
+    m_axis = tuple(Dim.fresh(d.size) for d in a.axes[-2])
+    n_axis = tuple(Dim.fresh(d.size) for d in b.axes[-1])
+    k_axis = tuple(Dim.fresh(d.size) for d in a.axes[-1])
+    a_read = lw.read(a, batch + (m_axis, k_axis))
+    b_read = lw.read(b, batch + (k_axis, n_axis))
+    body = Reduce("sum", Pointwise("mul", (a_read, b_read), dtype), k_axis, dtype)
+    return lw.add_nest(batch + (m_axis, n_axis), body, dtype, "matmul")
+
+
+LOWERINGS: dict[Any, Callable[[_Lowerer, fx.Node], Access]] = {
+    aten.view.default: _view_like(_reshape),
+    aten._unsafe_view.default: _view_like(_reshape),
+    aten.reshape.default: _view_like(_reshape),
+    aten.permute.default: _view_like(_permute),
+    aten.transpose.int: _view_like(_transpose),
+    aten.t.default: _view_like(_t),
+    aten.unsqueeze.default: _view_like(_unsqueeze),
+    aten.squeeze.dim: _view_like(_squeeze),
+    aten.squeeze.dims: _view_like(_squeeze),
+    aten.squeeze.default: _view_like(_squeeze),
+    aten.expand.default: _view_like(_expand),
+    aten.clone.default: _view_like(_identity),
+    aten.alias.default: _view_like(_identity),
+    aten.detach.default: _view_like(_identity),
+    aten.lift_fresh_copy.default: _view_like(_identity),
+    aten._to_copy.default: _to_copy,
+    aten.masked_fill.Scalar: _where_scalar_fill,
+    aten.masked_fill.Tensor: _where_scalar_fill,
+    aten.clamp.default: _clamp,
+    aten.tril.default: _tri(True),
+    aten.triu.default: _tri(False),
+    aten.full.default: _full,
+    aten.ones.default: _full,
+    aten.zeros.default: _full,
+    aten.scalar_tensor.default: _scalar_tensor,
+    aten.arange.default: _arange,
+    aten.arange.start: _arange,
+    aten.arange.start_step: _arange,
+    aten.sum.dim_IntList: _reduction("sum"),
+    aten.amax.default: _reduction("max"),
+    aten._softmax.default: _softmax,
+    aten.bmm.default: _contraction,
+    aten.mm.default: _contraction,
+}
+
+_BINARY = {
+    "add": [aten.add.Tensor, aten.add.Scalar],
+    "sub": [aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Scalar],
+    "mul": [aten.mul.Tensor, aten.mul.Scalar],
+    "div": [aten.div.Tensor, aten.div.Scalar],
+    "maximum": [aten.maximum.default],
+    "minimum": [aten.minimum.default],
+    "eq": [aten.eq.Tensor, aten.eq.Scalar],
+    "ne": [aten.ne.Tensor, aten.ne.Scalar],
+    "lt": [aten.lt.Tensor, aten.lt.Scalar],
+    "le": [aten.le.Tensor, aten.le.Scalar],
+    "gt": [aten.gt.Tensor, aten.gt.Scalar],
+    "ge": [aten.ge.Tensor, aten.ge.Scalar],
+    "and": [aten.logical_and.default, aten.bitwise_and.Tensor],
+    "or": [aten.logical_or.default, aten.bitwise_or.Tensor],
+    "pow": [aten.pow.Tensor_Scalar],
+    "where": [aten.where.self],
+}
+_UNARY = {
+    "neg": [aten.neg.default],
+    "exp": [aten.exp.default],
+    "log": [aten.log.default],
+    "tanh": [aten.tanh.default],
+    "sigmoid": [aten.sigmoid.default],
+    "abs": [aten.abs.default],
+    "sqrt": [aten.sqrt.default],
+    "rsqrt": [aten.rsqrt.default],
+    "relu": [aten.relu.default],
+    "not": [aten.logical_not.default, aten.bitwise_not.default],
+}
+for _op, _targets in {**_BINARY, **_UNARY}.items():
+    for _t_ in _targets:
+        LOWERINGS[_t_] = _pointwise(_op, 3 if _op == "where" else (1 if _op in _UNARY else 2))
+
+
+def _rsub(lw: _Lowerer, node: fx.Node) -> Access:
+    swapped = _SwappedNode(node)
+    return _pointwise("sub", 2)(lw, swapped)
+
+
+class _SwappedNode:
+    """``rsub(x, y) = y - x``: the node seen with its two operands swapped."""
+
+    def __init__(self, node: fx.Node):
+        self.args = (node.args[1], node.args[0])
+        self.kwargs = node.kwargs
+        self.meta = node.meta
+        self.name = node.name
+
+
+LOWERINGS[aten.rsub.Scalar] = _rsub
+LOWERINGS[operator.getitem] = None  # type: ignore[assignment]
+del LOWERINGS[operator.getitem]
+
+
+def lower(gm: fx.GraphModule) -> Lowered:
+    """Lower an ATen FX graph; nodes that cannot be lowered become opaque inputs."""
+    return _Lowerer(gm).run()
+
+
+def node_substitute(expr: Expr, mapping: dict[Dim, Axis]) -> Expr:
+    return substitute(expr, mapping)

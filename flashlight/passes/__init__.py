@@ -1,0 +1,1 @@
+"""Named passes over the loop-nest IR; each is a function from IR to IR."""

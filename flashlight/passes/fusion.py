@@ -1,0 +1,93 @@
+"""Elementwise fusion and structural fusion by dimension demotion.
+
+Fusing a producer nest into a consumer means inlining it: the consumer's ``Ref`` to
+the producer is replaced by the producer's body with the producer's output dims
+substituted by the consumer's index. When the producer's parallel dim is mapped onto
+a dim the consumer reduces over, the producer's parallel loop is *demoted* into the
+consumer's reduction loop.
+
+[Note: demotion legality]
+Inlining is always semantically exact: the producer is a pure function of its index.
+What can go wrong is cost and expressibility. A demoted producer is recomputed per
+point of the consumer's loop, so the result is only a good kernel when (a) the
+producer's own reductions run over small dims that fit one tile (the head dim of
+``Q Kᵀ``), and (b) reductions that do not depend on the demoted dim (a row max feeding
+``exp(s - max)``) are hoisted out of the loop rather than recomputed; the online pass
+does (b) and the tiling pass checks (a). When the tiling pass rejects a fused nest,
+the driver *backs off*: it keeps the earliest inlined reduction producer materialized
+and fuses again, so a projection feeding attention stays a separate operation while the
+attention itself still fuses.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from flashlight.ir import Expr, Graph, Nest, Reduce, Ref, contains, rebuild, substitute, walk
+
+
+def _inline_ref(ref: Ref, producer: Nest, body: Expr) -> Expr | None:
+    """The producer's body read at the consumer's index, or None if the axes don't line up."""
+    mapping = {}
+    for own, index in zip(producer.axes, ref.index):
+        if not own:
+            continue
+        if len(own) == 1:
+            mapping[own[0]] = index
+        elif len(own) == len(index):
+            mapping.update({d: (i,) for d, i in zip(own, index)})
+        else:
+            return None
+    return substitute(body, mapping)
+
+
+def inline(graph: Graph, should_inline: Callable[[Nest], bool]) -> Graph:
+    """Inline every nest accepted by ``should_inline`` into its consumers.
+
+    Nests that are materialized stay (their consumers still read them when they are
+    not inlined); nests left without readers are dropped.
+    """
+    bodies: dict[str, Expr] = {}
+    absorbed: dict[str, tuple[str, ...]] = {}  # nest -> the FX nodes its body now computes
+    by_name = {n.name: n for n in graph.nests}
+    new_nests: list[Nest] = []
+    for nest in graph.nests:
+        origins = set(nest.origins)
+
+        def fn(node: Expr) -> Expr | None:
+            if isinstance(node, Ref) and node.nest in bodies and should_inline(by_name[node.nest]):
+                producer = by_name[node.nest]
+                inlined = _inline_ref(node, producer, bodies[node.nest])
+                if inlined is not None:
+                    origins.update(absorbed[node.nest])
+                return inlined
+            return None
+
+        body = rebuild(nest.body, fn)
+        bodies[nest.name] = body
+        absorbed[nest.name] = tuple(sorted(origins))
+        new_nests.append(Nest(nest.name, nest.axes, body, nest.dtype, absorbed[nest.name]))
+    return graph.replace(nests=_drop_unread(new_nests, graph.materialized))
+
+
+def _drop_unread(nests: list[Nest], materialized: frozenset[str]) -> tuple[Nest, ...]:
+    read: set[str] = set(materialized)
+    kept: list[Nest] = []
+    for nest in reversed(nests):
+        if nest.name in read:
+            kept.append(nest)
+            read.update(n.nest for n in walk(nest.body) if isinstance(n, Ref))
+    return tuple(reversed(kept))
+
+
+def fuse_elementwise(graph: Graph) -> Graph:
+    """Inline producers without reductions (pointwise chains, broadcasts, index maths)."""
+    return inline(graph, lambda nest: not contains(nest.body, Reduce))
+
+
+def fuse_reductions(graph: Graph) -> Graph:
+    """Inline reduction producers into their consumers, demoting dims where they meet.
+
+    Producers marked materialized (by the backoff, or because something outside
+    Flashlight reads them) are kept; see [Note: demotion legality].
+    """
+    return inline(graph, lambda nest: nest.name not in graph.materialized)

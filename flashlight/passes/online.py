@@ -1,0 +1,222 @@
+"""Semantic fusion: dependent reduction chains rewritten into a single online pass.
+
+[Note: online reduction]
+Let ``M = max_j a_j`` and let a sum over the same extent have the form
+``R = sum_j g_j * exp(b_j - M)`` where ``g`` and ``b`` do not depend on ``M`` (the
+*exp-power* of the body in ``M`` is one). Because ``exp`` maps ``+`` to ``×``,
+``exp(b - M_new) = exp(b - M_old) * exp(M_old - M_new)``. So walking ``j`` in tiles
+with a running max ``m`` and a running sum ``r``::
+
+    m_new = max(m, max_{j in tile} a_j)
+    r     = r * exp(m - m_new) + sum_{j in tile} g_j * exp(b_j - m_new)
+    m     = m_new
+
+ends with ``m = M`` and ``r = R``: every reduction of the chain is computed in one pass
+over ``j``, without the intermediate ``exp(b - M)`` in memory. Nothing here looks for
+the word softmax: a chain qualifies by this algebra alone (``torch.softmax``,
+a hand-written ``exp(s - s.amax()) / sum``, two softmaxes sharing a loop).
+
+Two rewrites prepare the chain. *Invariant factoring* uses linearity:
+``sum_j (c * x_j) = c * sum_j x_j`` when ``c`` does not depend on ``j``; it moves the
+softmax denominator out of ``sum_j p_j v_j``. *Hoisting* lifts reductions that do not
+depend on an enclosing reduction's dim to the loop level (the row max inside
+``exp(s - max)``).
+
+Rows where every ``a_j`` is ``-inf``: the running max stays ``-inf``. We subtract a
+*safe* max (``0`` where the max is ``-inf``) so ``exp(-inf - 0) = 0`` instead of
+``exp(-inf + inf) = nan`` while the row is still empty, and rescale by
+``exp(m_old - m_safe)``, which is ``0`` or ``1`` exactly when nothing was accumulated.
+A row that stays empty ends with ``0 / 0 = nan`` where eager softmax also gives
+``nan``; NaN inputs propagate through ``max`` as in eager.
+"""
+from __future__ import annotations
+
+from flashlight.ir import (
+    Const,
+    Dim,
+    Expr,
+    Kernel,
+    LoopReduction,
+    LoopResult,
+    Nest,
+    Pointwise,
+    Reduce,
+    RunningMax,
+    free_dims,
+    rebuild,
+    replace_nodes,
+    substitute,
+    walk,
+)
+from flashlight.lower import sizes_equal
+
+
+class NotOnline(Exception):
+    """The nest's reductions cannot share one online loop; the message says why."""
+
+
+# ---------------------------------------------------------------- invariant factoring
+
+
+def _factors(expr: Expr) -> tuple[list[Expr], list[Expr]]:
+    """Split a product/quotient tree into numerator and denominator factors."""
+    if isinstance(expr, Pointwise) and expr.op == "mul":
+        na, da = _factors(expr.args[0])
+        nb, db = _factors(expr.args[1])
+        return na + nb, da + db
+    if isinstance(expr, Pointwise) and expr.op == "div":
+        na, da = _factors(expr.args[0])
+        nb, db = _factors(expr.args[1])
+        return na + db, da + nb
+    return [expr], []
+
+
+def _product(num: list[Expr], den: list[Expr], dtype) -> Expr:
+    out: Expr = num[0] if num else Const(1.0, dtype)
+    for f in num[1:]:
+        out = Pointwise("mul", (out, f), dtype)
+    for f in den:
+        out = Pointwise("div", (out, f), dtype)
+    return out
+
+
+def factor_invariants(expr: Expr) -> Expr:
+    """``sum_j (c * x_j / d) -> (c / d) * sum_j x_j`` for factors free of ``j``."""
+
+    def fn(node: Expr) -> Expr | None:
+        if not (isinstance(node, Reduce) and node.op == "sum"):
+            return None
+        bound = set(node.dims)
+        num, den = _factors(node.body)
+        dep_num = [f for f in num if free_dims(f) & bound]
+        dep_den = [f for f in den if free_dims(f) & bound]
+        if len(dep_num) == len(num) and len(dep_den) == len(den):
+            return None
+        inner = Reduce("sum", _product(dep_num, dep_den, node.dtype), node.dims, node.dtype)
+        inv_num = [f for f in num if not free_dims(f) & bound]
+        inv_den = [f for f in den if not free_dims(f) & bound]
+        return _product([inner] + inv_num, inv_den, node.dtype)
+
+    return rebuild(expr, fn)
+
+
+# -------------------------------------------------------------------------- hoisting
+
+
+def _loop_reductions(expr: Expr) -> list[Reduce]:
+    """Reductions evaluated at loop level: not inside a reduction whose dims they use."""
+    found: list[Reduce] = []
+
+    def visit(node: Expr, enclosing: frozenset[Dim]) -> None:
+        if isinstance(node, Reduce):
+            if free_dims(node) & enclosing:
+                visit(node.body, enclosing | frozenset(node.dims))
+                return
+            if node not in found:
+                found.append(node)
+            visit(node.body, frozenset(node.dims))
+            return
+        for child in node.children():
+            visit(child, enclosing)
+
+    visit(expr, frozenset())
+    return found
+
+
+# ------------------------------------------------------------------ exp-power check
+
+
+def _linear_coeff(expr: Expr, target: Expr) -> int | None:
+    """``c`` such that ``expr = x + c * target`` with ``x`` free of ``target``."""
+    if expr == target:
+        return 1
+    if not any(node == target for node in walk(expr)):
+        return 0
+    if isinstance(expr, Pointwise):
+        if expr.op in ("add", "sub"):
+            a, b = (_linear_coeff(x, target) for x in expr.args)
+            if a is None or b is None:
+                return None
+            return a + b if expr.op == "add" else a - b
+        if expr.op == "neg":
+            c = _linear_coeff(expr.args[0], target)
+            return None if c is None else -c
+        if expr.op == "cast":
+            return _linear_coeff(expr.args[0], target)
+    return None
+
+
+def exp_power(expr: Expr, target: Expr) -> int | None:
+    """``p`` such that ``expr = exp(-p * target) * (expression free of target)``."""
+    if not any(node == target for node in walk(expr)):
+        return 0
+    if isinstance(expr, Pointwise):
+        if expr.op == "mul":
+            a, b = (exp_power(x, target) for x in expr.args)
+            return None if a is None or b is None else a + b
+        if expr.op == "div":
+            a, b = (exp_power(x, target) for x in expr.args)
+            return a if b == 0 else None
+        if expr.op == "cast":
+            return exp_power(expr.args[0], target)
+        if expr.op == "exp":
+            c = _linear_coeff(expr.args[0], target)
+            return None if c is None else -c
+        if expr.op == "where":
+            cond, a, b = expr.args
+            pa, pb = exp_power(a, target), exp_power(b, target)
+            if exp_power(cond, target) != 0 or pa is None:
+                return None
+            if pb == pa or (isinstance(b, Const) and b.value == 0):
+                return pa
+    return None
+
+
+# ------------------------------------------------------------------------- the pass
+
+
+def make_online(nest: Nest) -> Kernel:
+    """Rewrite a fused nest into one online loop of reductions plus an epilogue."""
+    body = factor_invariants(nest.body)
+    loop = _loop_reductions(body)
+    if not loop:
+        raise NotOnline("no reduction to run as a loop")
+    for red in loop:
+        if len(red.dims) != 1:
+            raise NotOnline(f"a loop reduction over {len(red.dims)} dims")
+    extent = loop[0].dims[0].size
+    if not all(sizes_equal(r.dims[0].size, extent) for r in loop):
+        raise NotOnline("loop reductions run over different extents")
+
+    index_of = {red: k for k, red in enumerate(loop)}
+    shared = Dim.fresh(extent, "j")  # one loop: every loop reduction binds the same dim
+    reductions = tuple(_shared_dim(_loop_reduction(red, loop, index_of), shared) for red in loop)
+    epilogue = replace_nodes(body, lambda n: LoopResult(index_of[n], n.dtype) if n in index_of else None)
+    return Kernel(nest.name, nest.axes, nest.dtype, reductions, epilogue, nest.origins)
+
+
+def _loop_reduction(red: Reduce, loop: list[Reduce], index_of: dict) -> LoopReduction:
+    used = [other for other in loop if other is not red and any(n == other for n in walk(red.body))]
+    rescaled: list[int] = []
+    for other in used:
+        if red.op != "sum" or other.op != "max":
+            raise NotOnline(f"a {red.op} over the loop depends on a loop {other.op}")
+        if exp_power(red.body, other) != 1:
+            raise NotOnline("a sum depends on a loop max other than through exp(x - max)")
+        rescaled.append(index_of[other])
+    body = replace_nodes(red.body, lambda n: RunningMax(index_of[n], n.dtype) if n in index_of and n is not red else None)
+    return LoopReduction(red.op, body, red.dims[0], tuple(rescaled), red.dtype)
+
+
+def _shared_dim(red: LoopReduction, shared: Dim) -> LoopReduction:
+    """Rename the reduction's own loop dim to the loop's shared dim (enables CSE)."""
+    return LoopReduction(red.op, substitute(red.body, {red.dim: (shared,)}), shared, red.rescaled_by, red.dtype)
+
+
+def fused_work(kernel: Kernel) -> bool:
+    """Whether the kernel fused anything into its loop (else it is a standalone op)."""
+    if len(kernel.loop) > 1:
+        return True
+    return any(isinstance(n, Reduce) for n in walk(kernel.loop[0].body))
+
+

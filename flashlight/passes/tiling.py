@@ -1,0 +1,219 @@
+"""Tiling: which dims become tiles, which disappear, and which form the launch grid.
+
+Every kernel runs as programs over a *logical grid* (one program per combination of
+grid dims and per ``BLOCK_M`` rows). Inside a program, values are tiles of rank at
+most two over *roles*: ``m`` (the row dim, ``BLOCK_M``), ``n`` (the loop dim,
+``BLOCK_N``), ``f`` (a small output feature dim, one padded tile) and ``e0, e1, ...``
+(small contracted dims, one padded tile each). A small dim that fits one tile is
+*eliminated* as a loop: that is what turns ``softmax(Q Kᵀ) V`` into one loop over
+``n`` with ``tl.dot`` on ``[m, e] x [e, n]`` and ``[m, n] x [n, f]``.
+
+The pass tries every (row, feature) choice over the output dims, keeps those whose
+every value has a legal tile layout, and picks the best by a small cost model: more
+contractions as ``tl.dot`` first, then a dynamic or large row dim, then a feature tile.
+"""
+from __future__ import annotations
+
+import itertools
+
+from flashlight.ir import (
+    Const,
+    Dim,
+    Expr,
+    Iota,
+    Kernel,
+    Load,
+    LoopResult,
+    Pointwise,
+    Reduce,
+    RunningMax,
+    Tiling,
+    TiledKernel,
+    free_dims,
+    walk,
+)
+
+MAX_TILE = 256  # largest dim eliminated into one tile
+MIN_DOT = 16  # tl.dot needs every tile dim >= 16
+
+
+class NotTileable(Exception):
+    """No tiling expresses this kernel; the message says why."""
+
+
+def padded_size(size: int) -> int:
+    return max(MIN_DOT, 1 << (size - 1).bit_length())
+
+
+Layout = tuple  # tuple[str, ...] of roles in canonical order
+
+
+def _order(role: str) -> tuple[int, int]:
+    head = {"m": 0, "n": 1, "f": 2}.get(role[0], 3)
+    return (head, int(role[1:]) if role[0] == "e" else 0)
+
+
+def canonical(roles) -> Layout:
+    return tuple(sorted(set(roles), key=_order))
+
+
+class Layouts:
+    """Tile layouts of every value of a kernel under one role assignment."""
+
+    def __init__(self, kernel: Kernel, roles: dict[Dim, str], grid: set[Dim]):
+        self.kernel = kernel
+        self.roles = roles
+        self.grid = grid
+        self.memo: dict[Expr, Layout] = {}
+        self.dots = 0
+        self.loop_layouts: list[Layout] = []
+        for red in kernel.loop:
+            body = self.of(red.body, allow_dot=red.op == "sum", reduced="n")
+            if "n" not in body:
+                raise NotTileable("a loop reduction does not depend on the loop dim")
+            self.loop_layouts.append(tuple(r for r in body if r != "n") if not self._is_dot(red.body, "n") else self._dot_result(red.body, "n"))
+        self.epilogue = self.of(kernel.epilogue)
+
+    # -- per node
+    def of(self, expr: Expr, allow_dot: bool = False, reduced: str | None = None) -> Layout:
+        if expr in self.memo and not allow_dot:
+            return self.memo[expr]
+        layout = self._compute(expr, allow_dot, reduced)
+        if len(layout) > 2 and not allow_dot:
+            raise NotTileable(f"a value spans {len(layout)} tile dims {layout}")
+        if not allow_dot:
+            self.memo[expr] = layout
+        return layout
+
+    def _dims_layout(self, dims) -> Layout:
+        roles = []
+        for d in dims:
+            role = self.roles.get(d)
+            if role is not None:
+                roles.append(role)
+            elif d not in self.grid:
+                raise NotTileable(f"dim {d!r} has no role")
+        return canonical(roles)
+
+    def _compute(self, expr: Expr, allow_dot: bool, reduced: str | None) -> Layout:
+        if isinstance(expr, (Load, Iota)):
+            return self._dims_layout(free_dims(expr))
+        if isinstance(expr, Const):
+            return ()
+        if isinstance(expr, (RunningMax, LoopResult)):
+            return self.loop_layouts[expr.index] if expr.index < len(self.loop_layouts) else self._pending(expr)
+        if isinstance(expr, Reduce):
+            return self._inner_reduce(expr)
+        if isinstance(expr, Pointwise):
+            if expr.op == "pow" and not _supported_pow(expr):
+                raise NotTileable("pow with an unsupported exponent")
+            parts = [self.of(a) for a in expr.args]
+            layout = canonical(r for p in parts for r in p)
+            if allow_dot and len(layout) == 3:
+                if not self._is_dot(expr, reduced):
+                    raise NotTileable("a three-dim product that is not a contraction")
+            return layout
+        raise NotTileable(f"cannot tile {type(expr).__name__}")
+
+    def _pending(self, expr: Expr) -> Layout:
+        red = self.kernel.loop[expr.index]
+        return tuple(r for r in self.of(red.body, allow_dot=True, reduced="n") if r != "n")
+
+    def _inner_reduce(self, expr: Reduce) -> Layout:
+        if len(expr.dims) != 1:
+            raise NotTileable("an inner reduction over several dims")
+        role = self.roles.get(expr.dims[0])
+        if role is None or not role.startswith("e"):
+            raise NotTileable("an inner reduction over a dim that does not fit one tile")
+        body = self.of(expr.body, allow_dot=expr.op == "sum", reduced=role)
+        if self._is_dot(expr.body, role):
+            result = self._dot_result(expr.body, role)
+        else:
+            result = tuple(r for r in body if r != role)
+        if "n" in result and "m" not in result and "m" in self.roles.values():
+            # the same contraction for every row block: fusing it would recompute it
+            raise NotTileable("a row-independent contraction inside the loop")
+        return result
+
+    # -- contractions
+    def _is_dot(self, body: Expr, reduced: str) -> bool:
+        if not (isinstance(body, Pointwise) and body.op == "mul"):
+            return False
+        a, b = (self.of(x) for x in body.args)
+        ok = len(a) == 2 and len(b) == 2 and reduced in a and reduced in b and set(a) != set(b)
+        if ok and body not in self.memo:
+            self.dots += 1
+            self.memo[body] = canonical(a + b)
+        return ok
+
+    def _dot_result(self, body: Expr, reduced: str) -> Layout:
+        a, b = (self.of(x) for x in body.args)
+        return canonical(r for r in a + b if r != reduced)
+
+
+def _supported_pow(expr: Pointwise) -> bool:
+    exponent = expr.args[1]
+    return isinstance(exponent, Const) and exponent.value in (2, 3, 0.5, -0.5, -1, 1)
+
+
+def _inner_reduce_dims(kernel: Kernel) -> list[Dim]:
+    dims: list[Dim] = []
+    for red in kernel.loop:
+        for node in walk(red.body):
+            if isinstance(node, Reduce):
+                dims.extend(d for d in node.dims if d not in dims)
+    for node in walk(kernel.epilogue):
+        if isinstance(node, Reduce):
+            raise NotTileable("a reduction left in the epilogue")
+    return dims
+
+
+def _rank(d: Dim | None) -> tuple[int, int]:
+    if d is None:
+        return (0, 0)
+    return (2, 0) if not d.is_static else (1, int(d.size))
+
+
+def tile(kernel: Kernel) -> TiledKernel:
+    """Choose the tiling of ``kernel``; raise :class:`NotTileable` if none is legal."""
+    inner = _inner_reduce_dims(kernel)
+    for d in inner:
+        if not d.is_static or d.size > MAX_TILE:
+            raise NotTileable(f"contracted dim of size {d.size} does not fit one tile")
+    eliminated = {d: f"e{k}" for k, d in enumerate(inner)}
+    out = kernel.dims
+    small = [d for d in out if d.is_static and d.size <= MAX_TILE]
+    best, best_score, last_error = None, None, "no candidate tiling"
+    for row, feature in itertools.product(out, [None, *small]):
+        if row is not None and row == feature:
+            continue
+        roles = dict(eliminated)
+        roles.update({red.dim: "n" for red in kernel.loop})
+        if row is not None:
+            roles[row] = "m"
+        if feature is not None:
+            roles[feature] = "f"
+        grid = [d for d in out if d not in (row, feature)]
+        try:
+            layouts = Layouts(kernel, roles, set(grid))
+        except NotTileable as why:
+            last_error = str(why)
+            continue
+        score = (layouts.dots, _rank(row), feature is not None, -out.index(row) if row else 0)
+        if best_score is None or score > best_score:
+            padded = tuple((d, padded_size(int(d.size))) for d in [*inner, *([feature] if feature else [])])
+            best = Tiling(row, feature, tuple(grid), tuple(inner), padded, layouts.dots)
+            best_score = score
+    if best is None:
+        raise NotTileable(last_error)
+    return TiledKernel(kernel, best)
+
+
+def roles_of(tiling: Tiling, kernel: Kernel) -> dict[Dim, str]:
+    roles = {d: f"e{k}" for k, d in enumerate(tiling.eliminated)}
+    roles.update({red.dim: "n" for red in kernel.loop})
+    if tiling.row is not None:
+        roles[tiling.row] = "m"
+    if tiling.feature is not None:
+        roles[tiling.feature] = "f"
+    return roles

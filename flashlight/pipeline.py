@@ -1,0 +1,134 @@
+"""The compiler pipeline: lowered IR -> named passes -> tiled kernels.
+
+    lower  ->  fuse_elementwise  ->  fuse_reductions  ->  read_materialized
+           ->  make_online (per kernel)  ->  tile (per kernel)  ->  codegen
+
+``compile_graph`` runs it, backing off fusion where a fused nest cannot be tiled
+(see [Note: demotion legality] in :mod:`flashlight.passes.fusion`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Callable
+
+from flashlight import settings
+from flashlight.ir import (
+    Graph,
+    Load,
+    Reduce,
+    Ref,
+    TiledKernel,
+    check_invariants,
+    contains,
+    format_graph,
+    format_kernel,
+    rebuild,
+)
+from flashlight.lower import Lowered
+from flashlight.passes.fusion import fuse_elementwise, fuse_reductions
+from flashlight.passes.online import NotOnline, fused_work, make_online
+from flashlight.passes.tiling import NotTileable, tile
+
+log = logging.getLogger("flashlight")
+
+
+@dataclasses.dataclass
+class Plan:
+    """What the pipeline decided for one graph."""
+
+    kernels: dict[str, TiledKernel]  # FX node name -> the kernel computing it
+    rejected: dict[str, str]  # FX node name -> why its nest is not a kernel
+    graph: Graph
+
+
+def _debug(title: str, text: str) -> None:
+    if settings.debug_level() >= 2:
+        log.warning("[flashlight] %s\n%s", title, text)
+
+
+def read_materialized(graph: Graph, node_of_nest: dict[str, str]) -> Graph:
+    """Turn reads of materialized nests into loads of their tensors (kernel inputs)."""
+    dtype_of = {n.name: n.dtype for n in graph.nests}
+    inputs = list(graph.inputs)
+
+    def fn(node):
+        if isinstance(node, Ref) and node.nest in graph.materialized:
+            name = node_of_nest[node.nest]
+            if name not in inputs:
+                inputs.append(name)
+            return Load(name, node.index, dtype_of[node.nest])
+        return None
+
+    nests = tuple(dataclasses.replace(n, body=rebuild(n.body, fn)) for n in graph.nests)
+    return graph.replace(nests=nests, inputs=tuple(inputs))
+
+
+PASSES: tuple[tuple[str, Callable[[Graph], Graph]], ...] = (
+    ("fuse_elementwise", fuse_elementwise),
+    ("fuse_reductions", fuse_reductions),
+)
+
+
+def run_passes(graph: Graph, node_of_nest: dict[str, str], check: bool = False) -> Graph:
+    """Run the graph-level passes in order (checking invariants after each if asked)."""
+    _debug("lowered IR", format_graph(graph))
+    for name, fn in PASSES:
+        graph = fn(graph)
+        if check:
+            check_invariants(graph)
+        _debug(f"IR after {name}", format_graph(graph))
+    graph = read_materialized(graph, node_of_nest)
+    if check:
+        check_invariants(graph)
+    _debug("IR after read_materialized", format_graph(graph))
+    return graph
+
+
+def _backoff_candidate(lowered: Lowered, nest_name: str, graph: Graph) -> str | None:
+    """The earliest reduction producer fused into ``nest_name`` that could stay separate."""
+    fused = graph.nest(nest_name)
+    origins = set(fused.origins)
+    for nest in lowered.graph.nests:
+        if nest.name == lowered.nest_of_node.get(fused.origins[0]) or nest.name == nest_name:
+            continue
+        node = next((k for k, v in lowered.nest_of_node.items() if v == nest.name), None)
+        if node in origins and contains(nest.body, Reduce) and nest.name not in lowered.graph.materialized:
+            return nest.name
+    return None
+
+
+def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
+    """Fuse, rewrite online and tile; back off fusion until every kernel tiles."""
+    node_of_nest = {v: k for k, v in lowered.nest_of_node.items()}
+    base = lowered.graph
+    while True:
+        graph = run_passes(base, node_of_nest, check)
+        kernels: dict[str, TiledKernel] = {}
+        rejected: dict[str, str] = {}
+        retry = False
+        for nest in graph.nests:
+            if nest.name not in graph.materialized or nest.name not in node_of_nest:
+                continue
+            node = node_of_nest[nest.name]
+            try:
+                kernel = make_online(nest)
+                if not fused_work(kernel):
+                    raise NotOnline("a single reduction with nothing fused into it")
+                _debug(f"online form of {node}", format_kernel(kernel))
+                tiled = tile(kernel)
+                _debug(f"tiling of {node}", repr(tiled.tiling))
+                kernels[node] = tiled
+            except NotOnline as why:
+                rejected.update({origin: str(why) for origin in nest.origins})
+            except NotTileable as why:
+                candidate = _backoff_candidate(lowered, nest.name, graph)
+                if candidate is None:
+                    rejected.update({origin: str(why) for origin in nest.origins})
+                    continue
+                base = base.replace(materialized=base.materialized | {candidate})
+                _debug("backoff", f"{node}: {why}; keeping {candidate} separate")
+                retry = True
+                break
+        if not retry:
+            return Plan(kernels, rejected, graph)
