@@ -1,0 +1,330 @@
+"""Every attention variant of the catalog (:mod:`bench.variants`) through Flashlight.
+
+For each variant, in float32 and bfloat16:
+
+- the compiled function matches the variant evaluated in float64 on the same inputs,
+  with finite output, the eager dtype and shape, on fresh random inputs (seeded from
+  the test id, so a failure reproduces) whose lengths are not multiples of any tile;
+- :func:`flashlight.explain` reports exactly one Flashlight kernel and no fallback op;
+- that kernel builds ahead of time for Hopper (sm_90) within the H200's shared memory,
+  at the default shape and at the head dims of the variant's GPU shapes.
+
+Then the semantics that matter at the edges: non-contiguous inputs, lengths changing
+between calls without a compile per length, rows whose scores are all ``-inf`` (the
+decision: the output matches eager, NaN in that row as ``torch.softmax`` gives, every
+other row finite) and NaN inputs propagating exactly as in eager.
+
+Kernels run on CPU through the Triton interpreter (``TRITON_INTERPRET=1``, set by
+``conftest.py``), so shapes stay small.
+"""
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+
+import pytest
+import torch
+
+import flashlight
+from bench.variants import VARIANTS
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# Scores pass through exp, so float32 keeps ~1e-4; bfloat16 rounds inputs, P and the output.
+TOLERANCES = {
+    torch.float32: {"rtol": 1e-4, "atol": 1e-4},
+    torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2},
+}
+H200_SHARED_MEMORY = 227 * 1024  # bytes per block (opt-in maximum on sm_90)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each test compiles from scratch: no graphs or guards left over from another test."""
+    torch.compiler.reset()
+    yield
+    torch.compiler.reset()
+
+
+# ----------------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------------
+
+
+def _generator(request, salt: str = "") -> torch.Generator:
+    seed = zlib.crc32((request.node.nodeid + salt).encode())
+    return torch.Generator().manual_seed(seed)
+
+
+def _float64(x):
+    return x.to(torch.float64) if torch.is_tensor(x) and x.is_floating_point() else x
+
+
+def _reference(fn, inputs):
+    """``fn`` evaluated in float64 on the same values."""
+    with torch.no_grad():
+        return fn(*[_float64(x) for x in inputs])
+
+
+def _describe(name: str, dtype: torch.dtype, shape: dict, inputs) -> str:
+    layout = ", ".join(
+        f"{tuple(x.shape)}{'' if x.is_contiguous() else ' strided'}" for x in inputs if torch.is_tensor(x)
+    )
+    return f"variant {name}, {dtype}, shape {shape}, inputs [{layout}]"
+
+
+def _assert_matches(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, context: str) -> None:
+    assert out.shape == ref.shape, f"{context}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    assert torch.isfinite(ref).all(), f"{context}: the float64 reference itself is not finite"
+    bad = ~torch.isfinite(out)
+    assert not bad.any(), f"{context}: {int(bad.sum())} non-finite output values of {out.numel()}"
+    torch.testing.assert_close(
+        out.to(torch.float64), ref, **TOLERANCES[dtype], msg=lambda m: f"{context}\n{m}"
+    )
+
+
+def _assert_matches_with_nan(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, context: str) -> None:
+    """NaN exactly where the reference has NaN, everything else finite and close."""
+    assert out.shape == ref.shape, f"{context}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+    nan_out, nan_ref = torch.isnan(out), torch.isnan(ref)
+    assert torch.equal(nan_out, nan_ref), (
+        f"{context}: NaN at {int(nan_out.sum())} positions, eager has NaN at {int(nan_ref.sum())}; "
+        f"first differing index {tuple(torch.nonzero(nan_out != nan_ref)[0].tolist())}"
+    )
+    assert torch.isfinite(out[~nan_out]).all(), f"{context}: non-NaN values that are not finite"
+    torch.testing.assert_close(
+        out[~nan_out].to(torch.float64), ref[~nan_ref], **TOLERANCES[dtype], msg=lambda m: f"{context}\n{m}"
+    )
+
+
+def _shared_memory(meta) -> int:
+    """Shared memory in bytes from the metadata ``KernelReport.aot_compile`` returns."""
+    shared = meta.get("shared") if isinstance(meta, Mapping) else getattr(meta, "shared", None)
+    assert shared is not None, f"aot_compile metadata has no shared-memory size: {meta!r}"
+    return int(shared)
+
+
+def _assert_one_kernel_builds_for_hopper(fn, inputs, context: str) -> None:
+    report = flashlight.explain(fn, *inputs)
+    assert len(report.kernels) == 1, f"{context}: expected one Flashlight kernel\n{report}"
+    assert report.fallback_ops == [], f"{context}: operations left outside the kernel\n{report}"
+    kernel = report.kernels[0]
+    assert isinstance(kernel.source, str) and "triton" in kernel.source, f"{context}: no Triton source"
+    assert len(kernel.aten_ops) > 0, f"{context}: the kernel reports no absorbed ATen ops"
+    meta = kernel.aot_compile(90)
+    shared = _shared_memory(meta)
+    assert 0 <= shared <= H200_SHARED_MEMORY, (
+        f"{context}: kernel {kernel.name} needs {shared} bytes of shared memory on sm_90, "
+        f"the H200 has {H200_SHARED_MEMORY}"
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# Every variant, both dtypes
+# ----------------------------------------------------------------------------------------
+
+VARIANT_PARAMS = [pytest.param(name, id=name) for name in VARIANTS]
+DTYPE_PARAMS = [pytest.param(dtype, id=key) for key, dtype in DTYPES.items()]
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+@pytest.mark.parametrize("name", VARIANT_PARAMS)
+def test_matches_float64(name, dtype, request):
+    v = VARIANTS[name]
+    gen = _generator(request)
+    compiled = flashlight.compile(v.fn)
+    # two calls with different random values: the kernel must read its inputs, not the
+    # values it was first compiled with
+    for call in range(2):
+        inputs = v.make_inputs(v.default_shape, dtype, "cpu", gen)
+        context = _describe(name, dtype, v.default_shape, inputs) + f", call {call + 1}"
+        with torch.no_grad():
+            out = compiled(*inputs)
+            eager = v.fn(*inputs)
+        assert out.dtype == eager.dtype, f"{context}: dtype {out.dtype}, eager gives {eager.dtype}"
+        _assert_matches(out, _reference(v.fn, inputs), dtype, context)
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+@pytest.mark.parametrize("name", VARIANT_PARAMS)
+def test_one_kernel_that_builds_for_hopper(name, dtype, request):
+    v = VARIANTS[name]
+    inputs = v.make_inputs(v.default_shape, dtype, "cpu", _generator(request))
+    _assert_one_kernel_builds_for_hopper(v.fn, inputs, _describe(name, dtype, v.default_shape, inputs))
+
+
+# Lengths and counts shrunk so the interpreter can run it; head dims kept as on the GPU.
+_SHRINK = {"B": 1, "H": 2, "Hkv": 1, "L": 21, "Lq": 19, "Lkv": 27, "S": 5, "N": 11, "n_docs": 3}
+
+
+def _gpu_head_dims_shape(name: str) -> dict:
+    """The variant's GPU shape with the largest head dims, at interpreter-sized lengths."""
+    v = VARIANTS[name]
+    widest = max(v.bench_shapes, key=lambda s: sum(s.get(k, 0) for k in ("D", "Dv", "c")))
+    shape = {k: min(n, _SHRINK[k]) if k in _SHRINK else n for k, n in widest.items()}
+    if "P" in shape:
+        shape["P"] = shape["L"] // 2
+    return shape
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+@pytest.mark.parametrize("name", VARIANT_PARAMS)
+def test_gpu_head_dims_build_for_hopper(name, dtype, request):
+    v = VARIANTS[name]
+    shape = _gpu_head_dims_shape(name)
+    inputs = v.make_inputs(shape, dtype, "cpu", _generator(request))
+    _assert_one_kernel_builds_for_hopper(v.fn, inputs, _describe(name, dtype, shape, inputs))
+
+
+# ----------------------------------------------------------------------------------------
+# Non-contiguous inputs
+# ----------------------------------------------------------------------------------------
+
+
+def _column_major(x: torch.Tensor) -> torch.Tensor:
+    """Same values, last two dims stored transposed."""
+    return x.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def _every_other(x: torch.Tensor) -> torch.Tensor:
+    """Same values, last dim with stride 2 (a view into a buffer twice as wide)."""
+    buf = torch.zeros(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype)
+    buf[..., ::2] = x
+    return buf[..., ::2]
+
+
+@pytest.mark.parametrize(
+    "name", ["vanilla", "alibi", "gqa", "cross_attention", "document_mask", "manual_softmax", "triangle_start"]
+)
+def test_noncontiguous_inputs(name, request):
+    v = VARIANTS[name]
+    dtype = torch.float32
+    inputs = v.make_inputs(v.default_shape, dtype, "cpu", _generator(request))
+    relaid = []
+    for n, x in enumerate(inputs):
+        if x.dim() >= 2:
+            x = (_column_major if n % 2 == 0 else _every_other)(x)
+            assert not x.is_contiguous()
+        relaid.append(x)
+    context = _describe(name, dtype, v.default_shape, relaid)
+    with torch.no_grad():
+        out = flashlight.compile(v.fn)(*relaid)
+    _assert_matches(out, _reference(v.fn, inputs), dtype, context)
+
+
+# ----------------------------------------------------------------------------------------
+# Lengths change between calls
+# ----------------------------------------------------------------------------------------
+
+LENGTHS = (17, 29, 40, 23)
+MAX_COMPILES = 2  # the first length static, then one dynamic-shape compile at most
+
+
+def _run_lengths(name: str, request) -> None:
+    v = VARIANTS[name]
+    compiled = flashlight.compile(v.fn)
+    gen = _generator(request)
+    for length in LENGTHS:
+        shape = {**v.default_shape, "L": length}
+        inputs = v.make_inputs(shape, torch.float32, "cpu", gen)
+        with torch.no_grad():
+            out = compiled(*inputs)
+        _assert_matches(out, _reference(v.fn, inputs), torch.float32, _describe(name, torch.float32, shape, inputs))
+
+
+@pytest.mark.parametrize("name", ["msa_row_pair_bias", "causal_index"])
+def test_length_change_graph_compiles_bounded(name, request):
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    _run_lengths(name, request)
+    graphs = counters["stats"]["unique_graphs"]
+    assert 1 <= graphs <= MAX_COMPILES, (
+        f"variant {name}: {graphs} graph compiles for lengths {LENGTHS}, at most {MAX_COMPILES} allowed"
+    )
+
+
+def _kernel_compile_counter():
+    try:
+        from flashlight import backend
+    except ImportError:
+        return None
+    return getattr(backend, "compile_count", None)
+
+
+@pytest.mark.xfail(_kernel_compile_counter() is None, reason="waiting for compile counter", strict=True)
+@pytest.mark.parametrize("name", ["msa_row_pair_bias", "causal_index"])
+def test_length_change_kernel_compiles_bounded(name, request):
+    compile_count = _kernel_compile_counter()
+    assert compile_count is not None, "flashlight.backend.compile_count() is missing"
+    before = compile_count()
+    _run_lengths(name, request)
+    kernels = compile_count() - before
+    assert 1 <= kernels <= MAX_COMPILES, (
+        f"variant {name}: {kernels} Flashlight kernel compiles for lengths {LENGTHS}, "
+        f"at most {MAX_COMPILES} allowed"
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# Rows with every score -inf, and NaN inputs
+# ----------------------------------------------------------------------------------------
+
+
+def masked_softmax_attention(q, k, v, keep):
+    # q: [B, H, Lq, D]; k, v: [B, H, Lkv, D]; keep: [B, 1, Lq, Lkv] bool
+    s = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+    s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def masked_manual_softmax_attention(q, k, v, keep):
+    # the same with the softmax written out: exp(-inf - (-inf)) is NaN there too
+    s = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+    s = torch.where(keep, s, float("-inf"))
+    e = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    return (e / e.sum(dim=-1, keepdim=True)) @ v
+
+
+@pytest.mark.parametrize("fn", [masked_softmax_attention, masked_manual_softmax_attention],
+                         ids=["torch_softmax", "manual_softmax"])
+def test_fully_masked_rows_match_eager(fn, request):
+    gen = _generator(request)
+    B, H, Lq, Lkv, D = 2, 2, 21, 30, 16
+    q = torch.randn(B, H, Lq, D, generator=gen)
+    k = torch.randn(B, H, Lkv, D, generator=gen)
+    v = torch.randn(B, H, Lkv, D, generator=gen)
+    keep = torch.rand(B, 1, Lq, Lkv, generator=gen) < 0.7
+    keep[..., 0] = True  # every row keeps a key ...
+    keep[0, 0, 3] = False  # ... but these, where every score is -inf
+    keep[1, 0, Lq - 1] = False
+    inputs = (q, k, v, keep)
+    ref = _reference(fn, inputs)
+    expected_nan_rows = torch.zeros(B, 1, Lq, dtype=torch.bool)
+    expected_nan_rows[0, 0, 3] = expected_nan_rows[1, 0, Lq - 1] = True
+    assert torch.equal(torch.isnan(ref).any(-1), expected_nan_rows.expand(B, H, Lq))  # eager's behaviour
+    with torch.no_grad():
+        out = flashlight.compile(fn)(*inputs)
+    _assert_matches_with_nan(out, ref, torch.float32, f"{fn.__name__}, fully masked rows")
+
+
+@pytest.mark.parametrize(
+    "name, which, index",
+    [
+        ("vanilla", 0, (0, 1, 5, 3)),  # q: that query row becomes NaN
+        ("vanilla", 1, (1, 0, 7, 2)),  # k: every row of that head sees the NaN score
+        ("vanilla", 2, (0, 0, 4, 1)),  # v: one output column of that head
+        ("causal_tril", 0, (0, 2, 11, 0)),
+        ("causal_tril", 1, (0, 1, 30, 5)),  # k: rows before 30 mask it out and stay finite
+    ],
+    ids=["vanilla-q", "vanilla-k", "vanilla-v", "causal-q", "causal-k"],
+)
+def test_nan_inputs_propagate_like_eager(name, which, index, request):
+    v = VARIANTS[name]
+    inputs = list(v.make_inputs(v.default_shape, torch.float32, "cpu", _generator(request)))
+    inputs[which] = inputs[which].clone()
+    inputs[which][index] = float("nan")
+    ref = _reference(v.fn, inputs)
+    assert torch.isnan(ref).any() and not torch.isnan(ref).all()
+    with torch.no_grad():
+        out = flashlight.compile(v.fn)(*inputs)
+    _assert_matches_with_nan(out, ref, torch.float32, f"variant {name}, NaN in input {which} at {index}")
