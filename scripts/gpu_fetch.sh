@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Fetch everything the CUDA GPU machine lacks into .gpu/, on a machine that reaches
+# the package registry. .gpu/ is ignored by git; it is carried with the working tree
+# to the GPU machine, where scripts/gpu_run.sh installs it without any network.
+#
+#   bash scripts/gpu_fetch.sh              # required packages + optional peers
+#   bash scripts/gpu_fetch.sh --no-peers   # only what Flashlight and OpenFold need
+#   bash scripts/gpu_fetch.sh --no-cueq    # skip cuEquivariance (27 MB of the total)
+#   bash scripts/gpu_fetch.sh --force      # fetch again even if files are present
+#
+# The GPU machine is assumed to run Python 3.12 on Linux x86_64 with torch, triton,
+# numpy, scipy, matplotlib, tqdm, pytest and hypothesis preinstalled.
+# What lands in .gpu/:
+#   wheels/          cp312/py3 wheels Flashlight and OpenFold need (biopython,
+#                    ml-collections, dm-tree and their own dependencies)
+#   sdist/           openfold-0.0.1.tar.gz (built on the GPU machine, with its CUDA
+#                    extension, by gpu_run.sh)
+#   peers/wheels/    trifast and its pure-Python dependencies
+#   peers/cuequivariance-<ver>-cp312.tar.xz
+#                    cuEquivariance's four wheels (+ opt-einsum, nvidia-ml-py)
+#                    installed into one folder and packed (74 MB of wheels -> 27 MB)
+#   MANIFEST.sha256  checksums, verified on the GPU machine
+#
+# Environment:
+#   PYTHON   interpreter used to run pip (default: the repo's .venv, else python3)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEST="$ROOT/.gpu"
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignore PIP_PROGRESS_BAR=off
+
+# Pinned versions: the same as the CPU development environment where they overlap.
+REQUIRED=(
+    biopython==1.88
+    ml-collections==1.1.0
+    dm-tree==0.1.10
+    absl-py==2.5.1
+    pyyaml==6.0.3
+    wrapt==2.5.2
+    attrs==26.1.0
+)
+TRIFAST=(
+    trifast==0.1.13
+    platformdirs==4.14.8
+    einops==0.8.2
+    jaxtyping==0.3.11
+    wadler-lindig==0.1.8
+)
+CUEQ_VERSION=0.13.0
+CUEQ=(
+    cuequivariance==$CUEQ_VERSION
+    cuequivariance-torch==$CUEQ_VERSION
+    cuequivariance-ops-cu13==$CUEQ_VERSION
+    cuequivariance-ops-torch-cu13==$CUEQ_VERSION
+    opt-einsum==3.4.0
+    nvidia-ml-py==13.615.71
+)
+OPENFOLD_SPEC=openfold==0.0.1
+# Wheels for the GPU machine's interpreter, whatever this machine runs.
+TARGET_FLAGS=(
+    --only-binary=:all: --python-version 3.12 --implementation cp
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
+    --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64
+    --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64
+    --platform manylinux1_x86_64 --platform any
+)
+
+peers=1
+cueq=1
+force=0
+for arg in "$@"; do
+    case "$arg" in
+        --no-peers) peers=0 ;;
+        --no-cueq) cueq=0 ;;
+        --force) force=1 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        *) echo "gpu_fetch: unknown option $arg (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+say() { printf 'gpu_fetch: %s\n' "$*" >&2; }
+LOG="$DEST/fetch.log"
+mkdir -p "$DEST"
+: >"$LOG"
+
+run_logged() {
+    local what="$1"; shift
+    say "$what"
+    printf '\n### %s\n$ %s\n' "$what" "$*" >>"$LOG"
+    if ! "$@" >>"$LOG" 2>&1; then
+        say "FAILED: $what. Last lines of $LOG:"
+        tail -n 20 "$LOG" >&2
+        exit 1
+    fi
+}
+
+if [ "$force" = 1 ]; then
+    say "--force: removing $DEST/wheels $DEST/sdist $DEST/peers"
+    rm -rf "$DEST/wheels" "$DEST/sdist" "$DEST/peers"
+fi
+mkdir -p "$DEST/wheels" "$DEST/sdist"
+
+download_wheels() {  # download_wheels DIR SPEC...
+    local dir="$1"; shift
+    mkdir -p "$dir"
+    run_logged "downloading $* -> ${dir#"$ROOT"/}" \
+        "$PYTHON" -m pip download --no-deps "${TARGET_FLAGS[@]}" -d "$dir" "$@"
+}
+
+# 1. Required wheels.
+download_wheels "$DEST/wheels" "${REQUIRED[@]}"
+
+# 2. The OpenFold sdist. Its setup.py imports scripts.utils (absent from the sdist) and
+# torch.utils.cpp_extension while pip prepares metadata, so pip runs it with a
+# stand-in for both on PYTHONPATH; only the sdist file is kept.
+if ! ls "$DEST"/sdist/openfold-0.0.1.tar.gz >/dev/null 2>&1; then
+    shim="$(mktemp -d "${TMPDIR:-/tmp}/gpu-fetch-shim.XXXXXX")"
+    trap 'rm -rf "$shim"' EXIT
+    mkdir -p "$shim/scripts"
+    : >"$shim/scripts/__init__.py"
+    printf 'def get_nvidia_cc():\n    return None, None\n' >"$shim/scripts/utils.py"
+    if ! "$PYTHON" -c 'import torch.utils.cpp_extension' >/dev/null 2>&1; then
+        mkdir -p "$shim/torch/utils"
+        : >"$shim/torch/__init__.py"
+        : >"$shim/torch/utils/__init__.py"
+        cat >"$shim/torch/utils/cpp_extension.py" <<'PYEOF'
+# Metadata-only stand-in: enough for openfold's setup.py to describe itself.
+from setuptools import Extension as CppExtension, Extension as CUDAExtension
+from setuptools.command.build_ext import build_ext as BuildExtension
+CUDA_HOME = None
+PYEOF
+    fi
+    if ! "$PYTHON" -c 'import setuptools
+try:
+    import setuptools.command.bdist_wheel
+except ImportError:
+    import wheel' >/dev/null 2>&1; then
+        say "FAILED: $PYTHON lacks setuptools>=70.1 (or setuptools plus wheel), which pip needs to read the OpenFold sdist's metadata."
+        say "Install them (\"$PYTHON -m pip install -U setuptools wheel\") or set PYTHON to an interpreter that has them (the repo's .venv does)."
+        exit 1
+    fi
+    PYTHONPATH="$shim" run_logged "downloading the $OPENFOLD_SPEC sdist" \
+        "$PYTHON" -m pip download --no-deps --no-binary :all: --no-build-isolation -d "$DEST/sdist" "$OPENFOLD_SPEC"
+fi
+
+# 3. Optional peers.
+if [ "$peers" = 1 ]; then
+    download_wheels "$DEST/peers/wheels" "${TRIFAST[@]}"
+    if [ "$cueq" = 1 ]; then
+        pack="$DEST/peers/cuequivariance-$CUEQ_VERSION-cp312.tar.xz"
+        if [ ! -s "$pack" ]; then
+            tmp="$(mktemp -d "${TMPDIR:-/tmp}/gpu-fetch-cueq.XXXXXX")"
+            download_wheels "$tmp/wheels" "${CUEQ[@]}"
+            run_logged "installing cuEquivariance into one folder (for Python 3.12)" \
+                "$PYTHON" -m pip install --no-deps --no-index --no-compile "${TARGET_FLAGS[@]}" \
+                --target "$tmp/site" "$tmp"/wheels/*.whl
+            # Test-only files that the ops wheel installs next to its packages.
+            rm -rf "$tmp/site/include" "$tmp/site/lib64" "$tmp/site/example.py" "$tmp/site/bin"
+            say "packing $(du -sh "$tmp/site" | cut -f1) of cuEquivariance as tar.xz (about 1.5 min)"
+            tar -C "$tmp/site" -cf - . | xz -9 -T0 >"$pack.part"
+            mv "$pack.part" "$pack"
+            rm -rf "$tmp"
+        fi
+    fi
+fi
+
+# 4. Every wheel must suit CPython 3.12 on Linux x86_64.
+"$PYTHON" - "$DEST" <<'PYEOF'
+import pathlib, sys
+bad = []
+for whl in pathlib.Path(sys.argv[1]).rglob("*.whl"):
+    parts = whl.name[:-4].split("-")
+    py, abi, plat = parts[-3], parts[-2], parts[-1]
+    py_ok = any(t in ("cp312", "py3", "py312") for t in py.split("."))
+    abi_ok = any(t in ("cp312", "abi3", "none") for t in abi.split("."))
+    plat_ok = all(t == "any" or (t.startswith("manylinux") and t.endswith("x86_64")) for t in plat.split("."))
+    if not (py_ok and abi_ok and plat_ok):
+        bad.append(whl.name)
+if bad:
+    sys.exit("gpu_fetch: wheels that do not suit CPython 3.12 on Linux x86_64: " + ", ".join(bad))
+PYEOF
+
+# 5. Checksums, verified on the GPU machine.
+(cd "$DEST" && find wheels sdist peers -type f 2>/dev/null | LC_ALL=C sort | xargs sha256sum >MANIFEST.sha256)
+say "done: $(du -sh "$DEST" | cut -f1) in $DEST"
+(cd "$DEST" && du -ah wheels sdist peers 2>/dev/null | grep -v '/$' | sort -k2) >&2
