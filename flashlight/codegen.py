@@ -62,6 +62,7 @@ class KernelSource:
     inputs: tuple[str, ...]  # tensor arguments, in order (the output comes last)
     input_ranks: tuple[int, ...]
     size_args: tuple[str, ...]  # symbolic size texts, in argument order
+    out_rank: int
     dot_dtype: str | None  # "ieee" / "tf32" for fp32 contractions
 
 
@@ -224,6 +225,8 @@ class _Printer:
         value = f"tl.load(in{k} + {offset}{masked})"
         if load.dtype.is_floating_point:
             value += ".to(tl.float32)"
+        elif load.dtype == torch.bool:
+            value = f"({value} != 0)"
         return self.assign(scope, "x", value)
 
     def emit_pointwise(self, expr: Pointwise, layout, scope: str) -> str:
@@ -242,8 +245,12 @@ class _Printer:
             text = f"tl.{op}({args[0]}, {args[1]}, propagate_nan=tl.PropagateNan.ALL)"
         elif op == "where":
             text = f"tl.where({args[0]}, {args[1]}, {args[2]})"
+            if expr.dtype == torch.bool:
+                text = f"({text} != 0)"
         elif op == "pow":
             text = _pow(args[0], expr.args[1].value)
+        elif op == "cast" and expr.dtype == torch.bool:
+            text = f"({args[0]} != 0)"
         elif op == "cast":
             text = args[0] if expr.dtype.is_floating_point else f"({args[0]}).to({TL_DTYPES[expr.dtype]})"
         else:
@@ -370,7 +377,7 @@ class _Printer:
         src = ["import triton", "import triton.language as tl", "", "", "@triton.jit",
                f"def {self.name}({', '.join(params)}):"] + ["    " + line for line in body]
         return KernelSource(self.name, "\n".join(src) + "\n", tuple(self.inputs), tuple(self.ranks),
-                            tuple(self.sizes), self.fp32_precision)
+                            tuple(self.sizes), len(self.kernel.axes), self.fp32_precision)
 
 
 def _index_dims(node: Expr) -> tuple[Dim, ...]:

@@ -10,7 +10,7 @@ their results as inputs.
 from __future__ import annotations
 
 import dataclasses
-import operator
+import math
 from typing import Any, Callable
 
 import sympy
@@ -30,7 +30,6 @@ from flashlight.ir import (
     Reduce,
     Ref,
     axis_dims,
-    substitute,
 )
 
 aten = torch.ops.aten
@@ -159,12 +158,8 @@ class _Lowerer:
             if size == 1:
                 axes.append(())
                 continue
-            factors = None
-            for op in operands:
-                if isinstance(op, Access):
-                    pos = k - (len(shape) - len(op.axes))
-                    if pos >= 0 and len(op.axes[pos]) > 1:
-                        factors = [d.size for d in op.axes[pos]]
+            factors = finest([op.axes[k - (len(shape) - len(op.axes))] for op in operands
+                              if isinstance(op, Access) and k - (len(shape) - len(op.axes)) >= 0])
             sizes = factors or [size]
             axes.append(tuple(Dim.fresh(s) for s in sizes))
         return tuple(axes)
@@ -234,13 +229,43 @@ def _op_name(node: fx.Node) -> str:
 
 
 def _match_axis(own: Axis, target: Axis) -> dict[Dim, Axis]:
-    """Map the template dims of an operand axis onto the result axis dims."""
-    if len(own) == len(target):
-        if all(sizes_equal(a.size, b.size) for a, b in zip(own, target)):
-            return {a: (b,) for a, b in zip(own, target)}
-    if len(own) == 1 and sizes_equal(own[0].size, axis_size(target)):
-        return {own[0]: target}
-    raise Unsupported("operands factor a broadcast axis differently")
+    """Map the template dims of an operand axis onto groups of the result axis dims.
+
+    The result axis is factored at least as finely as every operand axis (see
+    :func:`finest`), so each operand factor covers consecutive result factors.
+    """
+    mapping: dict[Dim, Axis] = {}
+    pos = 0
+    for d in own:
+        group: list[Dim] = []
+        remaining = _sym(d.size)
+        while remaining != 1:
+            if pos >= len(target):
+                raise Unsupported("operands factor a broadcast axis differently")
+            remaining = sympy.simplify(remaining / _sym(target[pos].size))
+            group.append(target[pos])
+            pos += 1
+        if not _is_int(remaining):
+            raise Unsupported("operands factor a broadcast axis differently")
+        mapping[d] = tuple(group)
+    if pos != len(target):
+        raise Unsupported("operands factor a broadcast axis differently")
+    return mapping
+
+
+def _is_int(value: sympy.Expr) -> bool:
+    return bool(value == 1)
+
+
+def finest(axes: list[Axis]) -> list:
+    """Factor sizes of the finest factorization among operand axes of one result axis."""
+    axes = [a for a in axes if a]
+    if not axes:
+        return []
+    best = max(axes, key=len)
+    for other in axes:
+        _match_axis(other, best)  # raises when the factorizations are incompatible
+    return [d.size for d in best]
 
 
 # --------------------------------------------------------------------------- views
@@ -535,12 +560,12 @@ def _contraction(lw: _Lowerer, node: fx.Node) -> Access:
     if not isinstance(a, Access) or not isinstance(b, Access):
         raise Unsupported("matmul with a constant")
     out_shape = _shape(node)
-    batch = tuple(tuple(Dim.fresh(d.size) for d in ax) if ax else () for ax in a.axes[:-2])
-    if len(batch) != len(out_shape) - 2:
+    if len(a.axes) != len(b.axes) or len(a.axes) != len(out_shape):
         raise Unsupported("matmul rank")
+    batch = tuple(tuple(Dim.fresh(s) for s in finest([x, y])) for x, y in zip(a.axes[:-2], b.axes[:-2]))
     m_axis = tuple(Dim.fresh(d.size) for d in a.axes[-2])
     n_axis = tuple(Dim.fresh(d.size) for d in b.axes[-1])
-    k_axis = tuple(Dim.fresh(d.size) for d in a.axes[-1])
+    k_axis = tuple(Dim.fresh(s) for s in finest([a.axes[-1], b.axes[-2]]))
     a_read = lw.read(a, batch + (m_axis, k_axis))
     b_read = lw.read(b, batch + (k_axis, n_axis))
     body = Reduce("sum", Pointwise("mul", (a_read, b_read), dtype), k_axis, dtype)
@@ -634,14 +659,23 @@ class _SwappedNode:
 
 
 LOWERINGS[aten.rsub.Scalar] = _rsub
-LOWERINGS[operator.getitem] = None  # type: ignore[assignment]
-del LOWERINGS[operator.getitem]
+
+
+def _scalar_pow(lw: _Lowerer, node: fx.Node) -> Access:
+    """``base ** x`` for a positive scalar base is ``exp(x * log(base))``."""
+    base, exponent = node.args[:2]
+    if not isinstance(base, (int, float)) or base <= 0:
+        raise Unsupported("pow of a non-positive scalar base")
+    dtype = _meta(node).dtype
+    x = lw.value(exponent, dtype)
+    axes = lw.result_axes(node, [x])
+    scaled = Pointwise("mul", (lw.read(x, axes), Const(math.log(base), dtype)), dtype)
+    return lw.add_nest(axes, Pointwise("exp", (scaled,), dtype), dtype, "pow")
+
+
+LOWERINGS[aten.pow.Scalar] = _scalar_pow
 
 
 def lower(gm: fx.GraphModule) -> Lowered:
     """Lower an ATen FX graph; nodes that cannot be lowered become opaque inputs."""
     return _Lowerer(gm).run()
-
-
-def node_substitute(expr: Expr, mapping: dict[Dim, Axis]) -> Expr:
-    return substitute(expr, mapping)

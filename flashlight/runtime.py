@@ -131,35 +131,61 @@ class Launcher:
         return out
 
 
+@dataclasses.dataclass(frozen=True)
+class AotResult:
+    """What compiling a kernel for a real GPU reported."""
+
+    shared: int  # shared memory, bytes
+    n_regs: int
+    n_spills: int
+    num_warps: int
+
+
+_AOT_SCRIPT = """
+import importlib.util, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+path, name, signature, constexprs, capability, num_warps = json.loads(sys.argv[1])
+spec = importlib.util.spec_from_file_location("aot_kernel", path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+fn = getattr(module, name)
+src = ASTSource(fn, signature, constexprs)
+k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options={"num_warps": num_warps})
+k._init_handles = lambda: None
+md = k.metadata
+print(json.dumps([md.shared, getattr(k, "n_regs", -1) or -1, getattr(k, "n_spills", -1) or -1, md.num_warps]))
+"""
+
+
 def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtype: torch.dtype,
-                capability: int = 90, block_m: int = 64, block_n: int = 64):
+                capability: int = 90, block_m: int = 64, block_n: int = 64, num_warps: int = 4) -> AotResult:
     """Compile generated source ahead of time for an NVIDIA GPU (no GPU needed).
 
-    Returns Triton's compiled kernel; ``.metadata.shared`` is its shared memory in
-    bytes. Catches code the interpreter tolerates but the real compiler rejects.
+    Runs in a child process without the Triton interpreter (which replaces the
+    language in-process). Catches code the interpreter tolerates but the real compiler
+    rejects; raises ``RuntimeError`` with the compiler's message.
     """
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    import json
+    import subprocess
 
-    fn = load_module(src)
-    fn = getattr(fn, "fn", fn)
-    signature: dict[str, str] = {}
-    for k, dtype in enumerate(input_dtypes):
-        signature[f"in{k}"] = "*" + _sig(dtype)
+    load_module(src)
+    path = os.path.join(settings.get("cache_dir"), "kernels",
+                        f"{src.name}_{hashlib.sha1(src.source.encode()).hexdigest()[:16]}.py")
+    signature: dict[str, str] = {f"in{k}": "*" + _sig(dtype) for k, dtype in enumerate(input_dtypes)}
     signature["out"] = "*" + _sig(out_dtype)
-    for k in range(len(src.size_args)):
-        signature[f"size{k}"] = "i32"
-    for k, rank in enumerate(src.input_ranks):
-        for a in range(rank):
-            signature[f"in{k}_s{a}"] = "i32"
-    n_out = sum(1 for p in fn.arg_names if p.startswith("out_s"))
-    for a in range(n_out):
-        signature[f"out_s{a}"] = "i32"
-    signature["BLOCK_M"] = "constexpr"
-    signature["BLOCK_N"] = "constexpr"
-    constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n}
-    return triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget("cuda", capability, 32))
+    signature.update({f"size{k}": "i32" for k in range(len(src.size_args))})
+    signature.update({f"in{k}_s{a}": "i32" for k, rank in enumerate(src.input_ranks) for a in range(rank)})
+    signature.update({f"out_s{a}": "i32" for a in range(src.out_rank)})
+    signature.update({"BLOCK_M": "constexpr", "BLOCK_N": "constexpr"})
+    args = json.dumps([path, src.name, signature, {"BLOCK_M": block_m, "BLOCK_N": block_n}, capability, num_warps])
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, args], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"Triton could not compile {src.name} for sm_{capability}:\n{done.stderr[-3000:]}")
+    shared, regs, spills, warps = json.loads(done.stdout.strip().splitlines()[-1])
+    return AotResult(shared, regs, spills, warps)
 
 
 def _sig(dtype: torch.dtype) -> str:

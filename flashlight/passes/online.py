@@ -68,7 +68,15 @@ def _factors(expr: Expr) -> tuple[list[Expr], list[Expr]]:
         na, da = _factors(expr.args[0])
         nb, db = _factors(expr.args[1])
         return na + db, da + nb
+    if _float_cast(expr):
+        # kernels compute in fp32; a cast between float types only marks a rounding
+        return _factors(expr.args[0])
     return [expr], []
+
+
+def _float_cast(expr: Expr) -> bool:
+    return (isinstance(expr, Pointwise) and expr.op == "cast" and expr.dtype.is_floating_point
+            and expr.args[0].dtype.is_floating_point)
 
 
 def _product(num: list[Expr], den: list[Expr], dtype) -> Expr:
