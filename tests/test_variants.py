@@ -96,10 +96,12 @@ def _assert_matches_with_nan(out: torch.Tensor, ref: torch.Tensor, dtype: torch.
     )
 
 
-def _shared_memory(meta) -> int:
-    """Shared memory in bytes from the metadata ``KernelReport.aot_compile`` returns."""
+def _shared_memory(compiled) -> int:
+    """Shared memory in bytes from what ``KernelReport.aot_compile`` returns: Triton's
+    compiled kernel (``.metadata.shared``), or its metadata itself."""
+    meta = getattr(compiled, "metadata", compiled)
     shared = meta.get("shared") if isinstance(meta, Mapping) else getattr(meta, "shared", None)
-    assert shared is not None, f"aot_compile metadata has no shared-memory size: {meta!r}"
+    assert shared is not None, f"aot_compile returned no shared-memory size: {compiled!r}"
     return int(shared)
 
 
@@ -110,8 +112,7 @@ def _assert_one_kernel_builds_for_hopper(fn, inputs, context: str) -> None:
     kernel = report.kernels[0]
     assert isinstance(kernel.source, str) and "triton" in kernel.source, f"{context}: no Triton source"
     assert len(kernel.aten_ops) > 0, f"{context}: the kernel reports no absorbed ATen ops"
-    meta = kernel.aot_compile(90)
-    shared = _shared_memory(meta)
+    shared = _shared_memory(kernel.aot_compile(90))
     assert 0 <= shared <= H200_SHARED_MEMORY, (
         f"{context}: kernel {kernel.name} needs {shared} bytes of shared memory on sm_90, "
         f"the H200 has {H200_SHARED_MEMORY}"
