@@ -302,10 +302,22 @@ def test_upstream_2x_layout_and_flags(gen):
     assert flashlight.unpatch_openfold(stack) == 8
 
 
-def test_attention_core_is_one_kernel(gen):
-    """The compiler fuses scores, biases, softmax, P@V and the gate into one kernel."""
-    block, (m, z, msa_mask, pair_mask) = _block_like(gen)
-    row = block.msa_att_row
+H200_SHARED_MEMORY = 227 * 1024
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("width", [32, 16], ids=["c32", "c16"])
+def test_attention_core_is_one_kernel_that_builds_for_hopper(width, dtype, gen):
+    """Scores, biases, softmax, P@V and the gate become one kernel, which builds for sm_90.
+
+    Widths: the Evoformer's head width (32) and the template pair stack's (16).
+    """
+    row = MSARowAttentionWithPairBias(32, 16, width, 2).eval()
+    oft.randomize_(row, gen)
+    row = row.to(dtype)
+    m = torch.randn(5, 11, 32, generator=gen).to(dtype)
+    z = torch.randn(11, 11, 16, generator=gen).to(dtype)
+    msa_mask = oft.random_mask((5, 11), gen).to(dtype)
     with torch.no_grad():
         m_in, mask_bias, pair_bias = row._prep_inputs(m, z, msa_mask)
         m_in = row.layer_norm_m(m_in)
@@ -313,12 +325,15 @@ def test_attention_core_is_one_kernel(gen):
             fn, args = ofp.core_call(row.mha, m_in, m_in, biases)
             report = flashlight.explain(fn, *args)
             assert len(report.kernels) == 1, str(report)
-            ops = " ".join(report.kernels[0].aten_ops)
+            kernel = report.kernels[0]
+            ops = " ".join(kernel.aten_ops)
             assert "sigmoid" in ops, ops
             assert "exp" in ops or "softmax" in ops, ops
             assert "mm" in ops, ops  # both matmuls (mm/bmm/matmul) are inside
             compute = [op for op in report.fallback_ops if not _is_view(op.name)]
             assert not compute, str(report)
+            shared = getattr(kernel.aot_compile(90), "shared", None)
+            assert shared is not None and 0 <= shared <= H200_SHARED_MEMORY, shared
 
 
 _VIEW_OPS = ("view", "transpose", "permute", "expand", "unsqueeze", "squeeze", "alias", "t.")
