@@ -1,0 +1,301 @@
+#!/usr/bin/env bash
+# Prepare the CUDA GPU machine from files carried with the working tree, then run a
+# command there. The GPU machine has Python 3.12, torch, triton, numpy, scipy,
+# matplotlib, tqdm, pytest and hypothesis, and no network; everything else comes from
+# .gpu/ (made by scripts/gpu_fetch.sh on a machine that reaches the package registry).
+#
+#   scripts/gpu_run.sh [options] -- COMMAND [ARGS...]
+#
+# Run from anywhere; COMMAND runs in the repository root. Examples:
+#   scripts/gpu_run.sh -- python3 -m pytest -q tests
+#   scripts/gpu_run.sh --no-openfold -- python3 -m bench.kernels --variants vanilla
+#   scripts/gpu_run.sh --collect /some/dir -- bash bench/run_all.sh
+#
+# Options:
+#   --no-openfold    do not build OpenFold (kernel benchmarks and tests do not need it)
+#   --openfold-bg    build OpenFold in the background while COMMAND runs; whatever
+#                    needs it waits for it (bench/evoformer.py does), and this script
+#                    waits for the build before it exits
+#   --no-peers       do not install the optional peers (trifast, cuEquivariance)
+#   --collect DIR    afterwards, copy bench/results/ (results and logs) into DIR
+#   -h, --help       this text
+#
+# What it does, each step skipped when already done (safe to run again and again on
+# the same machine):
+#   1. checks .gpu/ against its checksums;
+#   2. installs the wheels in .gpu/wheels (and .gpu/peers) that the interpreter does
+#      not already have into $FLASHLIGHT_GPU_SITE (default /tmp/site), with no network;
+#   3. unpacks cuEquivariance into the same folder;
+#   4. builds openfold==0.0.1 from .gpu/sdist with its CUDA extension for this GPU
+#      (about 2 minutes, once per machine);
+#   5. makes "import flashlight" see this working tree, with flashlight.integrations
+#      and flashlight.structures mapped as pyproject.toml says;
+#   6. runs COMMAND with PYTHONPATH set, its output also in bench/results/logs/.
+# Exit status: COMMAND's; 10-19 when preparing the machine failed (message says why).
+#
+# Environment:
+#   PYTHON                  interpreter (default: python3)
+#   FLASHLIGHT_GPU_SITE     install folder (default: /tmp/site)
+#   FLASHLIGHT_GPU_FILES    the carried files (default: <repo>/.gpu)
+#   FLASHLIGHT_OPENFOLD_CC  compute capability to build OpenFold for, e.g. 9.0
+#                           (default: the GPU's, else 9.0)
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 10
+export FLASHLIGHT_GPU_RUN_START="${FLASHLIGHT_GPU_RUN_START:-$(date +%s)}"
+PY="${PYTHON:-python3}"
+SITE="${FLASHLIGHT_GPU_SITE:-/tmp/site}"
+FILES="${FLASHLIGHT_GPU_FILES:-$ROOT/.gpu}"
+OVERLAY="$SITE-overlay"
+LOGDIR="$ROOT/bench/results/logs"
+STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
+PREP_LOG="$LOGDIR/$STAMP-prepare.log"
+CMD_LOG="$LOGDIR/$STAMP-command.log"
+OPENFOLD_LOG="$LOGDIR/$STAMP-openfold-build.log"
+OPENFOLD_STATUS="$SITE/.openfold-status"
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignore PIP_PROGRESS_BAR=off PIP_NO_INDEX=1
+
+openfold=fg
+peers=1
+collect=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --no-openfold) openfold=no ;;
+        --openfold-bg) openfold=bg ;;
+        --no-peers) peers=0 ;;
+        --collect) collect="${2:?--collect needs a folder}"; shift ;;
+        --collect=*) collect="${1#--collect=}" ;;
+        -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
+        --) shift; break ;;
+        -*) echo "gpu_run: unknown option $1 (see --help)" >&2; exit 2 ;;
+        *) break ;;
+    esac
+    shift
+done
+if [ $# -eq 0 ]; then
+    echo "gpu_run: no command given; usage: scripts/gpu_run.sh [options] -- COMMAND [ARGS...]" >&2
+    exit 2
+fi
+
+mkdir -p "$LOGDIR" "$SITE"
+: >"$PREP_LOG"
+elapsed() { echo $(( $(date +%s) - FLASHLIGHT_GPU_RUN_START )); }
+say() { printf '[gpu_run %4ss] %s\n' "$(elapsed)" "$*" | tee -a "$PREP_LOG" >&2; }
+die() {  # die STATUS MESSAGE...
+    local status="$1"; shift
+    say "FAILED: $*"
+    say "preparation log: ${PREP_LOG#"$ROOT"/}"
+    collect_results
+    exit "$status"
+}
+collect_results() {
+    [ -n "$collect" ] || return 0
+    mkdir -p "$collect" && cp -r "$ROOT/bench/results" "$collect/" \
+        && say "copied bench/results/ (results and logs) into $collect/results" \
+        || say "WARNING: could not copy bench/results/ into $collect"
+}
+logged() {  # logged LOGFILE COMMAND... : run, output appended to LOGFILE
+    local log="$1"; shift
+    printf '\n$ %s\n' "$*" >>"$log"
+    "$@" >>"$log" 2>&1
+}
+
+# ---------------------------------------------------------------- 0. the machine
+say "repository $ROOT; installs into $SITE; logs in ${LOGDIR#"$ROOT"/}/$STAMP-*"
+"$PY" - >>"$PREP_LOG" 2>&1 <<'PYEOF'
+import sys
+print("python", sys.version.split()[0], sys.executable)
+try:
+    import torch, triton
+    print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        print("gpu", p.name, f"{p.total_memory / 2**30:.1f} GiB", "cc", f"{p.major}.{p.minor}")
+    else:
+        print("gpu none visible to torch")
+except Exception as e:  # reported, not fatal here
+    print("torch/triton import failed:", e)
+PYEOF
+grep -E '^(python|torch|gpu)' "$PREP_LOG" | sed 's/^/    /' >&2
+command -v nvidia-smi >/dev/null 2>&1 \
+    && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$PREP_LOG" 2>&1
+PYVER="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" || die 10 "$PY does not run"
+[ "$PYVER" = 3.12 ] || say "WARNING: Python $PYVER; the carried wheels are for CPython 3.12"
+
+# ---------------------------------------------------------------- 1. carried files
+if [ ! -f "$FILES/MANIFEST.sha256" ]; then
+    die 11 "$FILES/MANIFEST.sha256 is missing. On a machine that reaches the package registry run 'bash scripts/gpu_fetch.sh', then carry .gpu/ with the working tree."
+fi
+if ! (cd "$FILES" && sha256sum --quiet -c MANIFEST.sha256) >>"$PREP_LOG" 2>&1; then
+    die 11 "files in $FILES do not match MANIFEST.sha256 (incomplete copy?); run 'bash scripts/gpu_fetch.sh --force' again and carry .gpu/"
+fi
+say "carried files OK ($(du -sh "$FILES" | cut -f1))"
+
+# ---------------------------------------------------------------- 2. wheels
+# Prints the wheels in the given folders whose distribution is not installed yet
+# (neither in the interpreter's own site-packages nor in $SITE).
+missing_wheels() {
+    PYTHONPATH="$SITE" "$PY" - "$@" <<'PYEOF'
+import importlib.metadata as md, pathlib, re, sys
+for folder in sys.argv[1:]:
+    for whl in sorted(pathlib.Path(folder).glob("*.whl")):
+        name = re.sub(r"[-_.]+", "-", whl.name.split("-")[0]).lower()
+        try:
+            md.distribution(name)
+        except md.PackageNotFoundError:
+            print(whl)
+PYEOF
+}
+install_wheels() {  # install_wheels WHAT FOLDER...
+    local what="$1"; shift
+    local todo
+    todo="$(missing_wheels "$@")" || die 12 "could not inspect installed packages"
+    if [ -z "$todo" ]; then
+        say "$what: already installed"
+        return 0
+    fi
+    say "$what: installing $(echo "$todo" | xargs -n1 basename | sed 's/-[0-9].*//' | tr '\n' ' ')"
+    # shellcheck disable=SC2086
+    logged "$PREP_LOG" "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" $todo \
+        || die 12 "pip could not install the wheels of $what (see the log)"
+}
+install_wheels "required packages" "$FILES/wheels"
+
+# ---------------------------------------------------------------- 3. peers
+if [ "$peers" = 1 ]; then
+    if [ -d "$FILES/peers/wheels" ]; then
+        install_wheels "trifast" "$FILES/peers/wheels"
+    else
+        say "trifast: not carried (run gpu_fetch.sh without --no-peers); skipped"
+    fi
+    pack="$(ls "$FILES"/peers/cuequivariance-*.tar.xz 2>/dev/null | head -n 1)"
+    if PYTHONPATH="$SITE" "$PY" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("cuequivariance_ops_torch") is None)' 2>/dev/null; then
+        say "cuEquivariance: already installed"
+    elif [ -n "$pack" ]; then
+        say "cuEquivariance: unpacking $(basename "$pack")"
+        logged "$PREP_LOG" tar -C "$SITE" -xJf "$pack" || die 13 "could not unpack $pack"
+    else
+        say "cuEquivariance: not carried (run gpu_fetch.sh without --no-cueq); skipped"
+    fi
+fi
+
+# ---------------------------------------------------------------- 4. the flashlight namespace
+# pyproject.toml maps integrations/ and structures/ into the flashlight package. When
+# the plain tree does not provide that, an overlay folder of symbolic links does (the
+# same files, so edits show at once), put first on the path; PYTHONSAFEPATH keeps the
+# current folder from shadowing it.
+export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+flashlight_ok() { "$PY" -c 'import flashlight, flashlight.integrations' >>"$PREP_LOG" 2>&1; }
+if flashlight_ok; then
+    say "flashlight: importable from the working tree"
+else
+    rm -rf "$OVERLAY"
+    "$PY" - "$ROOT" "$OVERLAY" >>"$PREP_LOG" 2>&1 <<'PYEOF' || die 14 "could not build the flashlight overlay"
+import os, pathlib, sys, tomllib
+root, overlay = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+mapping = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+# Parents before children, so that a child's link lands inside its parent's folder.
+for package, folder in sorted(mapping.items(), key=lambda kv: kv[0].count(".")):
+    target = overlay.joinpath(*package.split("."))
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in (root / folder).iterdir():
+        if entry.name != "__pycache__" and not (target / entry.name).exists():
+            (target / entry.name).symlink_to(entry)
+    print(f"overlay: {package} -> {root / folder}")
+PYEOF
+    export PYTHONPATH="$OVERLAY:$PYTHONPATH" PYTHONSAFEPATH=1
+    flashlight_ok || die 14 "'import flashlight.integrations' fails even through the overlay (see the log)"
+    say "flashlight: importable through the overlay $OVERLAY"
+fi
+
+# ---------------------------------------------------------------- 5. OpenFold
+openfold_ready() {
+    [ "$(cat "$OPENFOLD_STATUS" 2>/dev/null)" = ok ] \
+        && "$PY" -c 'import torch, attn_core_inplace_cuda, openfold.model.model' >/dev/null 2>&1
+}
+build_openfold() {  # runs in the foreground or in a background subshell
+    local sdist build cc
+    echo building >"$OPENFOLD_STATUS"
+    sdist="$(ls "$FILES"/sdist/openfold-*.tar.gz 2>/dev/null | head -n 1)"
+    [ -n "$sdist" ] || { echo "no openfold sdist in $FILES/sdist" >>"$OPENFOLD_LOG"; echo failed >"$OPENFOLD_STATUS"; return 1; }
+    build="$(mktemp -d /tmp/openfold-build.XXXXXX)"
+    (
+        set -e
+        tar -C "$build" -xzf "$sdist"
+        cd "$build"/openfold-*
+        # setup.py imports scripts.utils.get_nvidia_cc, which the sdist lacks.
+        mkdir -p scripts
+        : >scripts/__init__.py
+        cat >scripts/utils.py <<'PYEOF'
+"""Stand-in for OpenFold's scripts/utils.py: the compute capability to build for."""
+import os
+
+
+def get_nvidia_cc():
+    forced = os.environ.get("FLASHLIGHT_OPENFOLD_CC")
+    if forced:
+        major, minor = forced.split(".")
+        return (int(major), int(minor)), None
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return tuple(torch.cuda.get_device_capability(0)), None
+    except Exception:
+        pass
+    return (9, 0), None
+PYEOF
+        # torch >= 2.6 headers need C++17.
+        sed -i "s/'-std=c++14'/'-std=c++17'/" setup.py
+        grep -q "'-std=c++17'" setup.py
+        cc="$("$PY" -c 'import sys; sys.path.insert(0, "."); from scripts.utils import get_nvidia_cc; print("%d.%d" % get_nvidia_cc()[0])')"
+        echo "building for compute capability $cc; CUDA_HOME=$("$PY" -c 'from torch.utils.cpp_extension import CUDA_HOME; print(CUDA_HOME)')"
+        TORCH_CUDA_ARCH_LIST="$cc" MAX_JOBS="$(nproc)" PYTHONPATH="" \
+            "$PY" -m pip install --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE" .
+        "$PY" -c 'import torch, attn_core_inplace_cuda, openfold.model.model; print("openfold imports")'
+    ) >>"$OPENFOLD_LOG" 2>&1
+    local status=$?
+    rm -rf "$build"
+    if [ $status -eq 0 ]; then echo ok >"$OPENFOLD_STATUS"; else echo failed >"$OPENFOLD_STATUS"; fi
+    return $status
+}
+openfold_pid=""
+if [ "$openfold" = no ]; then
+    say "OpenFold: skipped (--no-openfold)"
+elif openfold_ready; then
+    say "OpenFold: already built"
+else
+    if ! "$PY" -c 'from torch.utils.cpp_extension import CUDA_HOME; import sys; sys.exit(CUDA_HOME is None)' 2>/dev/null; then
+        say "WARNING: torch finds no CUDA toolkit (nvcc); OpenFold will build only its CPU stub"
+    fi
+    : >"$OPENFOLD_LOG"
+    if [ "$openfold" = bg ]; then
+        build_openfold &
+        openfold_pid=$!
+        echo "$openfold_pid" >"$SITE/.openfold-build.pid"
+        say "OpenFold: building in the background (pid $openfold_pid, about 2 min; log ${OPENFOLD_LOG#"$ROOT"/})"
+    else
+        say "OpenFold: building from the sdist with its CUDA extension (about 2 min; log ${OPENFOLD_LOG#"$ROOT"/})"
+        if build_openfold; then
+            say "OpenFold: built"
+        else
+            tail -n 25 "$OPENFOLD_LOG" >&2
+            die 15 "OpenFold did not build (log ${OPENFOLD_LOG#"$ROOT"/})"
+        fi
+    fi
+fi
+export FLASHLIGHT_OPENFOLD_STATUS="$OPENFOLD_STATUS" FLASHLIGHT_GPU_LOG_DIR="$LOGDIR" FLASHLIGHT_GPU_SITE="$SITE"
+
+# ---------------------------------------------------------------- 6. the command
+say "prepared; running: $* (output also in ${CMD_LOG#"$ROOT"/})"
+"$@" 2>&1 | tee "$CMD_LOG"
+status=${PIPESTATUS[0]}
+say "command exited with status $status"
+if [ -n "$openfold_pid" ] && kill -0 "$openfold_pid" 2>/dev/null; then
+    say "waiting for the OpenFold build to finish"
+fi
+if [ -n "$openfold_pid" ]; then
+    if wait "$openfold_pid"; then say "OpenFold: built"; else say "WARNING: OpenFold build failed (log ${OPENFOLD_LOG#"$ROOT"/})"; fi
+fi
+collect_results
+exit "$status"
