@@ -1,0 +1,279 @@
+"""Per-layer latency of an OpenFold model, measured with forward hooks.
+
+A forward pre-hook marks the start and a forward hook the end of every timed module:
+with CUDA events on a GPU (recorded on the current stream, read after one synchronise
+at the end of the run, so timing adds no host-device round trips), with the wall clock
+on a CPU. A module called several times in one forward pass (once per recycling
+iteration) reports the sum of its calls.
+
+Timed modules, found by structure rather than by one fixed attribute path:
+
+- *stages*: the model's direct children (input embedder, extra-MSA stack, Evoformer
+  stack, structure module, heads, ...);
+- *blocks*: every ``EvoformerBlock`` of the main Evoformer stack, in order;
+- *modules* inside each block: :data:`MODULE_KINDS`. OpenFold 0.0.1 nests the pair
+  modules as ``blocks[i].core.tri_att_start``, upstream 2.x as
+  ``blocks[i].pair_stack.tri_att_start``; a module is found by its attribute name
+  anywhere below the block, else by its class.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+
+MODULE_KINDS: Tuple[str, ...] = (
+    "msa_att_row",
+    "msa_att_col",
+    "msa_transition",
+    "outer_product_mean",
+    "tri_mul_out",
+    "tri_mul_in",
+    "tri_att_start",
+    "tri_att_end",
+    "pair_transition",
+)
+
+# Class names that identify each module kind when the attribute name does not.
+_KIND_CLASSES: Dict[str, Tuple[str, ...]] = {
+    "msa_att_row": ("MSARowAttentionWithPairBias",),
+    "msa_att_col": ("MSAColumnAttention",),
+    "msa_transition": ("MSATransition",),
+    "outer_product_mean": ("OuterProductMean",),
+    "tri_mul_out": ("TriangleMultiplicationOutgoing", "FusedTriangleMultiplicationOutgoing"),
+    "tri_mul_in": ("TriangleMultiplicationIncoming", "FusedTriangleMultiplicationIncoming"),
+    "tri_att_start": ("TriangleAttentionStartingNode", "TriangleAttention"),
+    "tri_att_end": ("TriangleAttentionEndingNode", "TriangleAttention"),
+    "pair_transition": ("PairTransition",),
+}
+BLOCK_CLASSES = ("EvoformerBlock",)
+STACK_CLASSES = ("EvoformerStack",)
+
+
+def find_evoformer_stack(model: torch.nn.Module) -> torch.nn.Module:
+    """The main Evoformer stack of ``model`` (the first ``EvoformerStack`` module)."""
+    for module in model.modules():
+        if type(module).__name__ in STACK_CLASSES:
+            return module
+    raise ValueError(f"no Evoformer stack found in {type(model).__name__}")
+
+
+def find_evoformer_blocks(model: torch.nn.Module) -> List[torch.nn.Module]:
+    """The Evoformer blocks of the main stack, in execution order."""
+    stack = find_evoformer_stack(model)
+    blocks = [m for m in stack.modules() if type(m).__name__ in BLOCK_CLASSES]
+    if not blocks:
+        raise ValueError("the Evoformer stack has no EvoformerBlock modules")
+    return blocks
+
+
+def find_block_modules(block: torch.nn.Module) -> Dict[str, torch.nn.Module]:
+    """The modules of one Evoformer block, keyed by :data:`MODULE_KINDS` (those found)."""
+    found: Dict[str, torch.nn.Module] = {}
+    named = list(block.named_modules())
+    for kind in MODULE_KINDS:
+        for name, module in named:
+            if name.rsplit(".", 1)[-1] == kind:
+                found[kind] = module
+                break
+    used = {id(m) for m in found.values()}
+    for kind in MODULE_KINDS:
+        if kind in found:
+            continue
+        for _, module in named:
+            if type(module).__name__ in _KIND_CLASSES[kind] and id(module) not in used:
+                found[kind] = module
+                used.add(id(module))
+                break
+    return found
+
+
+@dataclasses.dataclass
+class Structure:
+    """The timed parts of a model: stage names, and per block the module kinds found."""
+
+    stages: List[str]
+    blocks: List[List[str]]
+
+    @property
+    def num_blocks(self) -> int:
+        """Number of Evoformer blocks."""
+        return len(self.blocks)
+
+
+@dataclasses.dataclass
+class RunTiming:
+    """Seconds spent in each timed part during one forward pass."""
+
+    model_s: float
+    stages: Dict[str, float]
+    blocks: List[float]
+    modules: List[Dict[str, float]]
+
+    def to_json(self) -> dict:
+        """Layer timings as the ``latency.json`` per-run layout."""
+        return {
+            "model_s": self.model_s,
+            "stages": dict(self.stages),
+            "blocks": [
+                {"index": i, "total_s": total, "modules": dict(mods)}
+                for i, (total, mods) in enumerate(zip(self.blocks, self.modules))
+            ],
+        }
+
+
+class _Clock:
+    """Start/end markers: CUDA events on a GPU, ``perf_counter`` on a CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def seconds(self, start, end) -> float:
+        if self.cuda:
+            return start.elapsed_time(end) / 1000.0
+        return end - start
+
+    def synchronize(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    @property
+    def method(self) -> str:
+        return "cuda_events" if self.cuda else "wall_clock"
+
+
+class LayerTimer:
+    """Hooks that time the stages, Evoformer blocks and block modules of a model.
+
+    Use as a context manager around the runs to time (hooks are removed on exit)::
+
+        with LayerTimer(model, device) as timer:
+            out, timing = timer.run(lambda: model(batch))
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device,
+        on_recycle: Optional[Callable[[], None]] = None,
+    ):
+        self.model = model
+        self.clock = _Clock(device)
+        self.on_recycle = on_recycle
+        self._targets: List[Tuple[tuple, torch.nn.Module]] = []
+        stages = [(name, child) for name, child in model.named_children()]
+        for name, child in stages:
+            self._targets.append((("stage", name), child))
+        blocks = find_evoformer_blocks(model)
+        block_kinds = []
+        for index, block in enumerate(blocks):
+            self._targets.append((("block", index), block))
+            modules = find_block_modules(block)
+            block_kinds.append([k for k in MODULE_KINDS if k in modules])
+            for kind, module in modules.items():
+                self._targets.append((("module", index, kind), module))
+        self.structure = Structure([name for name, _ in stages], block_kinds)
+        self._stack = find_evoformer_stack(model)
+        self._handles: list = []
+        self._open: Dict[tuple, list] = {}
+        self._spans: Dict[tuple, list] = {}
+
+    @property
+    def method(self) -> str:
+        """``cuda_events`` or ``wall_clock``."""
+        return self.clock.method
+
+    def __enter__(self) -> "LayerTimer":
+        for key, module in self._targets:
+            self._handles.append(module.register_forward_pre_hook(self._pre_hook(key)))
+            self._handles.append(module.register_forward_hook(self._post_hook(key)))
+        if self.on_recycle is not None:
+            callback = self.on_recycle
+
+            def recycled(module, args, output):
+                callback()  # a forward hook's return value would replace the output
+
+            self._handles.append(self._stack.register_forward_hook(recycled))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _pre_hook(self, key):
+        @torch.compiler.disable
+        def hook(module, args):
+            self._open.setdefault(key, []).append(self.clock.mark())
+
+        return hook
+
+    def _post_hook(self, key):
+        @torch.compiler.disable
+        def hook(module, args, output):
+            starts = self._open.get(key)
+            if starts:
+                self._spans.setdefault(key, []).append((starts.pop(), self.clock.mark()))
+
+        return hook
+
+    def run(self, fn: Callable[[], object]) -> Tuple[object, RunTiming]:
+        """Call ``fn`` (one forward pass) and return its result and the timings."""
+        self._open.clear()
+        self._spans.clear()
+        self.clock.synchronize()
+        start = time.perf_counter()
+        result = fn()
+        self.clock.synchronize()
+        model_s = time.perf_counter() - start
+        totals: Dict[tuple, float] = {}
+        for key, spans in self._spans.items():
+            totals[key] = sum(self.clock.seconds(a, b) for a, b in spans)
+        stages = {name: totals.get(("stage", name), 0.0) for name in self.structure.stages}
+        blocks = [totals.get(("block", i), 0.0) for i in range(self.structure.num_blocks)]
+        modules = [
+            {kind: totals.get(("module", i, kind), 0.0) for kind in kinds}
+            for i, kinds in enumerate(self.structure.blocks)
+        ]
+        return result, RunTiming(model_s, stages, blocks, modules)
+
+
+def _median(values: List[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def median_timing(runs: List[RunTiming]) -> RunTiming:
+    """Element-wise median over runs (every entry is the median of that entry)."""
+    if not runs:
+        raise ValueError("no runs to take the median of")
+    first = runs[0]
+    return RunTiming(
+        model_s=_median([r.model_s for r in runs]),
+        stages={k: _median([r.stages[k] for r in runs]) for k in first.stages},
+        blocks=[_median([r.blocks[i] for r in runs]) for i in range(len(first.blocks))],
+        modules=[
+            {k: _median([r.modules[i][k] for r in runs]) for k in first.modules[i]}
+            for i in range(len(first.modules))
+        ],
+    )
+
+
+def module_totals(timing: RunTiming) -> Dict[str, float]:
+    """Seconds per module kind, summed over all blocks."""
+    totals = {kind: 0.0 for kind in MODULE_KINDS}
+    for mods in timing.modules:
+        for kind, seconds in mods.items():
+            totals[kind] += seconds
+    return {k: v for k, v in totals.items() if any(k in m for m in timing.modules)}
