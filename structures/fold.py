@@ -1,0 +1,368 @@
+"""Folding records with stock OpenFold and/or Flashlight, timing every layer.
+
+:class:`Folder` builds the model once (or twice for ``compare``: a stock copy and a
+Flashlight-patched copy) and folds records one at a time. For each record and variant it
+runs ``warmup`` forward passes (where Flashlight compiles its kernels; reported
+separately) and then ``repeats`` timed passes, whose element-wise medians are the
+steady-state figures. It writes the structure, the plot and ``latency.json`` into
+``<out_dir>/<record id>/`` and returns the report.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import os
+import platform
+import time
+import warnings
+from typing import Callable, Dict, Optional
+
+import numpy as np
+import torch
+
+from flashlight.structures import features as feature_builder
+from flashlight.structures import outputs
+from flashlight.structures.inputs import Record, safe_name
+from flashlight.structures.models import (
+    DTYPES,
+    ModelInfo,
+    PatchStatus,
+    apply_flashlight,
+    build_model,
+    make_config,
+    remove_flashlight,
+)
+from flashlight.structures.timing import LayerTimer, median_timing
+
+SCHEMA = "flashlight.fold.latency/1"
+_NOISY_OPENFOLD_WARNING = ".*non-tuple sequence for multidimensional indexing.*"
+
+
+class FlashlightUnavailable(RuntimeError):
+    """Flashlight was required (``--require-flashlight``) but cannot run."""
+
+
+@dataclasses.dataclass
+class FoldOptions:
+    """Everything that decides how records are folded (the CLI's options)."""
+
+    out_dir: str = "fold_out"
+    preset: str = "model_1"
+    params: Optional[str] = None
+    device: str = "cpu"
+    dtype: str = "fp32"
+    flashlight: bool = True
+    compare: bool = False
+    require_flashlight: bool = False
+    mmcif: bool = False
+    plot: bool = True
+    repeats: int = 1
+    warmup: int = 1
+    num_blocks: Optional[int] = None
+    recycles: int = 0
+    chunk_size: object = "preset"
+    max_msa_clusters: Optional[int] = None
+    max_extra_msa: Optional[int] = None
+    seed: int = 0
+    tf32: bool = True
+
+
+def _environment(device: torch.device, tf32: bool) -> dict:
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception:  # noqa: BLE001 - Triton is optional for the stock path
+        triton_version = None
+    name = platform.processor() or platform.machine()
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    return {
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "python": platform.python_version(),
+        "device_name": name,
+        "cpu_threads": torch.get_num_threads(),
+        "tf32": bool(tf32 and device.type == "cuda"),
+    }
+
+
+def _flashlight_unusable(device: torch.device) -> Optional[str]:
+    """Why Flashlight kernels cannot run on ``device``, or None when they can."""
+    if device.type == "cuda":
+        return None
+    if device.type == "cpu":
+        from flashlight import settings
+
+        if settings.get("interpret"):
+            return None
+        return (
+            "CPU device and TRITON_INTERPRET is not set: Flashlight's Triton kernels need a "
+            "GPU, or TRITON_INTERPRET=1 in the environment to run (slowly) on the CPU"
+        )
+    return f"Flashlight's Triton kernels do not run on {device.type} devices"
+
+
+def _prediction(out: dict) -> Dict[str, np.ndarray]:
+    return {
+        "positions": out["final_atom_positions"].detach().float().cpu().numpy(),
+        "atom_mask": out["final_atom_mask"].detach().float().cpu().numpy(),
+        "plddt": out["plddt"].detach().float().cpu().numpy(),
+    }
+
+
+def compare_predictions(stock: dict, flash: dict, flashlight_active: bool) -> dict:
+    """Deviation of the Flashlight prediction from the stock one (same frame, no fitting).
+
+    Atom deviations are Euclidean distances in angstroms over atoms present in both.
+    """
+    mask = (stock["atom_mask"] > 0.5) & (flash["atom_mask"] > 0.5)
+    dist = np.linalg.norm(stock["positions"] - flash["positions"], axis=-1)[mask]
+    dplddt = np.abs(stock["plddt"] - flash["plddt"])
+    return {
+        "flashlight_active": flashlight_active,
+        "atoms": int(mask.sum()),
+        "max_atom_deviation_A": float(dist.max()) if dist.size else 0.0,
+        "rms_atom_deviation_A": float(np.sqrt(np.mean(dist**2))) if dist.size else 0.0,
+        "max_plddt_difference": float(dplddt.max()),
+        "mean_plddt_difference": float(dplddt.mean()),
+        "note": None
+        if flashlight_active
+        else "Flashlight was not active; both runs used stock OpenFold",
+    }
+
+
+class Folder:
+    """Folds records with one model configuration; see the module docstring."""
+
+    def __init__(self, options: FoldOptions, warn: Callable[[str], None]):
+        self.options = options
+        self.warn = warn
+        self.device = torch.device(options.device)
+        if self.device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError(f"--device {options.device}: CUDA is not available here")
+            torch.cuda.set_device(self.device)
+            torch.backends.cuda.matmul.allow_tf32 = options.tf32
+            torch.backends.cudnn.allow_tf32 = options.tf32
+        config = make_config(
+            options.preset,
+            options.num_blocks,
+            options.recycles,
+            options.dtype,
+            options.chunk_size,
+            options.max_msa_clusters,
+            options.max_extra_msa,
+        )
+        self.data_config = config.data
+        self.info = ModelInfo(
+            preset=options.preset,
+            num_blocks=int(config.model.evoformer_stack.no_blocks),
+            recycles=options.recycles,
+            dtype=options.dtype,
+            device=str(self.device),
+            weights=options.params or "random",
+            seed=options.seed,
+            chunk_size=config.globals.chunk_size,
+            max_msa_clusters=int(config.data.predict.max_msa_clusters),
+            max_extra_msa=int(config.data.predict.max_extra_msa),
+        )
+        self.stock = build_model(config, self.info, options.params)
+        self.status = PatchStatus(requested=options.flashlight)
+        self.variants: Dict[str, torch.nn.Module] = {}
+        if not options.flashlight:
+            self.variants["stock"] = self.stock
+        else:
+            patched = copy.deepcopy(self.stock) if options.compare else self.stock
+            unusable = _flashlight_unusable(self.device)
+            if unusable:
+                self.status = PatchStatus(requested=True, active=False, reason=unusable)
+            else:
+                self.status = apply_flashlight(patched)
+            if self.status.active:
+                if options.compare:
+                    self.variants["stock"] = self.stock
+                self.variants["flashlight"] = patched
+            else:
+                when = "" if unusable else "patching the model"
+                self._flashlight_failed(patched, self.status.reason, when=when)
+        self.environment = _environment(self.device, options.tf32)
+
+    # -- Flashlight failures -------------------------------------------------------
+
+    def _flashlight_failed(self, patched: torch.nn.Module, reason: str, when: str) -> None:
+        """Fall back to stock after a Flashlight failure, loudly (or raise if required)."""
+        self.status.active = False
+        self.status.reason = f"{when}: {reason}" if when else reason
+        if self.options.require_flashlight:
+            raise FlashlightUnavailable(f"Flashlight is unavailable ({self.status.reason})")
+        undo = remove_flashlight(patched)
+        if patched is self.stock and undo is not None:
+            raise FlashlightUnavailable(
+                f"Flashlight failed ({self.status.reason}) and the model could not be "
+                f"restored to stock ({undo})"
+            )
+        self.variants = {"stock": self.stock}
+        if self.options.compare:
+            self.variants["flashlight"] = self.stock
+            self.warn(
+                f"WARNING: Flashlight is not active ({self.status.reason}); --compare "
+                "compares stock OpenFold with itself"
+            )
+        else:
+            self.warn(
+                f"WARNING: Flashlight is not active ({self.status.reason}); folding with "
+                "stock OpenFold instead"
+            )
+
+    # -- running -------------------------------------------------------------------
+
+    def _compat(self):
+        if self.device.type != "cpu":
+            return contextlib.nullcontext()
+        try:
+            from flashlight.integrations.openfold_compat import cpu_compat
+        except ImportError as err:
+            raise RuntimeError(
+                "folding on CPU needs flashlight.integrations.openfold_compat "
+                f"(OpenFold's CUDA-only softmax extension has no CPU path): {err}"
+            ) from err
+        return cpu_compat()
+
+    def runs_per_record(self) -> int:
+        """Forward passes per record (all variants), for progress reporting."""
+        per_variant = self.options.warmup + self.options.repeats
+        return per_variant * len(self.variants) * (self.options.recycles + 1)
+
+    def _run_variant(self, model, batch, on_recycle) -> tuple:
+        opts = self.options
+        warm, steady = [], []
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_NOISY_OPENFOLD_WARNING)
+            with torch.no_grad(), self._compat(), LayerTimer(model, self.device, on_recycle) as timer:
+                for _ in range(opts.warmup):
+                    out, timing = timer.run(lambda: model(batch))
+                    warm.append(timing)
+                for _ in range(opts.repeats):
+                    out, timing = timer.run(lambda: model(batch))
+                    steady.append(timing)
+        median = median_timing(steady)
+        run = {
+            "warmup_s": [t.model_s for t in warm],
+            "runs_s": [t.model_s for t in steady],
+            "steady": median.to_json(),
+            "warmup": [t.to_json() for t in warm],
+        }
+        return run, _prediction(out), timer.method
+
+    def fold(self, record: Record, on_recycle: Optional[Callable[[], None]] = None) -> dict:
+        """Fold ``record``, write its outputs, and return its ``latency.json`` report."""
+        opts = self.options
+        wall_start = time.perf_counter()
+        folder = os.path.join(opts.out_dir, safe_name(record.id))
+        os.makedirs(folder, exist_ok=True)
+
+        start = time.perf_counter()
+        feats = feature_builder.processed_features(record, self.data_config, opts.seed)
+        batch = feature_builder.to_device(feats, self.device, DTYPES[opts.dtype])
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        features_s = time.perf_counter() - start
+
+        runs: Dict[str, dict] = {}
+        predictions: Dict[str, dict] = {}
+        timer_method = None
+        for name in list(self.variants):
+            model = self.variants[name]
+            try:
+                runs[name], predictions[name], timer_method = self._run_variant(model, batch, on_recycle)
+            except Exception as err:  # noqa: BLE001 - Flashlight failures fall back
+                if name != "flashlight" or not self.status.active:
+                    raise
+                self._flashlight_failed(model, f"{type(err).__name__}: {err}", "first Flashlight run")
+                if "stock" not in runs:
+                    runs["stock"], predictions["stock"], timer_method = self._run_variant(
+                        self.stock, batch, on_recycle
+                    )
+                if name in self.variants:
+                    runs[name], predictions[name] = copy.deepcopy(runs["stock"]), predictions["stock"]
+
+        primary = "flashlight" if ("flashlight" in runs and self.status.active) else "stock"
+        comparison = None
+        if "stock" in predictions and "flashlight" in predictions:
+            comparison = compare_predictions(
+                predictions["stock"], predictions["flashlight"], self.status.active
+            )
+        pred = predictions[primary]
+
+        start = time.perf_counter()
+        files = self._write_structures(record, folder, pred)
+        if opts.plot:
+            title = f"{record.id} ({record.length} residues) on {self.environment['device_name']}: {self.info.label()}"
+            labels = {} if self.status.active else {"flashlight": "flashlight (inactive: stock)"}
+            outputs.plot_latency(
+                os.path.join(folder, "latency.png"),
+                title,
+                {k: v["steady"] for k, v in runs.items()},
+                labels,
+            )
+            files["plot"] = "latency.png"
+        write_s = time.perf_counter() - start
+
+        model_s = runs[primary]["steady"]["model_s"]
+        report = {
+            "schema": SCHEMA,
+            "record": {
+                "id": record.id,
+                "description": record.description,
+                "length": record.length,
+                "source": record.source,
+                "index_in_file": record.index,
+                "msa": record.alignment.paths if record.alignment else None,
+                "msa_depth": record.alignment.depth if record.alignment else 1,
+            },
+            "model": {**self.info.to_json(), "label": self.info.label()},
+            "flashlight": self.status.to_json(),
+            "timer": timer_method,
+            "environment": self.environment,
+            "warmup_runs": opts.warmup,
+            "repeats": opts.repeats,
+            "runs": runs,
+            "end_to_end": {
+                "variant": primary,
+                "features_s": features_s,
+                "model_s": model_s,
+                "write_s": write_s,
+                "total_s": features_s + model_s + write_s,
+                "wall_s": time.perf_counter() - wall_start,
+            },
+            "comparison": comparison,
+            "mean_plddt": float(pred["plddt"].mean()),
+            "plddt": [round(float(x), 3) for x in pred["plddt"]],
+            "outputs": {**files, "latency": "latency.json"},
+        }
+        outputs.write_json(os.path.join(folder, "latency.json"), report)
+        return report
+
+    def _write_structures(self, record: Record, folder: str, pred: dict) -> dict:
+        from openfold.np import residue_constants
+
+        aatype = np.array(
+            [residue_constants.restype_order_with_x.get(c, residue_constants.restype_num) for c in record.sequence],
+            dtype=np.int64,
+        )
+        if self.info.random_weights:
+            source = f"RANDOM WEIGHTS seed {self.info.seed}, NOT A PREDICTION"
+        else:
+            source = f"weights {os.path.basename(self.info.weights)}"
+        remark = f"250 flashlight-fold {self.info.preset}: {source}"[:73]  # 80 columns
+        pdb_text = outputs.pdb_string(aatype, pred["positions"], pred["atom_mask"], pred["plddt"], remark)
+        name = safe_name(record.id)
+        files = {"pdb": name + ".pdb"}
+        outputs.write_atomic(os.path.join(folder, files["pdb"]), pdb_text)
+        if self.options.mmcif:
+            files["mmcif"] = name + ".cif"
+            text = outputs.mmcif_string(pdb_text, name, f"flashlight-fold: {self.info.label()}")
+            outputs.write_atomic(os.path.join(folder, files["mmcif"]), text)
+        return files
