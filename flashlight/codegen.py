@@ -63,6 +63,9 @@ class KernelSource:
     input_ranks: tuple[int, ...]
     size_args: tuple[str, ...]  # symbolic size texts, in argument order
     out_rank: int
+    # (input, axis) pairs: inputs re-read by many programs whose innermost tile axis
+    # should be contiguous; the launcher copies them into that layout when it is not
+    fast_axes: tuple[tuple[int, int], ...]
     dot_dtype: str | None  # "ieee" / "tf32" for fp32 contractions
 
 
@@ -91,6 +94,7 @@ class _Printer:
         self.padded = dict(self.tiling.padded)
         self.inputs: list[str] = []
         self.ranks: list[int] = []
+        self.fast_axes: dict[int, int] = {}
         self.sizes: list[str] = []
         self.pre: list[str] = []
         self.loop: list[str] = []
@@ -219,6 +223,7 @@ class _Printer:
             self.inputs.append(load.base)
             self.ranks.append(len(load.index))
         k = self.inputs.index(load.base)
+        self.note_fast_axis(k, load, layout)
         offset = " + ".join(f"({self.index(axis, layout)}) * in{k}_s{a}" for a, axis in enumerate(load.index) if axis) or "0"
         mask = self.mask(_index_dims(load), layout)
         masked = f", mask={mask}, other=0" if mask else ""
@@ -228,6 +233,23 @@ class _Printer:
         elif load.dtype == torch.bool:
             value = f"({value} != 0)"
         return self.assign(scope, "x", value)
+
+    def note_fast_axis(self, k: int, load: Load, layout) -> None:
+        """Remember which axis should be contiguous for a tile re-read across the grid.
+
+        A tile whose innermost role is strided in memory wastes most of every memory
+        sector it touches; when the tensor is broadcast over some grid dims (a pair bias
+        read for every MSA row), a one-off contiguous copy is far cheaper than that.
+        """
+        if not layout or k in self.fast_axes:
+            return
+        used = set(_index_dims(load))
+        if all(d in used for d in self.tiling.grid):
+            return
+        inner = layout[-1]
+        for a, axis in enumerate(load.index):
+            if axis and self.roles.get(axis[-1]) == inner:
+                self.fast_axes[k] = a
 
     def emit_pointwise(self, expr: Pointwise, layout, scope: str) -> str:
         args = []
@@ -377,7 +399,8 @@ class _Printer:
         src = ["import triton", "import triton.language as tl", "", "", "@triton.jit",
                f"def {self.name}({', '.join(params)}):"] + ["    " + line for line in body]
         return KernelSource(self.name, "\n".join(src) + "\n", tuple(self.inputs), tuple(self.ranks),
-                            tuple(self.sizes), len(self.kernel.axes), self.fp32_precision)
+                            tuple(self.sizes), len(self.kernel.axes), tuple(self.fast_axes.items()),
+                            self.fp32_precision)
 
 
 def _index_dims(node: Expr) -> tuple[Dim, ...]:

@@ -109,6 +109,12 @@ class Launcher:
     def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
         import triton
 
+        tensors = list(tensors)
+        for k, axis in self.src.fast_axes:
+            t = tensors[k]
+            if t.stride(axis) != 1 and t.shape[axis] > 1:
+                # [..., X, ...] with X strided -> same values, X contiguous
+                tensors[k] = t.movedim(axis, -1).contiguous().movedim(-1, axis)
         values = {text: tensors[s.tensor].shape[s.axis] for text, s in self.sources.items()}
         shape = []
         for axis in self.out_axes:
