@@ -21,7 +21,7 @@ from flashlight.api import ExplainReport, FallbackOp, KernelReport
 from flashlight.codegen import generate
 from flashlight.lower import lower
 from flashlight.pipeline import Plan, compile_graph
-from flashlight.runtime import Launcher, aot_compile
+from flashlight.runtime import COMPILE_EVENTS, Launcher, aot_compile
 
 log = logging.getLogger("flashlight")
 aten = torch.ops.aten
@@ -133,6 +133,11 @@ def _kernel_report(launcher: Launcher) -> KernelReport:
         return aot_compile(launcher.src, dtypes, kernel.dtype, capability, **kw)
 
     return KernelReport(launcher.src.name, launcher.src.source, tuple(launcher.aten_ops), aot)
+
+
+def compile_count() -> int:
+    """How many Flashlight kernels this process has generated and loaded so far."""
+    return len(COMPILE_EVENTS)
 
 
 def make_backend(report: ExplainReport | None = None, **options: Any):

@@ -1,0 +1,221 @@
+"""The compiler's stages, one by one: lowering, the passes (with invariant checks), the
+online rewrite's algebra, tiling decisions, fallbacks and debugging output."""
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+from torch._dynamo.backends.common import aot_autograd
+
+import flashlight
+from flashlight import settings
+from flashlight.ir import Dim, Load, Pointwise, Reduce, check_invariants, walk
+from flashlight.lower import lower
+from flashlight.passes.online import exp_power, factor_invariants
+from flashlight.pipeline import compile_graph
+
+
+def capture(fn, *args):
+    """The ATen graph ``fn`` becomes, as the backend sees it."""
+    graphs = []
+
+    def fw(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    torch.compiler.reset()
+    with torch.no_grad():
+        torch.compile(fn, backend=aot_autograd(fw_compiler=fw))(*args)
+    torch.compiler.reset()
+    return graphs[0]
+
+
+def attention(q, k, v, bias):
+    s = q @ k.transpose(-1, -2) + bias
+    return torch.softmax(s, dim=-1) @ v
+
+
+def rand(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _inputs(seed, L=19, D=16):
+    return rand(2, 3, L, D, seed=seed), rand(2, 3, L, D, seed=seed + 1), rand(2, 3, L, D, seed=seed + 2), rand(3, L, L, seed=seed + 3)
+
+
+def test_matmul_lowers_to_a_reduction_and_views_to_index_maps():
+    gm = capture(attention, *_inputs(0))
+    lowered = lower(gm)
+    check_invariants(lowered.graph)
+    matmuls = [n for n in lowered.graph.nests if n.name.endswith("matmul")]
+    assert len(matmuls) == 2
+    for nest in matmuls:
+        assert isinstance(nest.body, Reduce) and nest.body.op == "sum"
+        assert isinstance(nest.body.body, Pointwise) and nest.body.body.op == "mul"
+    # view/expand/transpose nodes produce no nests: only compute ops do
+    assert not any("view" in n.name or "expand" in n.name or "transpose" in n.name for n in lowered.graph.nests)
+    # the merged batch axis of bmm is a compound of two dims
+    assert any(len(axis) == 2 for axis in matmuls[0].axes)
+
+
+def test_every_pass_keeps_the_invariants_and_attention_becomes_one_kernel():
+    gm = capture(attention, *_inputs(1))
+    plan = compile_graph(lower(gm), check=True)
+    assert len(plan.kernels) == 1
+    (tiled,) = plan.kernels.values()
+    ops = sorted(r.op for r in tiled.kernel.loop)
+    assert ops == ["max", "sum", "sum"]  # max, denominator, P@V: one online loop
+    assert tiled.tiling.dots == 2
+    assert tiled.tiling.row is not None and tiled.tiling.feature is not None
+
+
+def test_online_rescaling_is_derived_from_the_algebra():
+    j = Dim.fresh(7, "j")
+    s = Load("s", ((j,),), torch.float32)
+    m = Reduce("max", s, (j,), torch.float32)
+    e = Pointwise("exp", (Pointwise("sub", (s, m), torch.float32),), torch.float32)
+    assert exp_power(e, m) == 1
+    assert exp_power(Pointwise("mul", (e, Load("v", ((j,),), torch.float32)), torch.float32), m) == 1
+    assert exp_power(Pointwise("mul", (e, e), torch.float32), m) == 2
+    assert exp_power(Pointwise("sub", (s, m), torch.float32), m) is None  # linear in max: not rescalable
+    assert exp_power(Pointwise("exp", (Pointwise("add", (s, m), torch.float32),), torch.float32), m) == -1
+
+
+def test_invariant_factoring_moves_the_denominator_out():
+    j = Dim.fresh(5, "j")
+    i = Dim.fresh(3, "i")
+    p = Load("p", ((i,), (j,)), torch.float32)
+    denom = Reduce("sum", p, (j,), torch.float32)
+    body = Pointwise("mul", (Pointwise("div", (p, denom), torch.float32), Load("v", ((j,),), torch.float32)), torch.float32)
+    out = factor_invariants(Reduce("sum", body, (j,), torch.float32))
+    # the sum over j no longer contains the j-invariant denominator
+    inner = [n for n in walk(out) if isinstance(n, Reduce) and n.dims == (j,) and n is not denom]
+    assert any(not any(x == denom for x in walk(r.body)) for r in inner)
+
+
+def test_hand_written_softmax_fuses_like_torch_softmax():
+    def manual(q, k, v, bias):
+        s = q @ k.transpose(-1, -2) + bias
+        e = torch.exp(s - s.amax(-1, keepdim=True))
+        return (e / e.sum(-1, keepdim=True)) @ v
+
+    args = _inputs(2)
+    report = flashlight.explain(manual, *args)
+    assert len(report.kernels) == 1 and report.fallback_ops == []
+    out = flashlight.compile(manual)(*args)
+    ref = manual(*(a.double() for a in args))
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_sum_that_is_not_exp_shifted_is_not_made_online():
+    # sum_j (s - max_j s) depends on the max linearly: no single online pass exists
+    def shifted_sum(q, k):
+        s = q @ k.transpose(-1, -2)
+        return (s - s.amax(-1, keepdim=True)).sum(-1)
+
+    q, k = rand(2, 9, 8, seed=3), rand(2, 9, 8, seed=4)
+    report = flashlight.explain(shifted_sum, q, k)
+    assert report.kernels == []
+    assert any("exp(x - max)" in op.reason for op in report.fallback_ops)
+    out = flashlight.compile(shifted_sum)(q, k)
+    torch.testing.assert_close(out, shifted_sum(q, k))
+
+
+def test_projection_feeding_attention_backs_off_and_stays_separate():
+    # x @ w projections are reductions too; fusing K/V projections into the key loop
+    # would recompute them for every row block, so they stay separate operations
+    def projected(x, wq, wk, wv):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+
+    x, wq, wk, wv = rand(2, 21, 16, seed=5), rand(16, 16, seed=6), rand(16, 16, seed=7), rand(16, 16, seed=8)
+    report = flashlight.explain(projected, x, wq, wk, wv)
+    assert len(report.kernels) == 1
+    assert all(op.name.startswith(("mm", "bmm")) for op in report.fallback_ops)
+    out = flashlight.compile(projected)(x, wq, wk, wv)
+    ref = projected(*(a.double() for a in (x, wq, wk, wv)))
+    torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_unsupported_ops_fall_back_with_a_reason():
+    def with_cumsum(q, k, v):
+        s = (q @ k.transpose(-1, -2)).cumsum(-1)
+        return torch.softmax(s, dim=-1) @ v
+
+    q, k, v = (rand(2, 13, 8, seed=s) for s in (9, 10, 11))
+    report = flashlight.explain(with_cumsum, q, k, v)
+    reasons = {op.name: op.reason for op in report.fallback_ops}
+    assert "cumsum.default" in reasons and "no Flashlight lowering" in reasons["cumsum.default"]
+    out = flashlight.compile(with_cumsum)(q, k, v)
+    torch.testing.assert_close(out, with_cumsum(q, k, v), rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_without_the_interpreter_falls_back_with_a_warning():
+    args = _inputs(12)
+    torch.compiler.reset()
+    with settings.override(interpret=False), pytest.warns(UserWarning, match="TRITON_INTERPRET"):
+        out = flashlight.compile(attention)(*args)
+    torch.compiler.reset()
+    torch.testing.assert_close(out, attention(*args))
+
+
+def test_debug_level_two_shows_the_ir_after_each_pass_and_the_source(caplog):
+    with caplog.at_level(logging.WARNING, logger="flashlight"), settings.override(debug=2):
+        flashlight.explain(attention, *_inputs(13))
+    text = caplog.text
+    for title in ("lowered IR", "IR after fuse_elementwise", "IR after fuse_reductions", "online form", "tiling of",
+                  "Triton source"):
+        assert title in text
+    assert "@triton.jit" in text
+
+
+def test_settings_override_is_scoped(monkeypatch):
+    monkeypatch.setenv("FLASHLIGHT_DEBUG", "1")
+    assert settings.debug_level() == 1
+    with settings.override(debug=3):
+        assert settings.debug_level() == 3
+    assert settings.debug_level() == 1
+    with pytest.raises(KeyError):
+        with settings.override(no_such_setting=1):
+            pass
+
+
+def test_backend_is_registered_by_name():
+    args = _inputs(14)
+    torch.compiler.reset()
+    out = torch.compile(attention, backend="flashlight")(*args)
+    torch.compiler.reset()
+    ref = attention(*(a.double() for a in args))
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_lengths_are_runtime_arguments():
+    from flashlight.backend import compile_count
+
+    torch.compiler.reset()
+    compiled = flashlight.compile(attention)
+    before = compile_count()
+    for L in (11, 19, 26, 33):
+        args = _inputs(20 + L, L=L)
+        out = compiled(*args)
+        torch.testing.assert_close(out.double(), attention(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
+    # one static compile, then one with symbolic lengths that serves every other length
+    assert compile_count() - before <= 2
+    torch.compiler.reset()
+
+
+def test_generated_kernel_compiles_for_hopper():
+    report = flashlight.explain(attention, *_inputs(15))
+    result = report.kernels[0].aot_compile(90)
+    assert 0 < result.shared <= 227 * 1024
+
+
+def test_scalar_constants_print_exactly():
+    from flashlight.codegen import _literal
+
+    assert _literal(float("-inf")) == 'float("-inf")'
+    assert _literal(1e9) == "1000000000.0"
+    assert float(_literal(math.pi)) == math.pi
+    assert _literal(True) == "1"
