@@ -1,0 +1,554 @@
+"""End-to-end OpenFold benchmarks: stock vs ``torch.compile`` per block vs Flashlight.
+
+    python -m bench.evoformer [--n-res 256,512] [--scopes stack,model]
+                              [--modes stock,compile,flashlight] [--max-minutes 9]
+                              [--out bench/results/evoformer.json]
+
+Two scopes, each at every ``--n-res``:
+
+- ``stack``: the 48-block Evoformer stack of ``model_1`` alone, on random MSA and pair
+  representations (``--n-seq`` rows); latency of each block and of the stack, and, for
+  ``stock`` and ``flashlight``, the time of each module kind inside the blocks (MSA
+  row/column attention, triangle attentions and multiplications, transitions, outer
+  product mean) from CUDA events around each module call, measured in a separate pass.
+- ``model``: full ``model_1`` inference on a synthetic feature batch (random sequence and
+  MSA of the right shapes, ``--n-extra`` extra-MSA rows, templates off, ``--iters``
+  recycling iterations, i.e. 1 = a single pass), with the time of its top-level parts
+  (embedders, extra-MSA stack, Evoformer, structure module, heads).
+
+Three modes: ``stock`` (OpenFold 0.0.1 as installed, with its CUDA extension);
+``compile`` (stock with ``torch.compile`` applied to each Evoformer block via
+``Module.compile()``); ``flashlight`` (``flashlight.patch_openfold(model)``).
+
+Weights are a seeded random initialisation (``model_1`` shapes, attention modules
+drawn so they are not constant): no AlphaFold parameters are loaded, so the outputs are
+not structures, only timings. float32 with TF32 matmuls (OpenFold's inference setting),
+``chunk_size=None``, inference under ``torch.no_grad()``. Times are CUDA-event medians of
+``--reps`` calls after one untimed call (whose time, compilation included, is reported
+as the first call). Peak memory is ``torch.cuda.max_memory_allocated`` during a timed
+call (weights and inputs included). Non-stock modes are also compared with a stock run on
+the same weights and inputs (max abs difference).
+
+Resumable like :mod:`bench.kernels`: cells (scope, n_res, mode) in ``--out`` are skipped;
+exit status 3 means the time budget ran out (run again), 0 that all cells are done.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import gc
+import inspect
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+from typing import Any
+
+MODES = ("stock", "compile", "flashlight")
+SCOPES = ("stack", "model")
+EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
+
+CSV_FIELDS = ("scope", "n_res", "mode", "status", "ms", "first_call_s", "peak_gib", "attention_ms",
+              "attention_share", "max_abs_diff_vs_stock", "n_seq", "n_extra", "iters", "blocks", "message",
+              "gpu", "driver", "torch", "triton", "date")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m bench.evoformer", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n-res", default="256,512", help="residue counts, comma-separated")
+    p.add_argument("--scopes", default="stack,model")
+    p.add_argument("--modes", default="stock,compile,flashlight")
+    p.add_argument("--n-seq", type=int, default=512, help="MSA cluster rows")
+    p.add_argument("--n-extra", type=int, default=5120, help="extra MSA rows (model scope)")
+    p.add_argument("--iters", type=int, default=1, help="recycling iterations (1: a single pass)")
+    p.add_argument("--blocks", type=int, default=None, help="Evoformer blocks (default: model_1's 48)")
+    p.add_argument("--reps", type=int, default=3, help="timed calls per cell")
+    p.add_argument("--out", default=None)
+    p.add_argument("--max-minutes", type=float, default=9.0)
+    p.add_argument("--cell-timeout", type=float, default=420.0)
+    p.add_argument("--device", default=None)
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes (2 blocks, 16 residues) to check the harness on a CPU machine")
+    p.add_argument("--retry", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+def model_config(blocks: int | None, n_extra: int):
+    from openfold.config import model_config as of_model_config
+
+    config = of_model_config("model_1")
+    config.model.template.enabled = False
+    config.globals.chunk_size = None
+    config.globals.use_lma = False
+    config.globals.offload_inference = False
+    if blocks is not None:
+        config.model.evoformer_stack.no_blocks = blocks
+        config.model.extra_msa.extra_msa_stack.no_blocks = max(1, min(blocks, 4))
+    config.model.extra_msa.enabled = n_extra > 0
+    for stack in (config.model.evoformer_stack, config.model.extra_msa.extra_msa_stack,
+                  config.model.template.template_pair_stack):
+        stack.tune_chunk_size = False
+    return config
+
+
+def build_model(config, seed: int, device: str):
+    from flashlight.integrations.openfold_testing import random_model
+
+    return random_model(config, seed=seed).to(device)
+
+
+def synthetic_batch(n_res: int, n_seq: int, n_extra: int, iters: int, device: str, seed: int) -> dict:
+    """model_1 input features of the right shapes and kinds, drawn at random.
+
+    Keys and shapes as ``AlphaFold.forward`` documents them, each with a trailing
+    recycling dimension of size ``iters``: aatype, target_feat [N, 22], residue_index,
+    msa_feat [S, N, 49] (one-hot MSA, deletions, cluster profile, deletion mean),
+    seq/msa masks, the extra MSA (E rows) and the atom14/atom37 index maps of the
+    sequence.
+    """
+    import torch
+    from openfold.data.data_transforms import make_atom14_masks
+
+    g = torch.Generator().manual_seed(seed)
+    aatype = torch.randint(0, 20, (n_res,), generator=g)
+    target_feat = torch.zeros(n_res, 22)
+    target_feat[torch.arange(n_res), aatype + 1] = 1.0
+    msa = torch.randint(0, 21, (n_seq, n_res), generator=g)
+    msa[0] = aatype
+    one_hot = torch.nn.functional.one_hot(msa, 23).float()
+    has_deletion = (torch.rand(n_seq, n_res, generator=g) < 0.05).float()
+    deletion_value = has_deletion * torch.rand(n_seq, n_res, generator=g)
+    profile = torch.softmax(torch.randn(n_seq, n_res, 23, generator=g), dim=-1)
+    cluster_profile = 0.7 * one_hot + 0.3 * profile
+    deletion_mean = 0.1 * torch.rand(n_seq, n_res, generator=g)
+    msa_feat = torch.cat([one_hot, has_deletion[..., None], deletion_value[..., None], cluster_profile,
+                          deletion_mean[..., None]], dim=-1)  # [S, N, 49]
+    batch = {
+        "aatype": aatype,
+        "target_feat": target_feat,
+        "residue_index": torch.arange(n_res),
+        "msa_feat": msa_feat,
+        "seq_mask": torch.ones(n_res),
+        "msa_mask": torch.ones(n_seq, n_res),
+        "extra_msa": torch.randint(0, 21, (max(n_extra, 1), n_res), generator=g),
+        "extra_has_deletion": (torch.rand(max(n_extra, 1), n_res, generator=g) < 0.05).float(),
+        "extra_deletion_value": 0.1 * torch.rand(max(n_extra, 1), n_res, generator=g),
+        "extra_msa_mask": torch.ones(max(n_extra, 1), n_res),
+    }
+    batch = make_atom14_masks(batch)
+    return {k: v[..., None].expand(*v.shape, iters).contiguous().to(device) for k, v in batch.items()}
+
+
+def stack_inputs(n_res: int, n_seq: int, device: str, seed: int):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    m = torch.randn(1, n_seq, n_res, 256, generator=g).to(device)
+    z = torch.randn(1, n_res, n_res, 128, generator=g).to(device)
+    return m, z, torch.ones(1, n_seq, n_res, device=device), torch.ones(1, n_res, n_res, device=device)
+
+
+# ---------------------------------------------------------------------------- timing helpers
+
+
+class Events:
+    """CUDA events on the GPU; wall-clock stamps (after a synchronize) on the CPU."""
+
+    def __init__(self, device: str):
+        self.cuda = device == "cuda"
+
+    def mark(self):
+        import torch
+
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def ms(self, a, b) -> float:
+        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
+
+
+def sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def module_timer(modules: dict[str, Any], events: Events, totals: dict[str, list]):
+    """Forward hooks that record (start, end) events around each call of ``modules``."""
+    handles = []
+    for name, module in modules.items():
+        def pre(mod, args, _name=name):
+            mod._bench_start = events.mark()
+
+        def post(mod, args, out, _name=name):
+            totals.setdefault(_name, []).append((mod._bench_start, events.mark()))
+
+        handles.append(module.register_forward_pre_hook(pre))
+        handles.append(module.register_forward_hook(post))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def block_parts(block) -> dict[str, Any]:
+    """The timed parts of one Evoformer block: its children and its ``core``'s (0.0.1) or
+    ``pair_stack``'s (2.x) children, dropout layers left out."""
+    parts = {}
+    for name, child in block.named_children():
+        if name in ("core", "pair_stack"):
+            for sub, grandchild in child.named_children():
+                if "dropout" not in sub:
+                    parts[sub] = grandchild
+        elif "dropout" not in name:
+            parts[name] = child
+    return parts
+
+
+ATTENTION_PARTS = ("msa_att_row", "msa_att_col", "tri_att_start", "tri_att_end")
+
+
+def _call_block(block, m, z, msa_mask, pair_mask):
+    kwargs = dict(msa_mask=msa_mask, pair_mask=pair_mask, chunk_size=None, use_lma=False,
+                  use_flash=False, inplace_safe=True, _mask_trans=True)
+    params = inspect.signature(block.forward).parameters
+    if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return block(m, z, **kwargs)
+
+
+# ---------------------------------------------------------------------------- cells
+
+
+def _apply_mode(model, mode: str, blocks) -> dict:
+    import flashlight
+
+    info: dict[str, Any] = {}
+    if mode == "compile":
+        for block in blocks:
+            block.compile()
+        info["compiled_blocks"] = len(blocks)
+    elif mode == "flashlight":
+        report = flashlight.patch_openfold(model)
+        info["patched"] = {"total": report.total, "counts": report.counts}
+    return info
+
+
+def run_stack(args, n_res: int, mode: str, device: str) -> dict:
+    import torch
+
+    config = model_config(args.blocks, 0)
+    model = build_model(config, args.seed, device)
+    stack = model.evoformer
+    blocks = list(stack.blocks)
+    m0, z0, msa_mask, pair_mask = stack_inputs(n_res, args.n_seq, device, args.seed)
+    events = Events(device)
+
+    def run_pass(collect_blocks: bool = False):
+        m, z = m0.clone(), z0.clone()
+        marks = [events.mark()]
+        for block in blocks:
+            m, z = _call_block(block, m, z, msa_mask, pair_mask)
+            if collect_blocks:
+                marks.append(events.mark())
+        if not collect_blocks:
+            marks.append(events.mark())
+        sync(device)
+        return m, z, marks
+
+    rec: dict[str, Any] = {"blocks": len(blocks), "n_seq": args.n_seq}
+    with torch.no_grad():
+        ref = None
+        if mode != "stock":
+            m_ref, z_ref, _ = run_pass()
+            ref = (m_ref.cpu(), z_ref.cpu())
+            del m_ref, z_ref
+        rec.update(_apply_mode(model, mode, blocks))
+        t0 = time.perf_counter()
+        m, z, _ = run_pass()
+        rec["first_call_s"] = round(time.perf_counter() - t0, 2)
+        if ref is not None:
+            rec["max_abs_diff_vs_stock"] = max(float((m.cpu() - ref[0]).abs().max()),
+                                               float((z.cpu() - ref[1]).abs().max()))
+            rec["max_abs_diff_m"] = float((m.cpu() - ref[0]).abs().max())
+            rec["max_abs_diff_z"] = float((z.cpu() - ref[1]).abs().max())
+        del m, z
+        totals, per_block = [], []
+        for _ in range(args.reps):
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            _, _, marks = run_pass(collect_blocks=True)
+            totals.append(events.ms(marks[0], marks[-1]))
+            per_block.append([events.ms(a, b) for a, b in zip(marks, marks[1:])])
+        rec["ms"] = round(statistics.median(totals), 3)
+        rec["rep_ms"] = [round(t, 3) for t in totals]
+        rec["per_block_ms"] = [round(statistics.median(col), 3) for col in zip(*per_block)]
+        if device == "cuda":
+            rec["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        if mode != "compile":  # hooks inside compiled blocks would break their graphs
+            spans: dict[str, list] = {}
+            parts = {}
+            for i, block in enumerate(blocks):
+                for name, module in block_parts(block).items():
+                    parts[f"{i}.{name}"] = module
+            with module_timer(parts, events, spans):
+                run_pass()
+            breakdown: dict[str, float] = {}
+            for key, pairs in spans.items():
+                name = key.split(".", 1)[1]
+                breakdown[name] = breakdown.get(name, 0.0) + sum(events.ms(a, b) for a, b in pairs)
+            rec["breakdown_ms"] = {k: round(v, 3) for k, v in breakdown.items()}
+            att = sum(v for k, v in breakdown.items() if k in ATTENTION_PARTS)
+            rec["attention_ms"] = round(att, 3)
+            rec["attention_share"] = round(att / max(sum(breakdown.values()), 1e-9), 4)
+    del model, stack, blocks
+    return rec
+
+
+def run_model(args, n_res: int, mode: str, device: str) -> dict:
+    import torch
+
+    config = model_config(args.blocks, args.n_extra)
+    model = build_model(config, args.seed, device)
+    batch = synthetic_batch(n_res, args.n_seq, args.n_extra, args.iters, device, args.seed)
+    events = Events(device)
+    blocks = list(model.evoformer.blocks)
+
+    def forward():
+        t = [events.mark()]
+        out = model(dict(batch))
+        t.append(events.mark())
+        sync(device)
+        return out, events.ms(t[0], t[1])
+
+    rec: dict[str, Any] = {"blocks": len(blocks), "n_seq": args.n_seq, "n_extra": args.n_extra,
+                           "iters": args.iters, "weights": "seeded random init (no AlphaFold parameters)"}
+    with torch.no_grad():
+        ref = None
+        if mode != "stock":
+            out, _ = forward()
+            ref = {"pos": out["final_atom_positions"].cpu(), "plddt": out["plddt"].cpu()}
+            del out
+        rec.update(_apply_mode(model, mode, blocks))
+        t0 = time.perf_counter()
+        out, _ = forward()
+        rec["first_call_s"] = round(time.perf_counter() - t0, 2)
+        if ref is not None:
+            rec["max_abs_diff_vs_stock"] = float((out["final_atom_positions"].cpu() - ref["pos"]).abs().max())
+            rec["max_abs_diff_plddt"] = float((out["plddt"].cpu() - ref["plddt"]).abs().max())
+        rec["finite"] = bool(torch.isfinite(out["final_atom_positions"]).all())
+        del out
+        times = []
+        for _ in range(args.reps):
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            out, ms = forward()
+            del out
+            times.append(ms)
+        rec["ms"] = round(statistics.median(times), 2)
+        rec["rep_ms"] = [round(t, 2) for t in times]
+        if device == "cuda":
+            rec["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        spans: dict[str, list] = {}
+        parts = {name: child for name, child in model.named_children()}
+        with module_timer(parts, events, spans):
+            out, _ = forward()
+            del out
+        rec["breakdown_ms"] = {k: round(sum(events.ms(a, b) for a, b in v), 2) for k, v in spans.items()}
+    del model, batch
+    return rec
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+def wait_for_openfold(deadline, say) -> str | None:
+    """When OpenFold is being built in the background on the GPU machine, wait for it.
+    Returns why OpenFold cannot be used, or None."""
+    status_file = os.environ.get("FLASHLIGHT_OPENFOLD_STATUS")
+    if status_file:
+        announced = False
+        while True:
+            try:
+                status = pathlib.Path(status_file).read_text().strip()
+            except OSError:
+                status = None
+            if status != "building":
+                break
+            if deadline.remaining() < 120:
+                return "OpenFold is still building; not enough time left in this run"
+            if not announced:
+                say("bench.evoformer: waiting for the OpenFold build to finish")
+                announced = True
+            time.sleep(5)
+        if status == "failed":
+            return "the OpenFold build failed (see bench/results/logs/*-openfold-build.log)"
+    try:
+        import openfold.model.model  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        return f"OpenFold is not importable: {type(exc).__name__}: {exc}"
+    return None
+
+
+def save(path: pathlib.Path, data: dict) -> None:
+    from bench.common import atomic_write_json
+
+    atomic_write_json(path, data)
+    runs = {r["id"]: r for r in data["runs"]}
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        for c in data["cells"]:
+            run = runs.get(c.get("run"), {})
+            writer.writerow({**c, **{k: run.get(k) for k in ("gpu", "driver", "torch", "triton", "date")}})
+    os.replace(tmp, path.with_suffix(".csv"))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.smoke:
+        args.device = args.device or "cpu"
+        args.blocks = args.blocks or 2
+        args.n_seq, args.n_extra, args.reps = min(args.n_seq, 8), min(args.n_extra, 16), min(args.reps, 1)
+        if args.n_res == "256,512":
+            args.n_res = "16"
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+    import warnings
+
+    import torch
+
+    from bench.common import (RESULTS, Deadline, TimeUp, budget_from_env, environment, is_oom, set_precision,
+                              short_error)
+
+    # OpenFold 0.0.1 indexes with lists, which torch warns about on every call
+    warnings.filterwarnings("ignore", message="Using a non-tuple sequence for multidimensional indexing")
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    out = pathlib.Path(args.out) if args.out else RESULTS / ("evoformer_smoke.json" if args.smoke else "evoformer.json")
+    data = json.loads(out.read_text()) if out.exists() else {"schema": "flashlight-bench-evoformer/1",
+                                                              "runs": [], "cells": []}
+    deadline = Deadline(budget_from_env(args.max_minutes))
+    say = lambda *a: print(*a, flush=True)  # noqa: E731
+
+    def key(c):
+        return (c["scope"], c["n_res"], c["mode"], c.get("n_seq"), c.get("n_extra"), c.get("iters"), c.get("blocks"))
+
+    sizes = [int(n) for n in args.n_res.split(",") if n.strip()]
+    scopes = [s for s in args.scopes.split(",") if s]
+    modes = [m for m in args.modes.split(",") if m]
+    for bad, known in ((set(scopes) - set(SCOPES), SCOPES), (set(modes) - set(MODES), MODES)):
+        if bad:
+            sys.exit(f"bench.evoformer: unknown {sorted(bad)}; known: {', '.join(known)}")
+
+    why = wait_for_openfold(deadline, say)
+    if why:
+        say(f"bench.evoformer: {why}")
+        return 1 if "failed" in why or "importable" in why else EXIT_INCOMPLETE
+
+    from openfold.config import model_config as of_model_config
+
+    n_blocks = args.blocks or of_model_config("model_1").model.evoformer_stack.no_blocks
+    existing = {}
+    for i, c in enumerate(data["cells"]):
+        existing[key(c)] = i
+
+    def cell_id(scope, n, mode):
+        return (scope, n, mode, args.n_seq, args.n_extra if scope == "model" else None,
+                args.iters if scope == "model" else None, n_blocks)
+
+    todo = []
+    for n in sizes:
+        for scope in scopes:
+            for mode in modes:
+                k = cell_id(scope, n, mode)
+                if k in existing and not (args.retry and data["cells"][existing[k]]["status"] != "ok"):
+                    continue
+                todo.append((scope, n, mode))
+    if not todo:
+        say(f"bench.evoformer: every requested cell is already in {out}")
+        return EXIT_COMPLETE
+
+    meta = environment(device)
+    meta["args"] = vars(args)
+    meta["id"] = len(data["runs"])
+    data["runs"].append(meta)
+    run_id = meta["id"]
+    if device == "cuda":
+        set_precision("tf32")
+    compat = contextlib.nullcontext()
+    if device == "cpu":
+        from flashlight.integrations.openfold_compat import cpu_compat
+
+        compat = cpu_compat()
+    say(f"bench.evoformer: {len(todo)} cells -> {out} ({meta.get('gpu') or device}, torch {meta['torch']})")
+
+    status = EXIT_COMPLETE
+    try:
+        with compat:
+            for scope, n, mode in todo:
+                if deadline.remaining() < 60:
+                    status = EXIT_INCOMPLETE
+                    break
+                base = {"scope": scope, "n_res": n, "mode": mode, "run": run_id, "n_seq": args.n_seq,
+                        "n_extra": args.n_extra if scope == "model" else None,
+                        "iters": args.iters if scope == "model" else None, "blocks": n_blocks}
+                t0 = time.monotonic()
+                torch.compiler.reset()
+                try:
+                    with deadline.step(args.cell_timeout):
+                        fn = run_stack if scope == "stack" else run_model
+                        rec = {"status": "ok", **fn(args, n, mode, device)}
+                except TimeUp as exc:
+                    if deadline.remaining() <= 1.0:
+                        raise
+                    rec = {"status": "timeout", "message": f"took longer than {args.cell_timeout:.0f} s ({exc})"}
+                except Exception as exc:  # noqa: BLE001 - a failing configuration is a result
+                    rec = {"status": "oom" if is_oom(exc) else "error", "message": short_error(exc, 600)}
+                finally:
+                    gc.collect()
+                    if device == "cuda":
+                        torch.cuda.empty_cache()
+                rec["wall_s"] = round(time.monotonic() - t0, 1)
+                cell = {**base, **rec, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                k = key(cell)
+                if k in existing:
+                    data["cells"][existing[k]] = cell
+                else:
+                    existing[k] = len(data["cells"])
+                    data["cells"].append(cell)
+                save(out, data)
+                say(f"  [{deadline.elapsed():5.0f}s] {scope} N_res {n} {mode}: " + (
+                    f"{rec['ms']:.1f} ms, first call {rec['first_call_s']:.1f} s"
+                    + (f", peak {rec['peak_gib']:.1f} GiB" if "peak_gib" in rec else "")
+                    + (f", attention {100 * rec['attention_share']:.0f}%" if "attention_share" in rec else "")
+                    + (f", max |diff| vs stock {rec['max_abs_diff_vs_stock']:.2e}" if "max_abs_diff_vs_stock" in rec else "")
+                    if rec["status"] == "ok" else f"{rec['status'].upper()} {rec.get('message', '')[:200]}"))
+    except TimeUp:
+        status = EXIT_INCOMPLETE
+    finally:
+        data["runs"][run_id]["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        save(out, data)
+    if status == EXIT_INCOMPLETE:
+        say("bench.evoformer: time budget reached; run the same command again to continue")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
