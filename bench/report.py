@@ -1,0 +1,476 @@
+"""Plots, tables and the README's "Benchmarks" section, from the measured results.
+
+    python -m bench.report                # plots + bench/results/REPORT.md + README section
+    python -m bench.report --summary      # a short text table of the latest results
+    python -m bench.report --no-readme    # leave README.md alone
+
+Reads ``bench/results/kernels_*.json`` and ``bench/results/evoformer.json`` (smoke-test
+files excluded); when a cell was measured more than once, the latest measurement counts.
+Writes ``bench/results/plots/*.png``, ``bench/results/REPORT.md`` (every cell) and the
+section of ``README.md`` between ``<!-- benchmarks:begin -->`` and
+``<!-- benchmarks:end -->`` (appended at the end the first time). Every case where
+Flashlight is slower than a peer, or fails, is listed, with a hypothesis for why. Nothing
+here measures anything: with no result files it says so.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+BEGIN, END = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
+
+IMPLS = ("flashlight", "eager", "torch_compile", "sdpa", "flex", "cuequivariance", "trifast")
+IMPL_TITLES = {"flashlight": "Flashlight", "eager": "eager", "torch_compile": "torch.compile",
+               "sdpa": "SDPA (bias)", "flex": "FlexAttention", "cuequivariance": "cuEquivariance",
+               "trifast": "trifast"}
+EVOFORMER = ("msa_row_pair_bias", "msa_column", "triangle_start", "triangle_end")
+BLOCK_MASK = ("causal_tril", "causal_triu", "causal_index", "sliding_window", "prefix_lm", "document_mask")
+DTYPE_TITLES = {"bf16": "bf16", "tf32": "fp32 (TF32)", "fp32": "fp32 (IEEE)"}
+MODE_TITLES = {"stock": "stock", "compile": "torch.compile per block", "flashlight": "Flashlight"}
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def shape_label(shape: dict) -> str:
+    return " ".join(f"{k}{v}" for k, v in shape.items())
+
+
+def load_kernels(results: pathlib.Path) -> tuple[dict, list[dict]]:
+    """Latest cell per (variant, shape, dtype, impl), each with its run's metadata."""
+    latest: dict[tuple, dict] = {}
+    runs: list[dict] = []
+    for path in sorted(results.glob("kernels_*.json")):
+        if "smoke" in path.name:
+            continue
+        data = json.loads(path.read_text())
+        file_runs = {r["id"]: r for r in data.get("runs", [])}
+        runs.extend(data.get("runs", []))
+        for c in data.get("cells", []):
+            key = (c["variant"], json.dumps(c["shape"], sort_keys=True), c["dtype"], c["impl"])
+            cell = {**c, "_run": file_runs.get(c.get("run"), {}), "_file": path.name}
+            old = latest.get(key)
+            if old is None or c.get("measured_at", "") >= old.get("measured_at", ""):
+                latest[key] = cell
+    return latest, runs
+
+
+def load_evoformer(results: pathlib.Path) -> tuple[list[dict], list[dict]]:
+    path = results / "evoformer.json"
+    if not path.exists():
+        return [], []
+    data = json.loads(path.read_text())
+    runs = {r["id"]: r for r in data.get("runs", [])}
+    return [{**c, "_run": runs.get(c.get("run"), {})} for c in data["cells"]], data.get("runs", [])
+
+
+def cases(latest: dict) -> dict[tuple, dict[str, dict]]:
+    """(variant, shape json, dtype) -> {impl: cell}, in the order first measured."""
+    out: dict[tuple, dict[str, dict]] = {}
+    for (variant, shape, dtype, impl), cell in latest.items():
+        out.setdefault((variant, shape, dtype), {})[impl] = cell
+    return out
+
+
+# ---------------------------------------------------------------------------- formatting
+
+
+def fmt_ms(x: float | None) -> str:
+    if x is None:
+        return "–"
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    if x >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3f}"
+
+
+def cell_text(cell: dict | None) -> str:
+    if cell is None:
+        return "–"
+    status = cell["status"]
+    if status == "ok":
+        return fmt_ms(cell["ms"])
+    return {"oom": "OOM", "error": "error", "timeout": "timeout", "unavailable": "absent"}.get(status, status)
+
+
+def case_shape(row: dict[str, dict]) -> str:
+    """The shape of a case, its keys in the catalog's order."""
+    return shape_label(next(iter(row.values()))["shape"])
+
+
+def ratio(x: float) -> str:
+    return f"{x:.2f}×" if x >= 0.01 else f"{x:.1e}×"
+
+
+def ok_ms(cell: dict | None) -> float | None:
+    return cell["ms"] if cell is not None and cell.get("status") == "ok" else None
+
+
+def hypothesis(variant: str, dtype: str, winner: str) -> str:
+    """A likely cause for Flashlight losing this case. A hypothesis to check (with
+    FLASHLIGHT_DEBUG=2 and a profiler), not a measured fact."""
+    if dtype == "fp32" and winner in ("flex", "torch_compile", "sdpa"):
+        return ("IEEE float32 runs its dot products without tensor cores; the winner's tile "
+                "shapes / pipelining suit CUDA-core FMAs better")
+    if winner == "flex" and variant in BLOCK_MASK:
+        return ("FlexAttention's block mask skips key tiles that are entirely masked; a kernel that "
+                "visits and masks them does more work")
+    if winner == "flex":
+        return "FlexAttention's template is autotuned per shape (tile sizes, warps, stages)"
+    if winner == "sdpa":
+        return "the hand-written memory-efficient (CUTLASS) kernel is better tuned for this shape"
+    if winner in ("cuequivariance", "trifast"):
+        return f"{IMPL_TITLES[winner]}'s hand-written kernel is specialised for this layout and size"
+    if winner == "torch_compile":
+        return ("Inductor's unfused kernels win at this size: the fused kernel's grid or tiles "
+                "under-use the GPU (few query tiles per program)")
+    if winner == "eager":
+        return "eager cuBLAS/cuDNN calls win at this size: launch and tiling overheads dominate"
+    return "unknown"
+
+
+# ---------------------------------------------------------------------------- tables
+
+
+def machine_lines(runs: list[dict]) -> list[str]:
+    if not runs:
+        return []
+    gpus = sorted({r.get("gpu") or r.get("device", "?") for r in runs})
+    drivers = sorted({str(r.get("driver")) for r in runs if r.get("driver")})
+    torches = sorted({r.get("torch", "?") for r in runs})
+    tritons = sorted({r.get("triton", "?") for r in runs})
+    dates = sorted(r.get("date", "")[:10] for r in runs if r.get("date"))
+    lines = [f"Measured on {', '.join(gpus)} (driver {', '.join(drivers) or '?'}), torch {', '.join(torches)}, "
+             f"Triton {', '.join(tritons)}, {dates[0]}" + (f" to {dates[-1]}" if dates and dates[-1] != dates[0] else "")
+             + "."]
+    roofs = [r["roofline"] for r in runs if r.get("roofline")]
+    if roofs:
+        def med(k):
+            xs = sorted(r[k] for r in roofs)
+            return xs[len(xs) // 2]
+        lines.append(
+            f"Roofline measured in the same runs (median over {len(roofs)} run(s)): copy "
+            f"{med('copy_tb_per_s'):.2f} TB/s, matmul bf16 {med('bf16_tflop_per_s'):.0f}, TF32 "
+            f"{med('tf32_tflop_per_s'):.0f}, IEEE fp32 {med('fp32_tflop_per_s'):.1f} TFLOP/s.")
+    return lines
+
+
+def kernel_table(case_map: dict, keys: list[tuple], impls: tuple[str, ...]) -> list[str]:
+    present = [i for i in impls if any(i in case_map[k] for k in keys)]
+    head = ["variant", "shape", "dtype"] + [IMPL_TITLES[i] for i in present] + [
+        "floor", "FL % roofline", "FL vs best peer", "FL max rel err"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for k in keys:
+        variant, shape, dtype = k
+        row = case_map[k]
+        fl = row.get("flashlight")
+        fl_ms = ok_ms(fl)
+        peers = {i: ok_ms(row.get(i)) for i in present if i != "flashlight" and ok_ms(row.get(i)) is not None}
+        texts = []
+        best = min(peers.values()) if peers else None
+        for i in present:
+            t = cell_text(row.get(i))
+            ms = ok_ms(row.get(i))
+            if ms is not None and fl_ms is not None and ms == min([fl_ms, *peers.values()]):
+                t = f"**{t}**"
+            texts.append(t)
+        floor = next((c.get("floor_ms") for c in row.values() if c.get("floor_ms")), None)
+        frac = f"{100 * fl['roofline_frac']:.0f}%" if fl_ms is not None and fl.get("roofline_frac") else "–"
+        vs = ratio(best / fl_ms) if fl_ms and best else "–"
+        err = f"{fl['max_rel_err']:.1e}" if fl_ms is not None and fl.get("max_rel_err") is not None else "–"
+        lines.append("| " + " | ".join([variant, case_shape(row), DTYPE_TITLES.get(dtype, dtype),
+                                         *texts, fmt_ms(floor), frac, vs, err]) + " |")
+    return lines
+
+
+def losses(case_map: dict) -> list[dict]:
+    """Every case where Flashlight is slower than FlexAttention, torch.compile or any other
+    implementation measured, or did not run; one entry per case, slowest first."""
+    out = []
+    for (variant, _, dtype), row in case_map.items():
+        fl = row.get("flashlight")
+        if fl is None:
+            continue
+        label = f"{variant} [{case_shape(row)}] {DTYPE_TITLES.get(dtype, dtype)}"
+        if fl["status"] != "ok":
+            out.append({"case": label, "what": f"Flashlight {fl['status']}: {fl.get('message', '')[:160]}",
+                        "why": "see the message", "variant": variant, "ratio": float("inf")})
+            continue
+        faster = sorted((ms, impl) for impl, cell in row.items()
+                        if impl != "flashlight" and (ms := ok_ms(cell)) is not None and ms < fl["ms"])
+        if not faster:
+            continue
+        best_ms, winner = faster[0]
+        what = f"Flashlight {fmt_ms(fl['ms'])} ms; faster: " + ", ".join(
+            f"{IMPL_TITLES[i]} {fmt_ms(ms)} ms ({fl['ms'] / ms:.2f}×)" for ms, i in faster)
+        out.append({"case": label, "variant": variant, "peer": winner, "ratio": fl["ms"] / best_ms,
+                    "what": what, "why": hypothesis(variant, dtype, winner)})
+    return sorted(out, key=lambda d: -d["ratio"])
+
+
+def evoformer_table(cells: list[dict]) -> list[str]:
+    if not cells:
+        return []
+    by = {}
+    for c in cells:
+        by.setdefault((c["scope"], c["n_res"]), {})[c["mode"]] = c
+    head = ["scope", "N_res", "stock ms", "torch.compile per block ms", "Flashlight ms", "Flashlight vs stock",
+            "attention share (stock → FL)", "peak GiB (stock / compile / FL)", "first call s (compile / FL)",
+            "max abs diff vs stock (FL)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (scope, n), modes in sorted(by.items(), key=lambda kv: (kv[0][0] != "stack", kv[0][1])):
+        def ms(mode):
+            c = modes.get(mode)
+            return cell_text(c) if c is None or c["status"] != "ok" else fmt_ms(c["ms"])
+
+        st, fl, co = modes.get("stock"), modes.get("flashlight"), modes.get("compile")
+        speed = (f"{st['ms'] / fl['ms']:.2f}×" if st and fl and st["status"] == fl["status"] == "ok" else "–")
+        share = "–"
+        if st and st.get("attention_share") is not None:
+            share = f"{100 * st['attention_share']:.0f}%"
+            if fl and fl.get("attention_share") is not None:
+                share += f" → {100 * fl['attention_share']:.0f}%"
+        peak = " / ".join(f"{m['peak_gib']:.1f}" if m and m.get("peak_gib") is not None else "–" for m in (st, co, fl))
+        first = " / ".join(f"{m['first_call_s']:.0f}" if m and m.get("first_call_s") is not None else "–"
+                           for m in (co, fl))
+        diff = f"{fl['max_abs_diff_vs_stock']:.1e}" if fl and fl.get("max_abs_diff_vs_stock") is not None else "–"
+        label = "Evoformer stack" if scope == "stack" else "model_1 inference"
+        blocks = next((m.get("blocks") for m in modes.values() if m.get("blocks")), None)
+        if blocks:
+            label += f" ({blocks} blocks)"
+        lines.append("| " + " | ".join([label, str(n), ms("stock"), ms("compile"), ms("flashlight"), speed, share,
+                                         peak, first, diff]) + " |")
+    return lines
+
+
+def per_module_lines(cells: list[dict]) -> list[str]:
+    rows = [c for c in cells if c["scope"] == "stack" and c.get("breakdown_ms") and c["status"] == "ok"]
+    if not rows:
+        return []
+    parts = []
+    for c in rows:
+        for k in c["breakdown_ms"]:
+            if k not in parts:
+                parts.append(k)
+    head = ["N_res", "mode"] + parts
+    lines = ["Time per module kind, summed over the Evoformer stack's blocks (ms):", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in sorted(rows, key=lambda c: (c["n_res"], c["mode"])):
+        lines.append("| " + " | ".join([str(c["n_res"]), MODE_TITLES.get(c["mode"], c["mode"])]
+                                       + [fmt_ms(c["breakdown_ms"].get(p)) for p in parts]) + " |")
+    return lines
+
+
+# ---------------------------------------------------------------------------- plots
+
+
+def plot_kernels(case_map: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for dtype in ("bf16", "tf32", "fp32"):
+        keys = [k for k in case_map if k[2] == dtype and ok_ms(case_map[k].get("flashlight"))]
+        if not keys:
+            continue
+        impls = [i for i in IMPLS if i != "flashlight" and any(ok_ms(case_map[k].get(i)) for k in keys)]
+        fig, ax = plt.subplots(figsize=(10, 0.32 * len(keys) * max(1, len(impls)) / 2 + 2))
+        height = 0.8 / max(1, len(impls))
+        for j, impl in enumerate(impls):
+            ys, xs = [], []
+            for i, k in enumerate(keys):
+                ms = ok_ms(case_map[k].get(impl))
+                if ms:
+                    ys.append(i + j * height)
+                    xs.append(ms / case_map[k]["flashlight"]["ms"])
+            ax.barh(ys, xs, height=height, label=IMPL_TITLES[impl])
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yticks([i + 0.4 - height / 2 for i in range(len(keys))])
+        ax.set_yticklabels([f"{k[0]} [{case_shape(case_map[k])}]" for k in keys], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("time relative to Flashlight (> 1: Flashlight faster)")
+        ax.set_title(f"Forward time vs Flashlight, {DTYPE_TITLES[dtype]}")
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        path = out_dir / f"kernels_{dtype}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def plot_evoformer(cells: list[dict], out_dir: pathlib.Path) -> list[pathlib.Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [c for c in cells if c["status"] == "ok"]
+    if not ok:
+        return []
+    groups = sorted({(c["scope"], c["n_res"]) for c in ok}, key=lambda g: (g[0] != "stack", g[1]))
+    modes = [m for m in ("stock", "compile", "flashlight") if any(c["mode"] == m for c in ok)]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(modes)
+    for j, mode in enumerate(modes):
+        xs, ys = [], []
+        for i, g in enumerate(groups):
+            c = next((c for c in ok if (c["scope"], c["n_res"]) == g and c["mode"] == mode), None)
+            if c:
+                xs.append(i + j * width)
+                ys.append(c["ms"])
+        ax.bar(xs, ys, width=width, label=MODE_TITLES[mode])
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))])
+    ax.set_xticklabels([f"{'stack' if s == 'stack' else 'model_1'}\nN_res {n}" for s, n in groups])
+    ax.set_ylabel("ms (median)")
+    ax.set_title("OpenFold end to end (fp32 with TF32)")
+    ax.legend()
+    fig.tight_layout()
+    path = out_dir / "evoformer.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def build_section(latest: dict, kruns: list[dict], evo: list[dict], eruns: list[dict], plots: list[str],
+                  full: bool) -> str:
+    """The markdown section; ``plots`` are image paths relative to the file it goes in."""
+    case_map = cases(latest)
+    lines = ["## Benchmarks", ""]
+    if not case_map and not evo:
+        lines += ["No benchmark results yet: run `bench/run_all.sh` on a CUDA GPU machine "
+                  "(see [bench/README.md](bench/README.md)).", ""]
+        return "\n".join(lines)
+    lines += ["Generated by `python -m bench.report` from the raw results in `bench/results/` "
+              "(JSON and CSV); reproduce them with `bench/run_all.sh` (see [bench/README.md](bench/README.md)). "
+              "Forward pass only, median milliseconds of `triton.testing.do_bench`; **bold**: fastest; "
+              "\"FL vs best peer\" > 1 means Flashlight is faster than every other implementation measured. "
+              "Each implementation computes the whole variant as written in `bench/variants.py` "
+              "(for the Evoformer attentions: both biases, softmax, `@ v` and the sigmoid gate). "
+              "\"floor\": the roofline lower bound from the measured copy bandwidth and matmul rate; "
+              "errors are against float64 eager; \"–\": not measured or not applicable; \"absent\": "
+              "package not installed.", ""]
+    lines += machine_lines(kruns + eruns) + [""]
+    evo_keys = [k for k in case_map if k[0] in EVOFORMER]
+    lm_keys = [k for k in case_map if k[0] not in EVOFORMER]
+    if evo_keys:
+        lines += ["### Evoformer attention kernels", ""] + kernel_table(case_map, evo_keys, IMPLS) + [""]
+    shown = lm_keys if full else [k for k in lm_keys if k[2] == "bf16"]
+    if shown:
+        lines += ["### Language-model attention variants" + ("" if full else " (bf16; all dtypes in "
+                  "[bench/results/REPORT.md](bench/results/REPORT.md))"), ""]
+        lines += kernel_table(case_map, shown, IMPLS[:5]) + [""]
+    if evo:
+        lines += ["### OpenFold end to end", "",
+                  "Seeded random `model_1` weights (no AlphaFold parameters: timings only), templates off, "
+                  "`chunk_size=None`, fp32 with TF32, medians of CUDA-event timings."
+                  + (f" {evo[0].get('n_seq')} MSA rows" if evo and evo[0].get("n_seq") else "")
+                  + (", " + str(next((c['n_extra'] for c in evo if c.get('n_extra')), '')) + " extra MSA rows, "
+                     + str(next((c['iters'] for c in evo if c.get('iters')), '')) + " recycling iteration(s) "
+                     "for the whole model." if any(c.get("n_extra") for c in evo) else ""), ""]
+        lines += evoformer_table(evo) + [""]
+        failed = [c for c in evo if c["status"] != "ok"]
+        for c in failed:
+            lines.append(f"- {c['scope']} N_res {c['n_res']} {MODE_TITLES.get(c['mode'], c['mode'])}: "
+                         f"{c['status']}: {c.get('message', '')[:200]}")
+        if failed:
+            lines.append("")
+        lines += per_module_lines(evo) + [""]
+    loss = losses(case_map)
+    lines += ["### Where Flashlight loses", ""]
+    if loss:
+        lines += ["Every measured case where another implementation is faster than Flashlight, or where "
+                  "Flashlight did not run; worst first. The causes are hypotheses, not measurements.", "",
+                  "| case | result (×: how much faster than Flashlight) | likely cause (fastest peer) |",
+                  "|---|---|---|"]
+        lines += [f"| {d['case']} | {d['what']} | {d['why']} |" for d in loss]
+    else:
+        lines.append("In every measured case Flashlight was the fastest implementation.")
+    lines.append("")
+    absent = {}
+    for r in kruns:
+        absent.update(r.get("absent_peers", {}))
+    unavailable = sorted({c.get("message", "") for c in latest.values() if c["status"] == "unavailable"})
+    if absent or unavailable:
+        lines += ["Peers not measured: " + "; ".join([f"{k}: {v}" for k, v in absent.items()] + unavailable) + ".", ""]
+    for rel in plots:
+        lines.append(f"![{pathlib.PurePosixPath(rel).stem}]({rel})")
+    if plots:
+        lines.append("")
+    return "\n".join(lines)
+
+
+def update_readme(readme: pathlib.Path, section: str) -> None:
+    text = readme.read_text() if readme.exists() else ""
+    block = f"{BEGIN}\n{section.rstrip()}\n{END}\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + block + tail.lstrip("\n")
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    readme.write_text(text)
+
+
+def summary(latest: dict, evo: list[dict]) -> str:
+    case_map = cases(latest)
+    lines = []
+    if case_map:
+        impls = [i for i in IMPLS if any(i in row for row in case_map.values())]
+        lines.append(f"{'variant':18s} {'shape':26s} {'dtype':5s} " + " ".join(f"{IMPL_TITLES[i][:10]:>10s}" for i in impls))
+        for (variant, _, dtype), row in case_map.items():
+            lines.append(f"{variant[:18]:18s} {case_shape(row)[:26]:26s} {dtype:5s} "
+                         + " ".join(f"{cell_text(row.get(i)):>10s}" for i in impls))
+    for c in evo:
+        lines.append(f"{c['scope']:6s} N_res {c['n_res']:5d} {c['mode']:10s} "
+                     + (f"{c['ms']:10.1f} ms" if c["status"] == "ok" else c["status"]))
+    return "\n".join(lines) if lines else "no benchmark results yet"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n\n")[0])
+    p.add_argument("--results", default=str(RESULTS))
+    p.add_argument("--readme", default=str(ROOT / "README.md"))
+    p.add_argument("--no-readme", action="store_true")
+    p.add_argument("--summary", action="store_true", help="print a short table and exit")
+    args = p.parse_args(argv)
+    results = pathlib.Path(args.results)
+    latest, kruns = load_kernels(results)
+    evo, eruns = load_evoformer(results)
+    if args.summary:
+        print(summary(latest, evo))
+        return 0
+    plots_dir = results / "plots"
+    plots: list[pathlib.Path] = []
+    if latest or evo:
+        plots_dir.mkdir(parents=True, exist_ok=True)
+        plots = plot_kernels(cases(latest), plots_dir) + plot_evoformer(evo, plots_dir)
+    readme = pathlib.Path(args.readme).resolve()
+    links = lambda base: [os.path.relpath(p.resolve(), base).replace(os.sep, "/") for p in plots]  # noqa: E731
+    full = build_section(latest, kruns, evo, eruns, links(results.resolve()), full=True)
+    (results / "REPORT.md").write_text("# Benchmark report\n\n" + full.split("\n", 2)[2] + "\n")
+    if not args.no_readme:
+        update_readme(readme, build_section(latest, kruns, evo, eruns, links(readme.parent), full=False))
+    print(f"bench.report: {len(latest)} kernel cells, {len(evo)} end-to-end cells; wrote {results / 'REPORT.md'}"
+          + ("" if args.no_readme else f" and the section of {args.readme}")
+          + (f"; plots: {', '.join(p.name for p in plots)}" if plots else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

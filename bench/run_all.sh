@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Reproduce every benchmark result on the CUDA GPU machine, in calls of at most ten
+# minutes. Each call runs the parts below in order, skipping those already complete,
+# and stops cleanly before its time is up; run the same command again to continue.
+#
+#   scripts/gpu_run.sh --openfold-bg -- bash bench/run_all.sh   # on the GPU machine
+#   bash bench/run_all.sh --list                               # parts and their state
+#   bash bench/run_all.sh PART...                              # only these parts
+#
+# Progress lives in the result files themselves (bench/results/*.json: a part resumes
+# where it stopped) and in bench/results/run_all.done (parts finished). Bring
+# bench/results/ back from the GPU machine after each call, so the next call sees it.
+# When every part is done it prints "ALL PARTS COMPLETE". It ends with a short table
+# of the results so far; bench/report.py turns them into plots and the README section.
+#
+# Environment:
+#   FLASHLIGHT_RUN_LIMIT_S   seconds one call may use, counted from the start of
+#                            scripts/gpu_run.sh (default 570)
+#   PYTHON                   interpreter (default python3)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+PY="${PYTHON:-python3}"
+START="${FLASHLIGHT_GPU_RUN_START:-$(date +%s)}"
+LIMIT_S="${FLASHLIGHT_RUN_LIMIT_S:-570}"
+export FLASHLIGHT_BUDGET_END=$((START + LIMIT_S))
+DONE=bench/results/run_all.done
+R=bench/results
+mkdir -p "$R"
+touch "$DONE"
+
+K="$PY -m bench.kernels --max-minutes 9"
+E="$PY -m bench.evoformer --max-minutes 9"
+# name | command. Ordered by what matters most if GPU time runs short: the Evoformer
+# attentions at AlphaFold2's sizes, OpenFold end to end at 256 residues, then the rest.
+PARTS=(
+    "kernels-evoformer-main|$K --variants evoformer --shapes 0 --dtypes bf16,tf32,fp32 --out $R/kernels_evoformer.json"
+    "evoformer-256|$E --n-res 256 --scopes stack,model --out $R/evoformer.json"
+    "kernels-evoformer-bf16|$K --variants evoformer --shapes all --dtypes bf16 --out $R/kernels_evoformer.json"
+    "kernels-lm-bf16-1k|$K --variants lm --shapes 1 --dtypes bf16 --out $R/kernels_lm.json"
+    "evoformer-512|$E --n-res 512 --scopes stack,model --out $R/evoformer.json"
+    "kernels-evoformer-fp32|$K --variants evoformer --shapes all --dtypes tf32,fp32 --out $R/kernels_evoformer.json"
+    "kernels-lm-bf16|$K --variants lm --shapes all --dtypes bf16 --out $R/kernels_lm.json"
+    "kernels-lm-fp32|$K --variants lm --shapes all --dtypes tf32,fp32 --out $R/kernels_lm.json"
+)
+
+part_name() { echo "${1%%|*}"; }
+part_cmd() { echo "${1#*|}"; }
+is_done() { grep -qx "$1" "$DONE"; }
+left() { echo $((FLASHLIGHT_BUDGET_END - $(date +%s))); }
+say() { printf '[run_all %4ss left] %s\n' "$(left)" "$*"; }
+
+if [ "${1:-}" = "--list" ]; then
+    for p in "${PARTS[@]}"; do
+        n="$(part_name "$p")"
+        if is_done "$n"; then s=done; else s=todo; fi
+        printf '%-24s %-5s %s\n' "$n" "$s" "$(part_cmd "$p")"
+    done
+    exit 0
+fi
+selected=("$@")
+
+summary() {
+    "$PY" -m bench.report --summary 2>/dev/null || true
+}
+
+all_done=1
+for p in "${PARTS[@]}"; do
+    n="$(part_name "$p")"
+    if [ ${#selected[@]} -gt 0 ] && [[ ! " ${selected[*]} " == *" $n "* ]]; then
+        continue
+    fi
+    if is_done "$n"; then
+        say "$n: complete"
+        continue
+    fi
+    while :; do
+        if [ "$(left)" -lt 60 ]; then
+            say "out of time for this call; run the same command again to continue"
+            summary
+            exit 3
+        fi
+        say "$n: $(part_cmd "$p")"
+        # shellcheck disable=SC2046
+        $(part_cmd "$p")
+        rc=$?
+        case $rc in
+            0) echo "$n" >>"$DONE"; say "$n: complete"; break ;;
+            3) say "$n: stopped by the time budget; run the same command again to continue"
+               summary
+               exit 3 ;;
+            4) say "$n: a CUDA error ended the process (recorded); restarting the part" ;;
+            *) say "$n: FAILED with status $rc (see the output above); going on with the next part"
+               all_done=0
+               break ;;
+        esac
+    done
+done
+summary
+if [ "$all_done" = 1 ] && [ ${#selected[@]} -eq 0 ]; then
+    say "ALL PARTS COMPLETE"
+fi
