@@ -2,12 +2,15 @@
 
 The model is a seeded random-weight ``model_1`` with 2 Evoformer blocks, 1 extra-MSA
 block, no templates and no recycling (its attention modules and pLDDT head have every
-parameter drawn, so they are not zero), on a 12-residue sequence with a 4-sequence MSA.
+parameter drawn, so they are not zero), on a 12-residue sequence with a 4-sequence MSA
+(5 MSA rows and 5 extra-MSA rows after padding, so masks have zeros), unchunked and with
+``chunk_size=4``.
 Stock OpenFold needs ``cpu_compat()`` on CPU; the patched kernels run through the Triton
 interpreter.
 
-Stated tolerances (float32): single and pair representations within 1e-3 of their
-largest magnitude; final atom positions within 1e-2 Å; pLDDT within 0.05.
+Stated tolerances (float32): single and pair representations within 1e-4 of their
+largest magnitude; final atom positions within 1e-3 Å; pLDDT within 1e-2. (Measured on
+CPU through the interpreter: about 3e-7 relative, 4e-6 Å and 4e-6 pLDDT.)
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ def _fold(model, batch):
 
 @pytest.fixture(scope="module", params=[None, 4], ids=["unchunked", "chunk4"])
 def folded(request):
-    config = oft.small_model_config(chunk_size=request.param)
+    config = oft.small_model_config(chunk_size=request.param, max_msa_clusters=5, max_extra_msa=5)
     model = oft.random_model(config, seed=1)
     torch.manual_seed(1)  # MSA sampling in the feature pipeline
     batch = oft.model_batch(config, SEQUENCE, n_alignments=4, seed=1)
@@ -67,11 +70,11 @@ def test_patched_model_matches_stock(folded):
     for key in ("single", "pair"):
         scale = want[key].abs().max().item()
         diff = (out[key] - want[key]).abs().max().item()
-        assert diff <= 1e-3 * scale, f"{key}: {diff:.3g} (scale {scale:.3g})"
+        assert diff <= 1e-4 * scale, f"{key}: {diff:.3g} (scale {scale:.3g})"
     exists = batch["atom37_atom_exists"][..., -1].bool()
     positions = (out["final_atom_positions"] - want["final_atom_positions"])[exists]
-    assert positions.abs().max().item() <= 1e-2
-    assert (out["plddt"] - want["plddt"]).abs().max().item() <= 0.05
+    assert positions.abs().max().item() <= 1e-3
+    assert (out["plddt"] - want["plddt"]).abs().max().item() <= 1e-2
     assert torch.isfinite(out["final_atom_positions"]).all()
 
 
@@ -99,6 +102,8 @@ def test_unpatch_restores_bit_identical_outputs(folded):
 
 def test_state_dict_round_trip(folded, tmp_path):
     model, patched, batch, _, want, patched_out = folded
+    if model.globals.chunk_size is not None:
+        pytest.skip("one round trip is enough; the unchunked model runs it")
     state = patched.state_dict()
     reference = model.state_dict()
     assert list(state) == list(reference)
@@ -106,15 +111,16 @@ def test_state_dict_round_trip(folded, tmp_path):
     path = tmp_path / "weights.pt"
     torch.save(state, path)
 
-    # a differently seeded model, patched, then loaded: same outputs as the patched one
-    other = oft.random_model(oft.small_model_config(chunk_size=model.globals.chunk_size), seed=7)
+    # a differently seeded model (other outputs), patched, then loaded from the file:
+    # it reproduces the patched model's outputs, so the loaded weights took effect
+    other = oft.random_model(oft.small_model_config(max_msa_clusters=5, max_extra_msa=5), seed=7)
+    assert not torch.allclose(_fold(other, batch)["single"], want["single"])
     flashlight.patch_openfold(other)
-    before = _fold(other, batch)
-    assert not torch.allclose(before["single"], patched_out["single"])
     other.load_state_dict(torch.load(path))
     after = _fold(other, batch)
-    for key in ("single", "pair", "final_atom_positions"):
+    for key in KEYS:
         torch.testing.assert_close(after[key], patched_out[key], rtol=1e-5, atol=1e-5)
-    # and the file loads into a stock model that reproduces the stock outputs exactly
+    # and unpatched, it reproduces the stock outputs exactly
     flashlight.unpatch_openfold(other)
-    assert all(torch.equal(a, b) for a, b in zip(_fold(other, batch).values(), want.values()))
+    out = _fold(other, batch)
+    assert all(torch.equal(out[key], want[key]) for key in KEYS)
