@@ -448,7 +448,7 @@ def _patched_forward(self, q_x, kv_x, biases=None, *args, **kwargs):
     """
     state: _PatchState = getattr(self, _STATE_ATTR)
     flags = _bind(state, args, kwargs)
-    biases = list(biases) if biases is not None else []
+    biases = [b for b in biases if b is not None] if biases is not None else []
 
     for name in flags:
         if name not in _IGNORED_FLAGS and name not in ("use_flash", "flash_mask"):
