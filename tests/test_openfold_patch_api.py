@@ -341,3 +341,25 @@ _VIEW_OPS = ("view", "transpose", "permute", "expand", "unsqueeze", "squeeze", "
 
 def _is_view(name: str) -> bool:
     return any(v in name for v in _VIEW_OPS)
+
+
+def test_deepcopy_of_a_patched_model_is_patched_on_its_own_weights(gen):
+    block, inputs = _block_like(gen)
+    flashlight.patch_openfold(block)
+    twin = copy.deepcopy(block)
+    assert ofp.is_patched(twin.msa_att_row.mha)
+    assert twin.msa_att_row.mha.forward.__self__ is twin.msa_att_row.mha
+    with torch.no_grad():
+        twin.msa_att_row.mha.linear_o.weight.mul_(2.0)
+    stock_twin = copy.deepcopy(twin)
+    flashlight.unpatch_openfold(stock_twin)
+    _close(_run(twin, inputs), _run(stock_twin, inputs))
+    assert not torch.allclose(_run(twin, inputs)[0], _run(block, inputs)[0])
+
+
+def test_inference_mode(gen):
+    block, inputs = _block_like(gen)
+    stock = copy.deepcopy(block)
+    flashlight.patch_openfold(block)
+    with torch.inference_mode():
+        _close(block(*inputs), stock(*inputs))
