@@ -66,7 +66,8 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
     nodes = {n.name: n for n in gm.graph.nodes}
     launchers: dict[str, Launcher] = {}
     for node_name, tiled in plan.kernels.items():
-        src = generate(tiled, f"flashlight_kernel_{next(_kernel_ids)}", _fp32_precision())
+        interpret = _on_cpu(example_inputs)
+        src = generate(tiled, f"flashlight_kernel_{next(_kernel_ids)}", _fp32_precision(), interpret)
         if settings.debug_level() >= 2:
             log.warning("[flashlight] Triton source for %s\n%s", node_name, src.source)
         launcher = Launcher(tiled, src)
@@ -129,8 +130,9 @@ def _kernel_report(launcher: Launcher) -> KernelReport:
     kernel = launcher.kernel
 
     def aot(capability: int = 90, **kw):
-        dtypes = list(launcher.input_dtypes)
-        return aot_compile(launcher.src, dtypes, kernel.dtype, capability, **kw)
+        # compile what a GPU would run (the interpreter's source may differ)
+        src = generate(launcher.tiled, launcher.src.name, launcher.src.fp32_precision, interpret=False)
+        return aot_compile(src, list(launcher.input_dtypes), kernel.dtype, capability, **kw)
 
     return KernelReport(launcher.src.name, launcher.src.source, tuple(launcher.aten_ops), aot)
 

@@ -66,7 +66,7 @@ class KernelSource:
     # (input, axis) pairs: inputs re-read by many programs whose innermost tile axis
     # should be contiguous; the launcher copies them into that layout when it is not
     fast_axes: tuple[tuple[int, int], ...]
-    dot_dtype: str | None  # "ieee" / "tf32" for fp32 contractions
+    fp32_precision: str  # "ieee" or "tf32": how fp32 contractions run
 
 
 def _literal(value) -> str:
@@ -82,7 +82,8 @@ def _literal(value) -> str:
 
 
 class _Printer:
-    def __init__(self, tk: TiledKernel, name: str, fp32_precision: str):
+    def __init__(self, tk: TiledKernel, name: str, fp32_precision: str, interpret: bool):
+        self.interpret = interpret
         self.tk = tk
         self.kernel = tk.kernel
         self.tiling = tk.tiling
@@ -290,7 +291,9 @@ class _Printer:
         y = [r for r in lb if r != reduced][0]
         a = a if la == (x, reduced) else f"tl.trans({a})"
         b = b if lb == (reduced, y) else f"tl.trans({b})"
-        dtype = TL_DTYPES[body.dtype] if body.dtype in (torch.bfloat16, torch.float16) else "tl.float32"
+        low = body.dtype in (torch.bfloat16, torch.float16) and not self.interpret
+        # the Triton interpreter multiplies 16-bit floats wrongly: it gets fp32 operands
+        dtype = TL_DTYPES[body.dtype] if low else "tl.float32"
         precision = f', input_precision="{self.fp32_precision}"' if dtype == "tl.float32" else ""
         text = f"tl.dot({a}.to({dtype}), {b}.to({dtype}){precision})"
         out = canonical((x, y))
@@ -413,6 +416,6 @@ def _pow(base: str, exponent) -> str:
             -0.5: f"tl.rsqrt({base})", -1: f"(1.0 / {base})", 1: base}[exponent]
 
 
-def generate(tk: TiledKernel, name: str, fp32_precision: str = "ieee") -> KernelSource:
-    """Print ``tk`` as a Triton kernel named ``name``."""
-    return _Printer(tk, name, fp32_precision).print()
+def generate(tk: TiledKernel, name: str, fp32_precision: str = "ieee", interpret: bool = False) -> KernelSource:
+    """Print ``tk`` as a Triton kernel named ``name`` (for the interpreter if ``interpret``)."""
+    return _Printer(tk, name, fp32_precision, interpret).print()

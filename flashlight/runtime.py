@@ -86,6 +86,7 @@ class Launcher:
     """Calls a generated kernel on real tensors; the FX graph calls this object."""
 
     def __init__(self, tiled: TiledKernel, src: KernelSource):
+        self.tiled = tiled
         self.kernel = tiled.kernel
         self.src = src
         self.sources = size_sources(tiled.kernel, src)
