@@ -167,8 +167,15 @@ def _gpu_head_dims_shape(name: str) -> dict:
     return shape
 
 
-@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-@pytest.mark.parametrize("name", VARIANT_PARAMS)
+# bfloat16 for every variant; float32 (with TF32 or IEEE) where models run attention in
+# it at these head dims: OpenFold's Evoformer. Float32 builds are slow (tens of seconds each).
+GPU_HEAD_DIM_CASES = [pytest.param(name, torch.bfloat16, id=f"{name}-bf16") for name in VARIANTS] + [
+    pytest.param(name, torch.float32, id=f"{name}-fp32")
+    for name in ("msa_row_pair_bias", "msa_column", "triangle_start", "triangle_end")
+]
+
+
+@pytest.mark.parametrize("name, dtype", GPU_HEAD_DIM_CASES)
 def test_gpu_head_dims_build_for_hopper(name, dtype, request):
     v = VARIANTS[name]
     shape = _gpu_head_dims_shape(name)
@@ -259,8 +266,8 @@ def test_length_change_kernel_compiles_bounded(name, request):
     assert compile_count is not None, "flashlight.backend.compile_count() is missing"
     before = compile_count()
     _run_lengths(name, request)
-    kernels = compile_count() - before
-    assert 1 <= kernels <= MAX_COMPILES, (
+    kernels = compile_count() - before  # 0 when an earlier test already built the same source
+    assert kernels <= MAX_COMPILES, (
         f"variant {name}: {kernels} Flashlight kernel compiles for lengths {LENGTHS}, "
         f"at most {MAX_COMPILES} allowed"
     )
