@@ -159,7 +159,7 @@ def measure_roofline(device: str, small: bool = False) -> dict[str, float]:
     set_precision("fp32")
     if device == "cuda":
         torch.cuda.empty_cache()
-    return {k: round(v, 3) for k, v in result.items()}
+    return {k: float(f"{v:.4g}") for k, v in result.items()}
 
 
 def roofline_floor_ms(flops: float, bytes_moved: float, dtype_name: str, roofline: dict) -> float:
@@ -167,7 +167,8 @@ def roofline_floor_ms(flops: float, bytes_moved: float, dtype_name: str, rooflin
     this dtype and compulsory traffic time at the measured copy bandwidth."""
     rate = roofline[f"{dtype_name}_tflop_per_s"] * 1e12
     bw = roofline["copy_tb_per_s"] * 1e12
-    return max(flops / rate, bytes_moved / bw) * 1e3
+    bounds = [flops / rate if rate > 0 else 0.0, bytes_moved / bw if bw > 0 else 0.0]
+    return max(bounds) * 1e3
 
 
 def tensor_bytes(*tensors: Any) -> int:

@@ -80,6 +80,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _sig(x: float, digits: int = 5) -> float:
+    """``x`` rounded to ``digits`` significant digits (tiny CPU numbers stay non-zero)."""
+    return float(f"{x:.{digits}g}")
+
+
 def shape_label(shape: dict) -> str:
     return " ".join(f"{k}{v}" for k, v in shape.items())
 
@@ -251,14 +256,14 @@ def run_cell(fn: Callable, args: tuple, ref, ctx: dict, deadline, timeout_s: flo
                 synchronize(device)
                 rec["peak_extra_mib"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
                 del out
-            ms = bench_ms(lambda: fn(*args), device, rep_ms=ctx["rep_ms"])
+            ms = bench_ms(lambda: fn(*args), device, rep_ms=ctx["rep_ms"], cpu_reps=ctx.get("cpu_reps", 3))
         rec["status"] = "ok"
-        rec["ms"] = round(ms, 5)
-        rec["tflops"] = round(ctx["flops"] / (ms * 1e-3) / 1e12, 3)
+        rec["ms"] = _sig(ms)
+        rec["tflops"] = _sig(ctx["flops"] / (ms * 1e-3) / 1e12) if ms > 0 else None
         rec["bytes"] = tensor_bytes(*args) + out_bytes
         floor = roofline_floor_ms(ctx["flops"], rec["bytes"], ctx["dtype"], ctx["roofline"])
-        rec["floor_ms"] = round(floor, 5)
-        rec["roofline_frac"] = round(floor / ms, 4)
+        rec["floor_ms"] = _sig(floor)
+        rec["roofline_frac"] = _sig(floor / ms) if ms > 0 else None
     except TimeUp as exc:
         if deadline.remaining() <= 1.0 and time.monotonic() - t_start < timeout_s:
             raise  # the run's budget ran out, not this cell's limit: leave the cell undone
@@ -412,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 if device == "cuda":
                     torch.cuda.empty_cache()
-            ctx = {"device": device, "dtype": dtype_name, "rep_ms": args.rep_ms,
+            ctx = {"device": device, "dtype": dtype_name, "rep_ms": args.rep_ms, "cpu_reps": 1 if args.smoke else 3,
                    "flops": float(v.flops(shape)), "roofline": rf}
             for impl in todo:
                 report = ExplainReport() if impl == "flashlight" else None
@@ -463,7 +468,11 @@ def main(argv: list[str] | None = None) -> int:
 def _describe(rec: dict) -> str:
     if rec["status"] != "ok":
         return f"{rec['status'].upper()} {rec.get('message', '')[:160]}"
-    parts = [f"{rec['ms']:.4f} ms", f"{rec['tflops']:.1f} TFLOP/s", f"{100 * rec['roofline_frac']:.0f}% of roofline"]
+    parts = [f"{rec['ms']:.4f} ms"]
+    if rec.get("tflops") is not None:
+        parts.append(f"{rec['tflops']:.1f} TFLOP/s")
+    if rec.get("roofline_frac") is not None:
+        parts.append(f"{100 * rec['roofline_frac']:.0f}% of roofline")
     if "peak_extra_mib" in rec:
         parts.append(f"+{rec['peak_extra_mib']:.0f} MiB")
     if "max_abs_err" in rec:

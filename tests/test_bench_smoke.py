@@ -1,0 +1,88 @@
+"""The benchmark harness on the CPU (Triton interpreter), tiny shapes: it runs, records
+cells with their errors against float64, resumes, stops on its time budget, and the
+report turns its output into tables."""
+import json
+import pathlib
+
+import pytest
+
+pytest.importorskip("triton")
+
+from bench import kernels, report  # noqa: E402
+
+
+def _kernels(tmp_path: pathlib.Path, *extra: str) -> int:
+    return kernels.main([
+        "--device", "cpu", "--smoke", "--quiet",
+        "--variants", "vanilla,msa_row_pair_bias",
+        "--impls", "eager,sdpa,flashlight",
+        "--out", str(tmp_path / "kernels_smoke_test.json"),
+        *extra,
+    ])
+
+
+def test_kernels_smoke_records_resumes_and_reports(tmp_path):
+    assert _kernels(tmp_path) == kernels.EXIT_COMPLETE
+    data = json.loads((tmp_path / "kernels_smoke_test.json").read_text())
+    assert len(data["runs"]) == 1
+    run = data["runs"][0]
+    assert run["device"] == "cpu" and run["torch"] and run["triton"] and run["date"]
+    assert set(run["roofline"]) == {"copy_tb_per_s", "bf16_tflop_per_s", "tf32_tflop_per_s", "fp32_tflop_per_s"}
+    cells = {(c["variant"], c["impl"]): c for c in data["cells"]}
+    assert set(cells) == {(v, i) for v in ("vanilla", "msa_row_pair_bias") for i in ("eager", "sdpa", "flashlight")}
+    for cell in cells.values():
+        assert cell["status"] == "ok", cell
+        assert cell["dtype"] == "fp32"
+        assert cell["ms"] > 0 and cell["tflops"] > 0 and cell["floor_ms"] > 0
+        assert cell["max_abs_err"] < 1e-4 and cell["max_rel_err"] < 1e-4
+        assert cell["first_call_s"] >= 0
+    assert cells[("vanilla", "flashlight")]["kernels"] == 1
+    assert cells[("msa_row_pair_bias", "flashlight")]["kernels"] == 1
+    csv_lines = (tmp_path / "kernels_smoke_test.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("variant,shape,dtype,impl,status,ms")
+    assert len(csv_lines) == 1 + len(cells)
+
+    # every cell is there: nothing measured, no new run recorded
+    assert _kernels(tmp_path) == kernels.EXIT_COMPLETE
+    assert len(json.loads((tmp_path / "kernels_smoke_test.json").read_text())["runs"]) == 1
+
+    # the report reads result files named kernels_*.json (smoke files excluded)
+    (tmp_path / "kernels_cpu.json").write_text((tmp_path / "kernels_smoke_test.json").read_text())
+    readme = tmp_path / "README.md"
+    readme.write_text("# Project\n\nText.\n")
+    assert report.main(["--results", str(tmp_path), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("# Project\n\nText.\n")
+    assert text.count(report.BEGIN) == 1 and "## Benchmarks" in text and "msa_row_pair_bias" in text
+    assert "### Where Flashlight loses" in text
+    assert (tmp_path / "REPORT.md").exists() and (tmp_path / "plots" / "kernels_fp32.png").exists()
+    # regenerating replaces the section instead of appending another
+    assert report.main(["--results", str(tmp_path), "--readme", str(readme)]) == 0
+    assert readme.read_text().count(report.BEGIN) == 1
+
+
+def test_kernels_stops_on_time_budget(tmp_path):
+    # no time for any cell: the run records itself, measures nothing and says "incomplete"
+    assert _kernels(tmp_path, "--max-minutes", "0.01", "--impls", "eager") == kernels.EXIT_INCOMPLETE
+    data = json.loads((tmp_path / "kernels_smoke_test.json").read_text())
+    assert data["cells"] == [] and data["runs"][0]["cells_measured"] == 0
+
+
+def test_failing_implementation_is_a_recorded_result(tmp_path, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("deliberate failure")
+
+    real = kernels.make_impl
+    monkeypatch.setattr(kernels, "make_impl",
+                        lambda v, impl, device, rep: broken if impl == "sdpa" else real(v, impl, device, rep))
+    assert _kernels(tmp_path, "--variants", "vanilla", "--impls", "eager,sdpa") == kernels.EXIT_COMPLETE
+    cells = {c["impl"]: c for c in json.loads((tmp_path / "kernels_smoke_test.json").read_text())["cells"]}
+    assert cells["eager"]["status"] == "ok"
+    assert cells["sdpa"]["status"] == "error" and "deliberate failure" in cells["sdpa"]["message"]
+
+
+def test_report_without_results(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# Project\n")
+    assert report.main(["--results", str(tmp_path), "--readme", str(readme)]) == 0
+    assert "No benchmark results yet" in readme.read_text()
