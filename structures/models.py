@@ -60,7 +60,7 @@ class ModelInfo:
         else:
             source = f"weights {os.path.basename(self.weights)}"
         return (
-            f"OpenFold {self.preset}, {self.num_blocks} Evoformer blocks, "
+            f"OpenFold {self.preset}, {self.num_blocks} Evoformer block{'' if self.num_blocks == 1 else 's'}, "
             f"{self.recycles} recycles, {self.dtype}: {source}"
         )
 
