@@ -1,0 +1,158 @@
+"""The latency report: schema, 48 per-block entries for a 48-block model, module discovery."""
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("openfold")
+
+from flashlight.structures.fold import SCHEMA, Folder, FoldOptions  # noqa: E402
+from flashlight.structures.inputs import Record  # noqa: E402
+from flashlight.structures.timing import (  # noqa: E402
+    MODULE_KINDS,
+    RunTiming,
+    find_block_modules,
+    find_evoformer_blocks,
+    median_timing,
+)
+
+
+@pytest.fixture
+def one_thread():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def _check_run(run, num_blocks, stages):
+    assert set(run) >= {"model_s", "stages", "blocks"}
+    assert run["model_s"] > 0
+    assert list(run["stages"]) == stages
+    assert len(run["blocks"]) == num_blocks
+    for index, block in enumerate(run["blocks"]):
+        assert block["index"] == index
+        assert block["total_s"] > 0
+        assert list(block["modules"]) == list(MODULE_KINDS)
+        assert all(seconds > 0 for seconds in block["modules"].values())
+        # modules run inside their block
+        assert sum(block["modules"].values()) <= block["total_s"] * 1.05
+
+
+def test_full_depth_model_reports_48_blocks(tmp_path, one_thread):
+    """The preset's 48-block model_1 (random weights) on a 6-residue sequence."""
+    options = FoldOptions(
+        out_dir=str(tmp_path),
+        flashlight=False,
+        warmup=1,
+        repeats=2,
+        recycles=0,
+        chunk_size=None,
+        max_msa_clusters=6,
+        max_extra_msa=1,
+        plot=False,
+    )
+    folder = Folder(options, warn=print)
+    assert folder.info.num_blocks == 48
+    record = Record(id="hexa", description="six residues", sequence="MKTAYI", source="-", index=1)
+    report = folder.fold(record)
+
+    on_disk = json.loads((tmp_path / "hexa" / "latency.json").read_text())
+    assert on_disk["schema"] == SCHEMA == report["schema"]
+    stages = list(dict(folder.stock.named_children()))
+    assert {"evoformer", "structure_module", "extra_msa_stack"} <= set(stages)
+    stock = on_disk["runs"]["stock"]
+    _check_run(stock["steady"], 48, stages)
+    assert len(stock["warmup"]) == 1 and len(stock["warmup_s"]) == 1
+    _check_run(stock["warmup"][0], 48, stages)
+    assert len(stock["runs_s"]) == 2
+    assert on_disk["timer"] == "wall_clock"
+    assert on_disk["repeats"] == 2 and on_disk["warmup_runs"] == 1
+    e2e = on_disk["end_to_end"]
+    assert e2e["variant"] == "stock"
+    assert e2e["total_s"] == pytest.approx(e2e["features_s"] + e2e["model_s"] + e2e["write_s"])
+    assert e2e["model_s"] == stock["steady"]["model_s"]
+    assert e2e["wall_s"] >= e2e["total_s"]
+    evoformer = stock["steady"]["stages"]["evoformer"]
+    assert sum(b["total_s"] for b in stock["steady"]["blocks"]) <= evoformer * 1.05
+    assert on_disk["model"]["num_blocks"] == 48
+    assert len(on_disk["plddt"]) == 6
+
+
+def test_median_is_elementwise():
+    def run(x):
+        return RunTiming(x, {"evoformer": 2 * x}, [x, 3 * x], [{"msa_att_row": x}, {"msa_att_row": 5 * x}])
+
+    med = median_timing([run(1.0), run(3.0), run(2.0)])
+    assert med.model_s == 2.0
+    assert med.stages == {"evoformer": 4.0}
+    assert med.blocks == [2.0, 6.0]
+    assert med.modules == [{"msa_att_row": 2.0}, {"msa_att_row": 10.0}]
+    even = median_timing([run(1.0), run(2.0)])
+    assert even.model_s == 1.5
+
+
+def _upstream_style_model():
+    """A module tree shaped like upstream OpenFold 2.x: blocks[i].pair_stack.tri_att_start."""
+    nn = torch.nn
+
+    def named(cls_name):
+        return type(cls_name, (nn.Module,), {"forward": lambda self, x: x})
+
+    PairStack = named("PairStack")
+    Block = named("EvoformerBlock")
+    Stack = named("EvoformerStack")
+    stack = Stack()
+    stack.blocks = nn.ModuleList()
+    for _ in range(3):
+        block = Block()
+        block.msa_att_row = named("MSARowAttentionWithPairBias")()
+        block.msa_att_col = named("MSAColumnAttention")()
+        block.msa_transition = named("MSATransition")()
+        block.outer_product_mean = named("OuterProductMean")()
+        block.pair_stack = PairStack()
+        block.pair_stack.tri_mul_out = named("TriangleMultiplicationOutgoing")()
+        block.pair_stack.tri_mul_in = named("TriangleMultiplicationIncoming")()
+        block.pair_stack.tri_att_start = named("TriangleAttention")()
+        block.pair_stack.tri_att_end = named("TriangleAttention")()
+        block.pair_stack.pair_transition = named("PairTransition")()
+        stack.blocks.append(block)
+    model = nn.Module()
+    model.evoformer = stack
+    return model
+
+
+def test_modules_found_in_upstream_layout():
+    model = _upstream_style_model()
+    blocks = find_evoformer_blocks(model)
+    assert len(blocks) == 3
+    found = find_block_modules(blocks[1])
+    assert list(found) == list(MODULE_KINDS)
+    assert found["tri_att_start"] is blocks[1].pair_stack.tri_att_start
+    assert found["tri_att_end"] is blocks[1].pair_stack.tri_att_end
+
+
+def test_modules_found_by_class_when_renamed():
+    model = _upstream_style_model()
+    block = find_evoformer_blocks(model)[0]
+    # rename the triangle attentions: class order decides start, then end
+    start, end = block.pair_stack.tri_att_start, block.pair_stack.tri_att_end
+    del block.pair_stack.tri_att_start, block.pair_stack.tri_att_end
+    block.pair_stack.first = start
+    block.pair_stack.second = end
+    found = find_block_modules(block)
+    assert found["tri_att_start"] is start and found["tri_att_end"] is end
+
+
+def test_openfold_001_layout():
+    from openfold.model.evoformer import EvoformerBlock
+
+    block = EvoformerBlock(
+        c_m=16, c_z=8, c_hidden_msa_att=4, c_hidden_opm=4, c_hidden_mul=4, c_hidden_pair_att=4,
+        no_heads_msa=2, no_heads_pair=2, transition_n=2, msa_dropout=0.0, pair_dropout=0.0,
+        inf=1e9, eps=1e-8,
+    )
+    found = find_block_modules(block)
+    assert list(found) == list(MODULE_KINDS)
+    assert found["tri_att_start"] is block.core.tri_att_start
+    assert found["msa_att_row"] is block.msa_att_row
