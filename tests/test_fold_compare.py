@@ -1,0 +1,142 @@
+"""--compare: stock and Flashlight side by side, their deviation, and honest fallbacks."""
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("openfold")
+
+import flashlight  # noqa: E402
+from flashlight.structures import fold as fold_module  # noqa: E402
+from flashlight.structures.fold import FlashlightUnavailable, Folder, FoldOptions  # noqa: E402
+from flashlight.structures.inputs import Record  # noqa: E402
+from flashlight.structures.testing import TINY_OPTIONS, run_cli, write_fasta  # noqa: E402
+
+SEQUENCE = "NLYIQWLKDGGPSSGRPPPS"
+
+
+def test_cli_compare_reports_deviation(tmp_path):
+    fasta = write_fasta(tmp_path / "q.fasta", {"trp": SEQUENCE})
+    out = tmp_path / "out"
+    result = run_cli([str(fasta), "--out-dir", str(out), "--compare", *TINY_OPTIONS])
+    assert result.returncode == 0, result.output
+    report = json.loads((out / "trp" / "latency.json").read_text())
+    assert list(report["runs"]) == ["stock", "flashlight"]
+    comparison = report["comparison"]
+    for key in ("max_atom_deviation_A", "rms_atom_deviation_A", "max_plddt_difference", "mean_plddt_difference"):
+        assert comparison[key] >= 0
+    assert comparison["atoms"] > len(SEQUENCE) * 4
+    # No GPU and no TRITON_INTERPRET here: both sides are stock, and every output says so.
+    assert comparison["flashlight_active"] is False
+    assert comparison["max_atom_deviation_A"] == 0.0
+    assert "both runs used stock OpenFold" in comparison["note"]
+    assert "--compare compares stock OpenFold with itself" in result.stderr
+    assert "stock vs flashlight: max atom deviation" in result.stdout
+    assert "flashlight ms (inactive: stock)" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["records"][0]["model_s"]) == {"stock", "flashlight"}
+
+
+class _FakePatch:
+    """Stands in for flashlight.patch_openfold: perturbs the patched model's MSA row attention."""
+
+    def __init__(self, fail_on_run=False):
+        self.fail_on_run = fail_on_run
+        self.patched = []
+
+    def patch(self, model, **_):
+        self.patched.append(model)
+        block = model.evoformer.blocks[0]
+        with torch.no_grad():
+            block.msa_att_row.mha.linear_o.weight.mul_(3.0)
+        if self.fail_on_run:
+            def broken(*args, **kwargs):
+                raise RuntimeError("kernel launch failed")
+
+            block.msa_att_row.forward = broken
+        return "patched 1 module"
+
+    def unpatch(self, model):
+        block = model.evoformer.blocks[0]
+        if "forward" in vars(block.msa_att_row):
+            del block.msa_att_row.forward
+        with torch.no_grad():
+            block.msa_att_row.mha.linear_o.weight.div_(3.0)
+        return 1
+
+
+@pytest.fixture
+def fake_flashlight(monkeypatch):
+    def install(fail_on_run=False):
+        fake = _FakePatch(fail_on_run)
+        monkeypatch.setattr(flashlight, "patch_openfold", fake.patch)
+        monkeypatch.setattr(flashlight, "unpatch_openfold", fake.unpatch)
+        monkeypatch.setattr(fold_module, "_flashlight_unusable", lambda device: None)
+        return fake
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield install
+    torch.set_num_threads(saved)
+
+
+def _options(tmp_path, **kw):
+    base = dict(
+        out_dir=str(tmp_path), num_blocks=1, recycles=0, warmup=1, repeats=1, chunk_size=None,
+        max_msa_clusters=6, max_extra_msa=2, plot=True,
+    )
+    base.update(kw)
+    return FoldOptions(**base)
+
+
+RECORD = Record(id="trp", description="Trp-cage", sequence=SEQUENCE, source="-", index=1)
+
+
+def test_compare_measures_a_real_difference(tmp_path, fake_flashlight):
+    fake = fake_flashlight()
+    warnings = []
+    folder = Folder(_options(tmp_path, compare=True), warn=warnings.append)
+    assert folder.status.active and folder.status.details == "patched 1 module"
+    assert fake.patched == [folder.variants["flashlight"]]
+    assert folder.variants["flashlight"] is not folder.stock  # stock stays stock
+    report = folder.fold(RECORD)
+    comparison = report["comparison"]
+    assert comparison["flashlight_active"] is True and comparison["note"] is None
+    assert comparison["max_atom_deviation_A"] > 0
+    assert 0 < comparison["rms_atom_deviation_A"] <= comparison["max_atom_deviation_A"]
+    assert report["end_to_end"]["variant"] == "flashlight"
+    assert warnings == []
+
+
+def test_failure_on_first_run_falls_back_loudly(tmp_path, fake_flashlight):
+    fake_flashlight(fail_on_run=True)
+    warnings = []
+    folder = Folder(_options(tmp_path), warn=warnings.append)
+    assert list(folder.variants) == ["flashlight"]
+    report = folder.fold(RECORD)
+    assert list(report["runs"]) == ["stock"]
+    assert report["flashlight"]["active"] is False
+    assert "first Flashlight run: RuntimeError: kernel launch failed" in report["flashlight"]["reason"]
+    assert any("folding with stock OpenFold instead" in w for w in warnings)
+    assert "forward" not in vars(folder.stock.evoformer.blocks[0].msa_att_row)  # unpatched
+
+
+def test_failure_with_compare_still_compares(tmp_path, fake_flashlight):
+    fake_flashlight(fail_on_run=True)
+    warnings = []
+    folder = Folder(_options(tmp_path, compare=True, plot=False), warn=warnings.append)
+    report = folder.fold(RECORD)
+    assert list(report["runs"]) == ["stock", "flashlight"]
+    assert report["comparison"]["flashlight_active"] is False
+    assert report["comparison"]["max_atom_deviation_A"] == 0.0
+    assert any("compares stock OpenFold with itself" in w for w in warnings)
+
+
+def test_required_flashlight_raises(tmp_path, monkeypatch):
+    def refuse(model, **_):
+        raise ValueError("no attention modules")
+
+    monkeypatch.setattr(flashlight, "patch_openfold", refuse)
+    monkeypatch.setattr(fold_module, "_flashlight_unusable", lambda device: None)
+    with pytest.raises(FlashlightUnavailable, match="patching the model: ValueError: no attention modules"):
+        Folder(_options(tmp_path, require_flashlight=True), warn=print)
