@@ -86,3 +86,23 @@ def test_report_without_results(tmp_path):
     readme.write_text("# Project\n")
     assert report.main(["--results", str(tmp_path), "--readme", str(readme)]) == 0
     assert "No benchmark results yet" in readme.read_text()
+
+
+def test_sdpa_batch_flattening_matches():
+    import torch
+    import torch.nn.functional as F
+
+    from bench.variants import VARIANTS
+
+    gen = torch.Generator().manual_seed(0)
+    for name in ("msa_row_pair_bias", "msa_column", "triangle_start", "triangle_end"):
+        v = VARIANTS[name]
+        args = v.make_inputs(v.default_shape, torch.float32, "cpu", gen)
+        expected = v.sdpa(*args)
+        original = F.scaled_dot_product_attention
+        F.scaled_dot_product_attention = kernels.flatten_batch_sdpa(original)
+        try:
+            got = v.sdpa(*args)
+        finally:
+            F.scaled_dot_product_attention = original
+        torch.testing.assert_close(got, expected)
