@@ -26,7 +26,7 @@ export FLASHLIGHT_BUDGET_END=$((START + LIMIT_S))
 DONE=bench/results/run_all.done
 R=bench/results
 mkdir -p "$R"
-touch "$DONE"
+
 
 K="$PY -m bench.kernels --max-minutes 9"
 E="$PY -m bench.evoformer --max-minutes 9"
@@ -45,7 +45,7 @@ PARTS=(
 
 part_name() { echo "${1%%|*}"; }
 part_cmd() { echo "${1#*|}"; }
-is_done() { grep -qx "$1" "$DONE"; }
+is_done() { grep -qsx "$1" "$DONE"; }
 left() { echo $((FLASHLIGHT_BUDGET_END - $(date +%s))); }
 say() { printf '[run_all %4ss left] %s\n' "$(left)" "$*"; }
 
