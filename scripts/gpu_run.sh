@@ -29,7 +29,8 @@
 #   4. builds openfold==0.0.1 from .gpu/sdist with its CUDA extension for this GPU
 #      (about 2 minutes, once per machine);
 #   5. makes "import flashlight" see this working tree, with flashlight.integrations
-#      and flashlight.structures mapped as pyproject.toml says;
+#      and flashlight.structures mapped as pyproject.toml says (an import finder in
+#      $FLASHLIGHT_GPU_SITE-boot/sitecustomize.py when nothing installed provides it);
 #   6. runs COMMAND with PYTHONPATH set, its output also in bench/results/logs/.
 # Exit status: COMMAND's; 10-19 when preparing the machine failed (message says why).
 #
@@ -47,7 +48,7 @@ export FLASHLIGHT_GPU_RUN_START="${FLASHLIGHT_GPU_RUN_START:-$(date +%s)}"
 PY="${PYTHON:-python3}"
 SITE="${FLASHLIGHT_GPU_SITE:-/tmp/site}"
 FILES="${FLASHLIGHT_GPU_FILES:-$ROOT/.gpu}"
-OVERLAY="$SITE-overlay"
+BOOT="$SITE-boot"
 LOGDIR="$ROOT/bench/results/logs"
 STAMP="$(date -u +%Y%m%dT%H%M%SZ)"
 PREP_LOG="$LOGDIR/$STAMP-prepare.log"
@@ -181,32 +182,59 @@ if [ "$peers" = 1 ]; then
 fi
 
 # ---------------------------------------------------------------- 4. the flashlight namespace
-# pyproject.toml maps integrations/ and structures/ into the flashlight package. When
-# the plain tree does not provide that, an overlay folder of symbolic links does (the
-# same files, so edits show at once), put first on the path; PYTHONSAFEPATH keeps the
-# current folder from shadowing it.
+# pyproject.toml maps integrations/ and structures/ into the flashlight package, which an
+# installed package (or an editable install's finder) provides. When the plain tree does
+# not, a sitecustomize module in $BOOT (first on PYTHONPATH) adds an import finder with
+# the same mapping onto this working tree, then runs any other sitecustomize the
+# interpreter has. Nothing is installed into the interpreter's own folders.
 export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 flashlight_ok() { "$PY" -c 'import flashlight, flashlight.integrations' >>"$PREP_LOG" 2>&1; }
 if flashlight_ok; then
     say "flashlight: importable from the working tree"
 else
-    rm -rf "$OVERLAY"
-    "$PY" - "$ROOT" "$OVERLAY" >>"$PREP_LOG" 2>&1 <<'PYEOF' || die 14 "could not build the flashlight overlay"
-import os, pathlib, sys, tomllib
-root, overlay = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    rm -rf "$BOOT"
+    mkdir -p "$BOOT"
+    "$PY" - "$ROOT" "$BOOT/sitecustomize.py" >>"$PREP_LOG" 2>&1 <<'PYEOF' || die 14 "could not write the flashlight import finder"
+import pathlib, sys, tomllib
+root, target = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 mapping = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-# Parents before children, so that a child's link lands inside its parent's folder.
-for package, folder in sorted(mapping.items(), key=lambda kv: kv[0].count(".")):
-    target = overlay.joinpath(*package.split("."))
-    target.mkdir(parents=True, exist_ok=True)
-    for entry in (root / folder).iterdir():
-        if entry.name != "__pycache__" and not (target / entry.name).exists():
-            (target / entry.name).symlink_to(entry)
-    print(f"overlay: {package} -> {root / folder}")
+mapping = {pkg: str((root / folder).resolve()) for pkg, folder in mapping.items()
+           if (root / folder).resolve() != root.joinpath(*pkg.split(".")).resolve()}
+target.write_text(f'''"""Written by scripts/gpu_run.sh: maps packages onto folders of {root}
+as pyproject.toml's package-dir does (an editable install's job), then runs the next
+sitecustomize module on sys.path, if any."""
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+_MAPPING = {mapping!r}
+
+
+class _PackageDirFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        folder = _MAPPING.get(fullname)
+        if folder is None:
+            return None
+        return importlib.util.spec_from_file_location(
+            fullname, os.path.join(folder, "__init__.py"), submodule_search_locations=[folder])
+
+
+sys.meta_path.insert(0, _PackageDirFinder())
+
+_here = os.path.dirname(os.path.abspath(__file__))
+for _entry in sys.path:
+    _candidate = os.path.join(os.path.abspath(_entry or "."), "sitecustomize.py")
+    if os.path.dirname(_candidate) != _here and os.path.isfile(_candidate):
+        with open(_candidate) as _f:
+            exec(compile(_f.read(), _candidate, "exec"), {{"__name__": "sitecustomize", "__file__": _candidate}})
+        break
+''')
+print("import finder:", mapping)
 PYEOF
-    export PYTHONPATH="$OVERLAY:$PYTHONPATH" PYTHONSAFEPATH=1
-    flashlight_ok || die 14 "'import flashlight.integrations' fails even through the overlay (see the log)"
-    say "flashlight: importable through the overlay $OVERLAY"
+    export PYTHONPATH="$BOOT:$PYTHONPATH"
+    flashlight_ok || die 14 "'import flashlight.integrations' fails even with the import finder (see the log)"
+    say "flashlight: importable, integrations/ and structures/ mapped by $BOOT/sitecustomize.py"
 fi
 
 # ---------------------------------------------------------------- 5. OpenFold
