@@ -227,6 +227,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     warnings.filterwarnings("ignore", message=".*non-tuple sequence for multidimensional indexing.*")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"openfold\.")
     started = time.perf_counter()
     group = distributed.setup()
     if args.cpu_threads:

@@ -37,6 +37,25 @@ def test_cli_compare_reports_deviation(tmp_path):
     assert set(summary["records"][0]["model_s"]) == {"stock", "flashlight"}
 
 
+def test_cli_compare_runs_flashlight_kernels_in_the_interpreter(tmp_path):
+    """The real patch, kernels run by Triton's interpreter: a 3-residue, 1-block model."""
+    fasta = write_fasta(tmp_path / "q.fasta", {"tri": "MKT"})
+    out = tmp_path / "out"
+    tiny = ["--num-blocks", "1", "--recycles", "0", "--repeats", "1", "--warmup", "0",
+            "--max-msa-clusters", "5", "--max-extra-msa", "1", "--chunk-size", "none", "--no-plot"]
+    result = run_cli([str(fasta), "--out-dir", str(out), "--compare", *tiny], interpret=True)
+    assert result.returncode == 0, result.output
+    report = json.loads((out / "tri" / "latency.json").read_text())
+    assert report["flashlight"]["active"] is True, report["flashlight"]
+    assert "patched" in report["flashlight"]["details"]
+    assert report["end_to_end"]["variant"] == "flashlight"
+    comparison = report["comparison"]
+    assert comparison["flashlight_active"] is True and comparison["note"] is None
+    assert comparison["max_atom_deviation_A"] < 1e-2
+    assert comparison["max_plddt_difference"] < 1e-2
+    assert "Flashlight is not active" not in result.stderr
+
+
 class _FakePatch:
     """Stands in for flashlight.patch_openfold: perturbs the patched model's MSA row attention."""
 

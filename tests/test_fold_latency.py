@@ -156,3 +156,18 @@ def test_openfold_001_layout():
     assert list(found) == list(MODULE_KINDS)
     assert found["tri_att_start"] is block.core.tri_att_start
     assert found["msa_att_row"] is block.msa_att_row
+
+
+def test_bf16_model_folds(tmp_path, one_thread):
+    options = FoldOptions(
+        out_dir=str(tmp_path), flashlight=False, dtype="bf16", num_blocks=1, recycles=1,
+        warmup=0, repeats=1, chunk_size=None, max_msa_clusters=6, max_extra_msa=2, plot=False,
+    )
+    folder = Folder(options, warn=print)
+    assert next(folder.stock.parameters()).dtype == torch.bfloat16
+    record = Record(id="trp", description="", sequence="NLYIQWLKDGGPSSGRPPPS", source="-", index=1)
+    report = folder.fold(record)
+    assert report["model"]["dtype"] == "bf16"
+    assert all(0 <= p <= 100 for p in report["plddt"])
+    pdb_text = (tmp_path / "trp" / "trp.pdb").read_text()
+    assert "nan" not in pdb_text.lower()
