@@ -492,6 +492,11 @@ def main(argv=None) -> int:
     run_id = meta["id"]
     if device == "cuda":
         set_precision("tf32")
+    # 48 compiled blocks must not hit Dynamo's recompile limit and fall back to eager
+    for name, value in (("cache_size_limit", 256), ("recompile_limit", 256),
+                        ("accumulated_cache_size_limit", 4096), ("accumulated_recompile_limit", 4096)):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, value)
     compat = contextlib.nullcontext()
     if device == "cpu":
         from flashlight.integrations.openfold_compat import cpu_compat
