@@ -144,6 +144,8 @@ def _fold_share(args, group, records, warn, say) -> dict:
 
     local = {"rank": group.rank, "entries": [], "error": None, "model": None, "flashlight": None}
     mine = distributed.shard(records, group)
+    if not mine:  # more ranks than records
+        return local
     try:
         options = FoldOptions(
             out_dir=args.out_dir,

@@ -143,7 +143,8 @@ class Folder:
         if self.device.type == "cuda":
             if not torch.cuda.is_available():
                 raise RuntimeError(f"--device {options.device}: CUDA is not available here")
-            torch.cuda.set_device(self.device)
+            # a bare "cuda" names no index: keep the current device then
+            torch.cuda.set_device(self.device if self.device.index is not None else torch.cuda.current_device())
             torch.backends.cuda.matmul.allow_tf32 = options.tf32
             torch.backends.cudnn.allow_tf32 = options.tf32
         config = make_config(
