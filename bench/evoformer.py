@@ -248,6 +248,15 @@ def _apply_mode(model, mode: str, blocks) -> dict:
     return info
 
 
+def _dynamo_stats() -> dict:
+    """Graphs Dynamo compiled and graph breaks since the last ``torch.compiler.reset()``:
+    a compiled mode that silently fell back to eager shows here."""
+    from torch._dynamo.utils import counters
+
+    return {"dynamo_graphs": int(counters["stats"].get("unique_graphs", 0)),
+            "graph_breaks": int(sum(counters["graph_break"].values()))}
+
+
 def run_stack(args, n_res: int, mode: str, device: str) -> dict:
     import torch
 
@@ -281,6 +290,7 @@ def run_stack(args, n_res: int, mode: str, device: str) -> dict:
         t0 = time.perf_counter()
         m, z, _ = run_pass()
         rec["first_call_s"] = round(time.perf_counter() - t0, 2)
+        rec.update(_dynamo_stats())
         if ref is not None:
             rec["max_abs_diff_vs_stock"] = max(float((m.cpu() - ref[0]).abs().max()),
                                                float((z.cpu() - ref[1]).abs().max()))
@@ -347,6 +357,7 @@ def run_model(args, n_res: int, mode: str, device: str) -> dict:
         t0 = time.perf_counter()
         out, _ = forward()
         rec["first_call_s"] = round(time.perf_counter() - t0, 2)
+        rec.update(_dynamo_stats())
         if ref is not None:
             rec["max_abs_diff_vs_stock"] = float((out["final_atom_positions"].cpu() - ref["pos"]).abs().max())
             rec["max_abs_diff_plddt"] = float((out["plddt"].cpu() - ref["plddt"]).abs().max())
@@ -516,6 +527,7 @@ def main(argv=None) -> int:
                         "iters": args.iters if scope == "model" else None, "blocks": n_blocks}
                 t0 = time.monotonic()
                 torch.compiler.reset()
+                torch._dynamo.utils.counters.clear()
                 try:
                     with deadline.step(args.cell_timeout):
                         fn = run_stack if scope == "stack" else run_model

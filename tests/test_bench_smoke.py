@@ -106,3 +106,32 @@ def test_sdpa_batch_flattening_matches():
         finally:
             F.scaled_dot_product_attention = original
         torch.testing.assert_close(got, expected)
+
+
+def test_evoformer_smoke_stock(tmp_path):
+    pytest.importorskip("openfold")
+    from bench import evoformer
+
+    out = tmp_path / "evoformer.json"
+    argv = ["--smoke", "--scopes", "stack", "--modes", "stock", "--blocks", "1", "--out", str(out)]
+    assert evoformer.main(argv) == evoformer.EXIT_COMPLETE
+    (cell,) = json.loads(out.read_text())["cells"]
+    assert cell["status"] == "ok", cell
+    assert cell["scope"] == "stack" and cell["mode"] == "stock" and cell["blocks"] == 1
+    assert cell["ms"] > 0 and len(cell["per_block_ms"]) == 1
+    assert {"msa_att_row", "msa_att_col", "tri_att_start", "tri_att_end"} <= set(cell["breakdown_ms"])
+    assert 0 < cell["attention_share"] < 1
+    assert evoformer.main(argv) == evoformer.EXIT_COMPLETE  # resumes: nothing left to do
+    assert len(json.loads(out.read_text())["cells"]) == 1
+
+
+def test_synthetic_batch_shapes():
+    pytest.importorskip("openfold")
+    from bench.evoformer import synthetic_batch
+
+    batch = synthetic_batch(n_res=7, n_seq=5, n_extra=9, iters=2, device="cpu", seed=0)
+    assert batch["msa_feat"].shape == (5, 7, 49, 2)
+    assert batch["target_feat"].shape == (7, 22, 2)
+    assert batch["extra_msa"].shape == (9, 7, 2) and batch["extra_msa_mask"].shape == (9, 7, 2)
+    assert batch["residx_atom37_to_atom14"].shape == (7, 37, 2)
+    assert batch["aatype"].shape == (7, 2)
