@@ -100,10 +100,9 @@ def test_unpatch_restores_bit_identical_outputs(folded):
         assert torch.equal(out[key], want[key]), key
 
 
+@pytest.mark.parametrize("folded", [None], ids=["unchunked"], indirect=True)
 def test_state_dict_round_trip(folded, tmp_path):
     model, patched, batch, _, want, patched_out = folded
-    if model.globals.chunk_size is not None:
-        pytest.skip("one round trip is enough; the unchunked model runs it")
     state = patched.state_dict()
     reference = model.state_dict()
     assert list(state) == list(reference)
@@ -124,3 +123,28 @@ def test_state_dict_round_trip(folded, tmp_path):
     flashlight.unpatch_openfold(other)
     out = _fold(other, batch)
     assert all(torch.equal(out[key], want[key]) for key in KEYS)
+
+
+@pytest.mark.parametrize("folded", [None], ids=["unchunked"], indirect=True)
+def test_bfloat16_model_is_as_close_to_float32_as_stock(folded):
+    """In bfloat16, patched and stock models err alike against the float32 stock model.
+
+    Tolerance: the patched model's error is at most twice the stock bfloat16 model's,
+    plus 1e-2 of the magnitude (single, pair), 0.1 Å (positions) or 0.1 (pLDDT).
+    """
+    model, _, batch, _, want, _ = folded
+    stock = copy.deepcopy(model).to(torch.bfloat16)
+    patched = copy.deepcopy(stock)
+    flashlight.patch_openfold(patched)
+    stock_out, out = _fold(stock, batch), _fold(patched, batch)
+    exists = batch["atom37_atom_exists"][..., -1].bool()
+    floors = {"single": 1e-2, "pair": 1e-2, "plddt": None, "final_atom_positions": None}
+    for key in KEYS:
+        ref = want[key].double()
+        got, base = out[key].double(), stock_out[key].double()
+        if key == "final_atom_positions":
+            ref, got, base = ref[exists], got[exists], base[exists]
+        floor = 0.1 if floors[key] is None else floors[key] * ref.abs().max().item()
+        err, stock_err = (got - ref).abs().max().item(), (base - ref).abs().max().item()
+        assert torch.isfinite(got).all(), key
+        assert err <= 2 * stock_err + floor, f"{key}: patched {err:.3g}, stock {stock_err:.3g}"
