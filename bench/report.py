@@ -463,11 +463,13 @@ def main(argv: list[str] | None = None) -> int:
     readme = pathlib.Path(args.readme).resolve()
     links = lambda base: [os.path.relpath(p.resolve(), base).replace(os.sep, "/") for p in plots]  # noqa: E731
     full = build_section(latest, kruns, evo, eruns, links(results.resolve()), full=True)
-    (results / "REPORT.md").write_text("# Benchmark report\n\n" + full.split("\n", 2)[2] + "\n")
+    if latest or evo:
+        (results / "REPORT.md").write_text("# Benchmark report\n\n" + full.split("\n", 2)[2] + "\n")
     if not args.no_readme:
         update_readme(readme, build_section(latest, kruns, evo, eruns, links(readme.parent), full=False))
-    print(f"bench.report: {len(latest)} kernel cells, {len(evo)} end-to-end cells; wrote {results / 'REPORT.md'}"
-          + ("" if args.no_readme else f" and the section of {args.readme}")
+    print(f"bench.report: {len(latest)} kernel cells, {len(evo)} end-to-end cells"
+          + (f"; wrote {results / 'REPORT.md'}" if latest or evo else "")
+          + ("" if args.no_readme else f"; updated the section of {args.readme}")
           + (f"; plots: {', '.join(p.name for p in plots)}" if plots else ""))
     return 0
 
