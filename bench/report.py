@@ -182,6 +182,8 @@ def kernel_table(case_map: dict, keys: list[tuple], impls: tuple[str, ...]) -> l
             ms = ok_ms(row.get(i))
             if ms is not None and fl_ms is not None and ms == min([fl_ms, *peers.values()]):
                 t = f"**{t}**"
+            if i == "flashlight" and fl_ms is not None and (fl.get("kernels") == 0 or fl.get("fallback_ops")):
+                t += " (unfused)" if fl.get("kernels") == 0 else " (+fallback ops)"
             texts.append(t)
         floor = next((c.get("floor_ms") for c in row.values() if c.get("floor_ms")), None)
         frac = f"{100 * fl['roofline_frac']:.0f}%" if fl_ms is not None and fl.get("roofline_frac") else "–"
@@ -364,7 +366,8 @@ def build_section(latest: dict, kruns: list[dict], evo: list[dict], eruns: list[
               "(for the Evoformer attentions: both biases, softmax, `@ v` and the sigmoid gate). "
               "\"floor\": the roofline lower bound from the measured copy bandwidth and matmul rate; "
               "errors are against float64 eager; \"–\": not measured or not applicable; \"absent\": "
-              "package not installed.", ""]
+              "package not installed; \"(unfused)\": Flashlight generated no kernel and ran the graph "
+              "eagerly, \"(+fallback ops)\": some operations ran outside its kernels.", ""]
     lines += machine_lines(kruns + eruns) + [""]
     evo_keys = [k for k in case_map if k[0] in EVOFORMER]
     lm_keys = [k for k in case_map if k[0] not in EVOFORMER]
