@@ -157,10 +157,40 @@ install_wheels() {  # install_wheels WHAT FOLDER...
         return 0
     fi
     say "$what: installing $(echo "$todo" | xargs -n1 basename | sed 's/-[0-9].*//' | tr '\n' ' ')"
-    # shellcheck disable=SC2086
-    logged "$PREP_LOG" "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" $todo \
-        || die 12 "pip could not install the wheels of $what (see the log)"
+    if [ "$have_pip" = 1 ]; then
+        # shellcheck disable=SC2086
+        logged "$PREP_LOG" "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" $todo \
+            || die 12 "pip could not install the wheels of $what (see the log)"
+    else
+        # shellcheck disable=SC2086
+        logged "$PREP_LOG" "$PY" - "$SITE" $todo <<'PYEOF' || die 12 "could not unpack the wheels of $what (see the log)"
+# No pip: unpack each wheel as pip --target would (package files and .data/purelib|platlib).
+import pathlib, shutil, sys, zipfile
+site = pathlib.Path(sys.argv[1])
+for whl in sys.argv[2:]:
+    with zipfile.ZipFile(whl) as z:
+        for name in z.namelist():
+            parts = name.split("/")
+            if name.endswith("/"):
+                continue
+            if parts[0].endswith(".data"):
+                if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
+                    continue
+                dest = site.joinpath(*parts[2:])
+            else:
+                dest = site / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with z.open(name) as src, open(dest, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    print("unpacked", whl)
+PYEOF
+    fi
 }
+have_pip=1
+if ! "$PY" -m pip --version >>"$PREP_LOG" 2>&1; then
+    have_pip=0
+    say "WARNING: $PY has no pip; wheels are unpacked directly and OpenFold is built with setup.py"
+fi
 install_wheels "required packages" "$FILES/wheels"
 
 # ---------------------------------------------------------------- 3. peers
@@ -278,8 +308,15 @@ PYEOF
         grep -q "'-std=c++17'" setup.py
         cc="$("$PY" -c 'import sys; sys.path.insert(0, "."); from scripts.utils import get_nvidia_cc; print("%d.%d" % get_nvidia_cc()[0])')"
         echo "building for compute capability $cc; CUDA_HOME=$("$PY" -c 'from torch.utils.cpp_extension import CUDA_HOME; print(CUDA_HOME)')"
-        TORCH_CUDA_ARCH_LIST="$cc" MAX_JOBS="$(nproc)" PYTHONPATH="" \
-            "$PY" -m pip install --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE" .
+        if [ "$have_pip" = 1 ]; then
+            TORCH_CUDA_ARCH_LIST="$cc" MAX_JOBS="$(nproc)" PYTHONPATH="" \
+                "$PY" -m pip install --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE" .
+        else
+            TORCH_CUDA_ARCH_LIST="$cc" MAX_JOBS="$(nproc)" PYTHONPATH="" \
+                "$PY" setup.py build_ext --build-lib "$SITE"
+            rm -rf "$SITE/openfold"
+            cp -r openfold "$SITE/openfold"
+        fi
         "$PY" -c 'import torch, attn_core_inplace_cuda, openfold.model.model; print("openfold imports")'
     ) >>"$OPENFOLD_LOG" 2>&1
     local status=$?
