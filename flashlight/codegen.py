@@ -376,8 +376,9 @@ class _Printer:
         self.emit_loop()
         self.emit_store()
         row = self.tiling.row
-        head = [f"pid = tl.program_id(0)"]
-        head.append(f"num_m = tl.cdiv({self.size(row)}, BLOCK_M)")
+        head = ["pid = tl.program_id(0)"]
+        # no row dim (a length-1 query axis): one program per grid point
+        head.append(f"num_m = tl.cdiv({self.size(row)}, BLOCK_M)" if row is not None else "num_m = 1")
         head.append("pid_m = pid % num_m")
         head.append("rest = pid // num_m")
         for d in reversed(self.tiling.grid):

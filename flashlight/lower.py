@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from typing import Any, Callable
 
 import sympy
@@ -114,6 +115,7 @@ class _Lowerer:
         self.opaque: dict[str, str] = {}
         self.nest_of_node: dict[str, str] = {}
         self.materialized: set[str] = set()
+        self.tuple_values: dict[str, Access] = {}  # tuple-valued node -> its lowered values
         self.origin = ""
 
     # ---- values
@@ -196,7 +198,7 @@ class _Lowerer:
             try:
                 before = len(self.nests)
                 self.env[node.name] = rule(self, node)
-                if len(self.nests) > before:
+                if len(self.nests) > before and isinstance(_meta(node), torch.Tensor):
                     self.nest_of_node[node.name] = self.nests[-1].name
             except Unsupported as why:
                 self._make_opaque(node, f"{_op_name(node)}: {why}")
@@ -502,6 +504,11 @@ def _reduce_axes(lw: _Lowerer, node: fx.Node, src: Access, dims: list[int], keep
     return in_axes, tuple(out_axes), reduced
 
 
+def reduce_over(op: str, body: Expr, dims: tuple[Dim, ...], dtype: torch.dtype) -> Expr:
+    """A reduction; over no dims (a size-1 axis, which Dynamo specializes) it is the body."""
+    return Reduce(op, body, dims, dtype) if dims else body
+
+
 def _reduction(op: str):
     def rule(lw: _Lowerer, node: fx.Node) -> Access:
         dtype = _meta(node).dtype
@@ -514,7 +521,7 @@ def _reduction(op: str):
         if node.kwargs.get("dtype") not in (None, dtype):
             raise Unsupported("reduction with a dtype argument")
         in_axes, out_axes, reduced = _reduce_axes(lw, node, src, dims, keepdim)
-        body = Reduce(op, lw.read(src, in_axes), reduced, dtype)
+        body = reduce_over(op, lw.read(src, in_axes), reduced, dtype)
         return lw.add_nest(out_axes, body, dtype, op)
 
     return rule
@@ -529,12 +536,12 @@ def _softmax(lw: _Lowerer, node: fx.Node) -> Access:
     dim = node.args[1]
     compute = torch.float32 if node.args[2] else dtype
     in_axes, keep_axes, reduced = _reduce_axes(lw, node_with_keepdim(node), src, [dim], True)
-    m = lw.add_nest(keep_axes, Reduce("max", lw.read(src, in_axes), reduced, compute), compute, "amax")
+    m = lw.add_nest(keep_axes, reduce_over("max", lw.read(src, in_axes), reduced, compute), compute, "amax")
     axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
     shifted = Pointwise("sub", (lw.read(src, axes), lw.read(m, axes)), compute)
     e = lw.add_nest(axes, Pointwise("exp", (shifted,), compute), compute, "exp")
     in2, keep2, red2 = _reduce_axes(lw, node_with_keepdim(node), e, [dim], True)
-    s = lw.add_nest(keep2, Reduce("sum", lw.read(e, in2), red2, compute), compute, "sum")
+    s = lw.add_nest(keep2, reduce_over("sum", lw.read(e, in2), red2, compute), compute, "sum")
     axes3 = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
     out = Pointwise("div", (lw.read(e, axes3), lw.read(s, axes3)), compute)
     if compute != dtype:
@@ -568,7 +575,7 @@ def _contraction(lw: _Lowerer, node: fx.Node) -> Access:
     k_axis = tuple(Dim.fresh(s) for s in finest([a.axes[-1], b.axes[-2]]))
     a_read = lw.read(a, batch + (m_axis, k_axis))
     b_read = lw.read(b, batch + (k_axis, n_axis))
-    body = Reduce("sum", Pointwise("mul", (a_read, b_read), dtype), k_axis, dtype)
+    body = reduce_over("sum", Pointwise("mul", (a_read, b_read), dtype), k_axis, dtype)
     return lw.add_nest(batch + (m_axis, n_axis), body, dtype, "matmul")
 
 
@@ -659,6 +666,38 @@ class _SwappedNode:
 
 
 LOWERINGS[aten.rsub.Scalar] = _rsub
+
+
+def _max_dim(lw: _Lowerer, node: fx.Node) -> Access:
+    """``x.max(dim, keepdim)``: its values are an amax; its indices have no lowering.
+
+    The node's value is a tuple, so the nest is registered for ``getitem(node, 0)``
+    (see :func:`_getitem`), never for the tuple node itself.
+    """
+    values = _reduction("max")(lw, _FirstOutput(node))
+    lw.tuple_values[node.name] = values
+    return values
+
+
+class _FirstOutput:
+    """A tuple-valued node seen as its first output."""
+
+    def __init__(self, node: fx.Node):
+        self.args, self.kwargs, self.name = node.args, node.kwargs, node.name
+        self.meta = {"val": node.meta["val"][0]}
+
+
+def _getitem(lw: _Lowerer, node: fx.Node) -> Access:
+    source, index = node.args
+    values = lw.tuple_values.get(getattr(source, "name", None))
+    if values is None or index != 0:
+        raise Unsupported("only the values of max(dim) are lowered")
+    lw.nest_of_node[node.name] = values.name
+    return values
+
+
+LOWERINGS[aten.max.dim] = _max_dim
+LOWERINGS[operator.getitem] = _getitem
 
 
 def _scalar_pow(lw: _Lowerer, node: fx.Node) -> Access:

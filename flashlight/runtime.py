@@ -91,7 +91,7 @@ class Launcher:
         self.src = src
         self.sources = size_sources(tiled.kernel, src)
         self.out_axes = tiled.kernel.axes
-        self.row: Dim = tiled.tiling.row
+        self.row: Dim | None = tiled.tiling.row
         self.grid_dims = tiled.tiling.grid
         self._fn = None
         self.__name__ = f"flashlight_{src.name}"
@@ -129,7 +129,7 @@ class Launcher:
         grid_size = 1
         for d in self.grid_dims:
             grid_size *= self._size(d, values)
-        rows = self._size(self.row, values)
+        rows = self._size(self.row, values) if self.row is not None else 1
         size_args = [values[s] for s in self.src.size_args]
         strides = [st for t in tensors for st in t.stride()]
         fn = self._jit(interpret=tensors[0].device.type == "cpu")

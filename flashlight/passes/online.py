@@ -222,9 +222,7 @@ def _shared_dim(red: LoopReduction, shared: Dim) -> LoopReduction:
 
 
 def fused_work(kernel: Kernel) -> bool:
-    """Whether the kernel fused anything into its loop (else it is a standalone op)."""
-    if len(kernel.loop) > 1:
-        return True
-    return any(isinstance(n, Reduce) for n in walk(kernel.loop[0].body))
+    """Whether the kernel fused several ATen operations (else it is a standalone op)."""
+    return len(set(kernel.origins)) > 1
 
 

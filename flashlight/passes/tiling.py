@@ -184,8 +184,8 @@ def tile(kernel: Kernel) -> TiledKernel:
     out = kernel.dims
     small = [d for d in out if d.is_static and d.size <= MAX_TILE]
     best, best_score, last_error = None, None, "no candidate tiling"
-    for row, feature in itertools.product(out, [None, *small]):
-        if row is not None and row == feature:
+    for row, feature in itertools.product([*out, None], [None, *small]):
+        if row == feature and row is not None:
             continue
         roles = dict(eliminated)
         roles.update({red.dim: "n" for red in kernel.loop})
