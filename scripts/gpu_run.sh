@@ -211,6 +211,20 @@ if [ "$peers" = 1 ]; then
     fi
 fi
 
+# cuEquivariance's ops library loads CUDA's runtime compiler (libnvrtc) by name; with a
+# pip-installed CUDA (torch's nvidia-* dependencies) it is not on the loader's path.
+nvidia_libs="$("$PY" - <<'PYEOF' 2>/dev/null
+import glob, os, site, sys
+roots = [p for p in sys.path if p] + site.getsitepackages()
+dirs = sorted({os.path.dirname(f) for r in roots for f in glob.glob(os.path.join(r, "nvidia", "**", "libnvrtc*.so*"), recursive=True)})
+print(":".join(dirs))
+PYEOF
+)"
+if [ -n "$nvidia_libs" ]; then
+    export LD_LIBRARY_PATH="$nvidia_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "LD_LIBRARY_PATH += $nvidia_libs" >>"$PREP_LOG"
+fi
+
 # ---------------------------------------------------------------- 4. the flashlight namespace
 # pyproject.toml maps integrations/ and structures/ into the flashlight package, which an
 # installed package (or an editable install's finder) provides. When the plain tree does
