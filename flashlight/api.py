@@ -54,8 +54,9 @@ class ExplainReport:
 def compile(fn: Callable, *, dynamic: bool | None = None, **options: Any) -> Callable:
     """``torch.compile(fn, backend="flashlight")`` with Flashlight options.
 
-    Options: ``fallback`` (``"eager"`` or ``"inductor"``) chooses how operations outside
-    Flashlight kernels run; ``autotune`` (bool) overrides ``FLASHLIGHT_AUTOTUNE``.
+    Operations outside Flashlight kernels run eagerly. Options: ``autotune`` (bool)
+    overrides ``FLASHLIGHT_AUTOTUNE`` for these kernels; unknown options raise
+    ``TypeError``.
     """
     from flashlight.backend import make_backend
 

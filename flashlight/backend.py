@@ -5,7 +5,7 @@ Capture goes through public doors only: Dynamo hands us an FX graph, AOTAutograd
 symbolic sizes when Dynamo marks lengths dynamic), and we return a callable
 ``GraphModule``. Nodes computed by a Flashlight kernel are replaced by a call to its
 :class:`~flashlight.runtime.Launcher`; everything else stays in the graph and runs
-eagerly (``fallback="eager"``) or through Inductor (``fallback="inductor"``).
+eagerly.
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
             stacklevel=2,
         )
         _record(report, gm, Plan({}, {}, None), {}, reason="CPU tensors without the Triton interpreter")
-        return _finish(gm, options)
+        return gm
     plan = compile_graph(lower_and_log(gm))
     nodes = {n.name: n for n in gm.graph.nodes}
     launchers: dict[str, Launcher] = {}
@@ -70,13 +70,13 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
         src = generate(tiled, f"flashlight_kernel_{next(_kernel_ids)}", _fp32_precision(), interpret)
         if settings.debug_level() >= 2:
             log.warning("[flashlight] Triton source for %s\n%s", node_name, src.source)
-        launcher = Launcher(tiled, src)
+        launcher = Launcher(tiled, src, autotune=options.get("autotune"))
         launcher.input_dtypes = tuple(nodes[name].meta["val"].dtype for name in src.inputs)
         launcher.aten_ops = tuple(_op_name(nodes[o]) for o in tiled.kernel.origins if o in nodes)
         launchers[node_name] = launcher
     _stitch(gm, launchers)
     _record(report, gm, plan, launchers)
-    return _finish(gm, options)
+    return gm
 
 
 def lower_and_log(gm: fx.GraphModule):
@@ -99,13 +99,6 @@ def _stitch(gm: fx.GraphModule, launchers: dict[str, Launcher]) -> None:
         target.replace_all_uses_with(call)
     gm.graph.eliminate_dead_code()
     gm.recompile()
-
-
-def _finish(gm: fx.GraphModule, options: dict[str, Any]):
-    fallback = options.get("fallback") or settings.get("fallback")
-    if fallback == "eager":
-        return gm
-    raise ValueError(f"unknown fallback {fallback!r}; Flashlight runs unfused operations eagerly ('eager')")
 
 
 def _record(report: ExplainReport | None, gm: fx.GraphModule, plan: Plan, launchers, reason: str | None = None):
@@ -142,8 +135,14 @@ def compile_count() -> int:
     return len(COMPILE_EVENTS)
 
 
+KNOWN_OPTIONS = {"autotune"}
+
+
 def make_backend(report: ExplainReport | None = None, **options: Any):
     """A ``torch.compile`` backend; ``report`` (if given) collects what was generated."""
+    unknown = set(options) - KNOWN_OPTIONS
+    if unknown:
+        raise TypeError(f"unknown Flashlight options {sorted(unknown)}; known: {sorted(KNOWN_OPTIONS)}")
     from torch._dynamo.backends.common import aot_autograd
 
     def fw_compiler(gm: fx.GraphModule, example_inputs):

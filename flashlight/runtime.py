@@ -51,10 +51,10 @@ def load_module(src: KernelSource):
     return getattr(module, src.name)
 
 
-def _configs(interpret: bool):
+def _configs(interpret: bool, autotune: bool):
     import triton
 
-    if interpret or not settings.get("autotune"):
+    if interpret or not autotune:
         m, n, w, s = (16, 16, 1, 1) if interpret else _GPU_CONFIGS[0]
         return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)]
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in _GPU_CONFIGS]
@@ -85,7 +85,7 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
 class Launcher:
     """Calls a generated kernel on real tensors; the FX graph calls this object."""
 
-    def __init__(self, tiled: TiledKernel, src: KernelSource):
+    def __init__(self, tiled: TiledKernel, src: KernelSource, autotune: bool | None = None):
         self.tiled = tiled
         self.kernel = tiled.kernel
         self.src = src
@@ -93,6 +93,7 @@ class Launcher:
         self.out_axes = tiled.kernel.axes
         self.row: Dim | None = tiled.tiling.row
         self.grid_dims = tiled.tiling.grid
+        self.autotune = settings.get("autotune") if autotune is None else autotune
         self._fn = None
         self.__name__ = f"flashlight_{src.name}"
 
@@ -101,7 +102,7 @@ class Launcher:
             import triton
 
             fn = load_module(self.src)
-            self._fn = triton.autotune(configs=_configs(interpret), key=[f"size{k}" for k in range(len(self.src.size_args))] or ["out_s0"])(fn)
+            self._fn = triton.autotune(configs=_configs(interpret, self.autotune), key=[f"size{k}" for k in range(len(self.src.size_args))] or ["out_s0"])(fn)
         return self._fn
 
     def _size(self, d: Dim, values: dict[str, int]) -> int:

@@ -15,8 +15,6 @@ FLASHLIGHT_CACHE_DIR   ~/.cache/   where generated kernel sources are written
                        flashlight
 FLASHLIGHT_AUTOTUNE    1           autotune tile configurations on the GPU (0: use
                                    the first candidate configuration)
-FLASHLIGHT_FALLBACK    eager       how ops outside Flashlight kernels run:
-                                   ``eager`` or ``inductor``
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
                                    on CPU tensors through the Triton interpreter
 =====================  ==========  ==================================================
@@ -48,7 +46,6 @@ _KNOBS: dict[str, _Knob] = {
         str,
     ),
     "autotune": _Knob("FLASHLIGHT_AUTOTUNE", True, _bool),
-    "fallback": _Knob("FLASHLIGHT_FALLBACK", "eager", str),
     "interpret": _Knob("TRITON_INTERPRET", False, _bool),
 }
 

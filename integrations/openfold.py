@@ -305,7 +305,7 @@ def patch_openfold(
         fallback_on_cpu: for CPU tensors when ``TRITON_INTERPRET`` is not set, run the
             stock attention with a one-time warning (True) or raise (False).
         compile_options: passed to :func:`flashlight.compile`, e.g.
-            ``{"fallback": "inductor"}``.
+            ``{"autotune": False}``.
 
     Raises:
         ValueError: ``model`` holds no OpenFold attention module (of the chosen kinds),

@@ -156,7 +156,7 @@ def compiled_core(
     """The Flashlight-compiled core for one signature, compiled on first request.
 
     ``compile_options`` are passed to :func:`flashlight.compile` (e.g.
-    ``{"fallback": "inductor"}``). The callable is cached for the life of the process.
+    ``{"autotune": False}``). The callable is cached for the life of the process.
     """
     options = dict(compile_options or {})
     key = (n_biases, bool(gated), int(heads), int(width), dtype, tuple(sorted(options.items())))

@@ -219,3 +219,13 @@ def test_scalar_constants_print_exactly():
     assert _literal(1e9) == "1000000000.0"
     assert float(_literal(math.pi)) == math.pi
     assert _literal(True) == "1"
+
+
+def test_compile_options_are_checked():
+    with pytest.raises(TypeError, match="unknown Flashlight options"):
+        flashlight.compile(attention, fallback="inductor")
+    args = _inputs(16)
+    torch.compiler.reset()
+    out = flashlight.compile(attention, autotune=False)(*args)
+    torch.compiler.reset()
+    torch.testing.assert_close(out.double(), attention(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
