@@ -225,12 +225,24 @@ def test_autograd_runs_the_stock_attention(gen):
 
 def test_compiled_cores_are_shared_by_signature(gen):
     openfold_core.clear_compiled()
-    blocks = [_block_like(gen) for _ in range(2)]
-    for block, inputs in blocks:
-        flashlight.patch_openfold(block)
-        _run(block, inputs)
-    # row + triangle (2 biases, H 2, c 32) share one; column (1 bias) has its own
-    assert openfold_core.compiled_names() == ["gated_attention_1_h2_c32_float32", "gated_attention_2_h2_c32_float32"]
+    modules = [
+        TriangleAttention(16, 32, 2, starting=True),
+        TriangleAttention(16, 32, 2, starting=False),
+        MSAColumnAttention(32, 32, 2),
+    ]
+    x = torch.randn(11, 11, 16, generator=gen)
+    m = torch.randn(5, 11, 32, generator=gen)
+    for module in modules:
+        flashlight.patch_openfold(module)
+    with torch.no_grad():
+        modules[0](x)
+        modules[1](x)
+        modules[2](m)
+    # both triangle attentions (2 biases, H 2, c 32) share one; the column (1 bias) its own
+    assert openfold_core.compiled_names() == [
+        "gated_attention_1_h2_c32_float32",
+        "gated_attention_2_h2_c32_float32",
+    ]
 
 
 class _Upstream2PairStack(torch.nn.Module):
