@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="flashlight-fold",
         description="Fold FASTA records with OpenFold, accelerated by Flashlight, and "
-        "report end-to-end and per-layer latency.",
+        "report end-to-end and per-layer latency. Exit status: 0 all records folded, "
+        "1 a record failed, 2 invalid input or options.",
     )
     p.add_argument("fasta", nargs="+", help="FASTA files; every record is folded")
     p.add_argument(
@@ -71,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
         "model has seeded random weights and every output says so",
     )
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
-    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument(
+        "--dtype", choices=("fp32", "bf16"), default="fp32", help="model precision (default fp32)"
+    )
     p.add_argument(
         "--no-tf32", dest="tf32", action="store_false",
         help="on GPUs, compute fp32 matmuls in full fp32 (default: TF32, as OpenFold does)",
@@ -91,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=_positive, default=3, help="timed runs per record (median; default 3)")
     p.add_argument(
         "--warmup", type=_non_negative, default=1,
-        help="untimed-in-median first runs per record, reported separately (default 1)",
+        help="first runs per record, where Flashlight compiles; timed and reported apart "
+        "from the steady-state medians (default 1)",
     )
     p.add_argument(
         "--num-blocks", type=_positive,

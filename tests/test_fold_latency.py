@@ -158,6 +158,7 @@ def test_openfold_001_layout():
     assert found["msa_att_row"] is block.msa_att_row
 
 
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # OpenFold uses torch.cuda.amp.autocast
 def test_bf16_model_folds(tmp_path, one_thread):
     options = FoldOptions(
         out_dir=str(tmp_path), flashlight=False, dtype="bf16", num_blocks=1, recycles=1,
