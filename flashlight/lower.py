@@ -14,10 +14,25 @@ import math
 import operator
 from typing import Any, Callable
 
-import sympy
 import torch
 import torch.fx as fx
 
+from flashlight.indexing import (
+    Access,
+    Unsupported,
+    finest,
+    match_axis,
+    meta_val,
+    node_shape,
+    view_expand,
+    view_identity,
+    view_permute,
+    view_reshape,
+    view_squeeze,
+    view_t,
+    view_transpose,
+    view_unsqueeze,
+)
 from flashlight.ir import (
     Axis,
     Const,
@@ -36,71 +51,11 @@ from flashlight.ir import (
 aten = torch.ops.aten
 
 
-class Unsupported(Exception):
-    """A node the lowering cannot express; it becomes opaque (runs outside Flashlight)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Access:
-    """A lowered tensor value: (a view of) base ``name`` read through an index map.
-
-    ``index`` gives, per axis of the base, the compound of template dims that indexes
-    it; ``axes`` gives, per axis of this value, the compound of template dims that
-    axis spans (``()`` for a size-1 broadcast axis).
-    """
-
-    kind: str  # "input" (graph input or opaque value) or "nest"
-    name: str
-    index: tuple[Axis, ...]
-    axes: tuple[Axis, ...]
-    dtype: torch.dtype
-
-
 @dataclasses.dataclass(frozen=True)
 class Lowered:
     graph: Graph
     opaque: dict[str, str]  # FX node name -> why it was not lowered
     nest_of_node: dict[str, str]  # FX node name -> the nest computing it
-
-
-# ------------------------------------------------------------------------------ sizes
-
-
-def size_of(value: Any) -> int | str:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, torch.SymInt):
-        expr = value.node.expr
-        return int(expr) if expr.is_number else str(expr)
-    raise Unsupported(f"size {value!r}")
-
-
-def _sym(size: int | str) -> sympy.Expr:
-    return sympy.Integer(size) if isinstance(size, int) else sympy.sympify(size)
-
-
-def sizes_equal(a: int | str, b: int | str) -> bool:
-    return a == b or sympy.simplify(_sym(a) - _sym(b)) == 0
-
-
-def axis_size(axis: Axis) -> int | str:
-    if not axis:
-        return 1
-    total = sympy.Integer(1)
-    for d in axis:
-        total *= _sym(d.size)
-    return int(total) if total.is_number else str(total)
-
-
-def _meta(node: fx.Node):
-    return node.meta.get("val")
-
-
-def _shape(node: fx.Node) -> tuple:
-    val = _meta(node)
-    if not isinstance(val, torch.Tensor):
-        raise Unsupported(f"{node.name} is not a tensor")
-    return tuple(size_of(s) for s in val.shape)
 
 
 # ------------------------------------------------------------------------- the lowerer
@@ -120,10 +75,10 @@ class _Lowerer:
 
     # ---- values
     def input_access(self, node: fx.Node) -> Access:
-        shape = _shape(node)
+        shape = node_shape(node)
         axes = tuple(() if s == 1 else (Dim.fresh(s, "t"),) for s in shape)
         self.inputs.append(node.name)
-        return Access("input", node.name, axes, axes, _meta(node).dtype)
+        return Access("input", node.name, axes, axes, meta_val(node).dtype)
 
     def add_nest(self, axes: tuple[Axis, ...], body: Expr, dtype: torch.dtype, hint: str) -> Access:
         name = f"n{len(self.nests)}_{hint}"
@@ -144,7 +99,7 @@ class _Lowerer:
                 continue
             if not target:
                 raise Unsupported("cannot broadcast a non-unit axis to a unit axis")
-            mapping.update(_match_axis(own, target))
+            mapping.update(match_axis(own, target))
         for d in axis_dims(value.index):
             mapping.setdefault(d, ())  # size-1 dims not visible through the view
         index = tuple(tuple(x for d in axis for x in mapping[d]) for axis in value.index)
@@ -154,7 +109,7 @@ class _Lowerer:
 
     def result_axes(self, node: fx.Node, operands: list[Access | Const]) -> tuple[Axis, ...]:
         """Fresh output axes for an elementwise node, factored like its operands' axes."""
-        shape = _shape(node)
+        shape = node_shape(node)
         axes: list[Axis] = []
         for k, size in enumerate(shape):
             if size == 1:
@@ -180,7 +135,7 @@ class _Lowerer:
     def run(self) -> Lowered:
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
-                if isinstance(_meta(node), torch.Tensor):
+                if isinstance(meta_val(node), torch.Tensor):
                     self.env[node.name] = self.input_access(node)
                 continue
             if node.op == "output":
@@ -198,7 +153,7 @@ class _Lowerer:
             try:
                 before = len(self.nests)
                 self.env[node.name] = rule(self, node)
-                if len(self.nests) > before and isinstance(_meta(node), torch.Tensor):
+                if len(self.nests) > before and isinstance(meta_val(node), torch.Tensor):
                     self.nest_of_node[node.name] = self.nests[-1].name
             except Unsupported as why:
                 self._make_opaque(node, f"{_op_name(node)}: {why}")
@@ -217,7 +172,7 @@ class _Lowerer:
     def _make_opaque(self, node: fx.Node, reason: str) -> None:
         self._use_outside((node.args, node.kwargs))
         self.opaque[node.name] = reason
-        val = _meta(node)
+        val = meta_val(node)
         if isinstance(val, torch.Tensor):
             try:
                 self.env[node.name] = self.input_access(node)
@@ -230,52 +185,12 @@ def _op_name(node: fx.Node) -> str:
     return getattr(target, "__name__", None) or str(target)
 
 
-def _match_axis(own: Axis, target: Axis) -> dict[Dim, Axis]:
-    """Map the template dims of an operand axis onto groups of the result axis dims.
-
-    The result axis is factored at least as finely as every operand axis (see
-    :func:`finest`), so each operand factor covers consecutive result factors.
-    """
-    mapping: dict[Dim, Axis] = {}
-    pos = 0
-    for d in own:
-        group: list[Dim] = []
-        remaining = _sym(d.size)
-        while remaining != 1:
-            if pos >= len(target):
-                raise Unsupported("operands factor a broadcast axis differently")
-            remaining = sympy.simplify(remaining / _sym(target[pos].size))
-            group.append(target[pos])
-            pos += 1
-        if not _is_int(remaining):
-            raise Unsupported("operands factor a broadcast axis differently")
-        mapping[d] = tuple(group)
-    if pos != len(target):
-        raise Unsupported("operands factor a broadcast axis differently")
-    return mapping
-
-
-def _is_int(value: sympy.Expr) -> bool:
-    return bool(value == 1)
-
-
-def finest(axes: list[Axis]) -> list:
-    """Factor sizes of the finest factorization among operand axes of one result axis."""
-    axes = [a for a in axes if a]
-    if not axes:
-        return []
-    best = max(axes, key=len)
-    for other in axes:
-        _match_axis(other, best)  # raises when the factorizations are incompatible
-    return [d.size for d in best]
-
-
 # --------------------------------------------------------------------------- views
 
 
 def _view_like(fn: Callable[[Access, fx.Node], Access]):
     def rule(lw: _Lowerer, node: fx.Node) -> Access:
-        src = lw.value(node.args[0], _meta(node).dtype)
+        src = lw.value(node.args[0], meta_val(node).dtype)
         if not isinstance(src, Access):
             raise Unsupported("view of a constant")
         return fn(src, node)
@@ -283,104 +198,12 @@ def _view_like(fn: Callable[[Access, fx.Node], Access]):
     return rule
 
 
-def _permute(src: Access, node: fx.Node) -> Access:
-    order = [d % len(src.axes) for d in node.args[1]]
-    return dataclasses.replace(src, axes=tuple(src.axes[d] for d in order))
-
-
-def _transpose(src: Access, node: fx.Node) -> Access:
-    n = len(src.axes)
-    a, b = node.args[1] % n, node.args[2] % n
-    axes = list(src.axes)
-    axes[a], axes[b] = axes[b], axes[a]
-    return dataclasses.replace(src, axes=tuple(axes))
-
-
-def _t(src: Access, node: fx.Node) -> Access:
-    return dataclasses.replace(src, axes=tuple(reversed(src.axes)))
-
-
-def _unsqueeze(src: Access, node: fx.Node) -> Access:
-    axes = list(src.axes)
-    pos = node.args[1] % (len(axes) + 1)
-    axes.insert(pos, ())
-    return dataclasses.replace(src, axes=tuple(axes))
-
-
-def _squeeze(src: Access, node: fx.Node) -> Access:
-    dims = node.args[1] if len(node.args) > 1 else None
-    if dims is None:
-        return dataclasses.replace(src, axes=tuple(a for a in src.axes if a))
-    dims = [dims] if isinstance(dims, int) else list(dims)
-    drop = {d % len(src.axes) for d in dims}
-    return dataclasses.replace(src, axes=tuple(a for k, a in enumerate(src.axes) if not (k in drop and not a)))
-
-
-def _expand(src: Access, node: fx.Node) -> Access:
-    shape = _shape(node)
-    offset = len(shape) - len(src.axes)
-    axes: list[Axis] = [(Dim.fresh(s, "b"),) if s != 1 else () for s in shape[:offset]]
-    for k, own in enumerate(src.axes):
-        size = shape[offset + k]
-        axes.append((Dim.fresh(size, "b"),) if not own and size != 1 else own)
-    return dataclasses.replace(src, axes=tuple(axes))
-
-
-def _reshape(src: Access, node: fx.Node) -> Access:
-    """Regroup the factors of the source axes into the target shape (splitting if needed)."""
-    shape = _shape(node)
-    factors = [d for axis in src.axes for d in axis]
-    index, axes = src.index, list(src.axes)
-    new_axes: list[Axis] = []
-    pos = 0
-    for size in shape:
-        if size == 1:
-            new_axes.append(())
-            continue
-        group: list[Dim] = []
-        remaining = _sym(size)
-        while remaining != 1:
-            if pos >= len(factors):
-                raise Unsupported("reshape does not line up with the source factors")
-            f = factors[pos]
-            ratio = sympy.simplify(remaining / _sym(f.size))
-            if ratio.is_integer is True or (ratio.is_number and ratio == int(ratio)) or ratio.is_Integer:
-                group.append(f)
-                remaining = ratio
-                pos += 1
-                continue
-            # split factor f into (head, tail) with head of the remaining size
-            tail = sympy.simplify(_sym(f.size) / remaining)
-            if not (tail.is_Integer or tail.is_integer):
-                raise Unsupported("reshape splits a dim by a size that does not divide it")
-            head = Dim.fresh(size_of_sym(remaining), "r")
-            rest = Dim.fresh(size_of_sym(tail), "r")
-            mapping = {f: (head, rest)}
-            index = tuple(tuple(x for d in axis for x in mapping.get(d, (d,))) for axis in index)
-            factors[pos:pos + 1] = [head, rest]
-            group.append(head)
-            pos += 1
-            remaining = sympy.Integer(1)
-        new_axes.append(tuple(group))
-    if pos != len(factors):
-        raise Unsupported("reshape leaves source factors unused")
-    return dataclasses.replace(src, index=index, axes=tuple(new_axes))
-
-
-def size_of_sym(expr: sympy.Expr) -> int | str:
-    return int(expr) if expr.is_number else str(expr)
-
-
-def _identity(src: Access, node: fx.Node) -> Access:
-    return src
-
-
 # ------------------------------------------------------------------------ pointwise
 
 
 def _pointwise(op: str, nargs: int | None = None):
     def rule(lw: _Lowerer, node: fx.Node) -> Access:
-        dtype = _meta(node).dtype
+        dtype = meta_val(node).dtype
         args = list(node.args if nargs is None else node.args[:nargs])
         if op == "sub" and node.kwargs.get("alpha", 1) != 1 or op == "add" and node.kwargs.get("alpha", 1) != 1:
             raise Unsupported("alpha != 1")
@@ -404,7 +227,7 @@ def _operand_dtype(arg: Any, default: torch.dtype) -> torch.dtype:
 
 def _where_scalar_fill(lw: _Lowerer, node: fx.Node) -> Access:
     """``masked_fill(x, mask, value)`` is ``where(mask, value, x)``."""
-    dtype = _meta(node).dtype
+    dtype = meta_val(node).dtype
     x = lw.value(node.args[0], dtype)
     mask = lw.value(node.args[1], torch.bool)
     fill = lw.value(node.args[2], dtype)
@@ -414,7 +237,7 @@ def _where_scalar_fill(lw: _Lowerer, node: fx.Node) -> Access:
 
 
 def _to_copy(lw: _Lowerer, node: fx.Node) -> Access:
-    dtype = _meta(node).dtype
+    dtype = meta_val(node).dtype
     src = lw.value(node.args[0], dtype)
     if isinstance(src, Access) and src.dtype == dtype:
         return src
@@ -423,7 +246,7 @@ def _to_copy(lw: _Lowerer, node: fx.Node) -> Access:
 
 
 def _clamp(lw: _Lowerer, node: fx.Node) -> Access:
-    dtype = _meta(node).dtype
+    dtype = meta_val(node).dtype
     x = lw.value(node.args[0], dtype)
     axes = lw.result_axes(node, [x])
     body = lw.read(x, axes)
@@ -438,7 +261,7 @@ def _clamp(lw: _Lowerer, node: fx.Node) -> Access:
 
 def _tri(keep_lower: bool):
     def rule(lw: _Lowerer, node: fx.Node) -> Access:
-        dtype = _meta(node).dtype
+        dtype = meta_val(node).dtype
         x = lw.value(node.args[0], dtype)
         diagonal = node.args[1] if len(node.args) > 1 else node.kwargs.get("diagonal", 0)
         axes = lw.result_axes(node, [x])
@@ -455,21 +278,21 @@ def _tri(keep_lower: bool):
 
 
 def _full(lw: _Lowerer, node: fx.Node) -> Access:
-    dtype = _meta(node).dtype
-    shape = _shape(node)
+    dtype = meta_val(node).dtype
+    shape = node_shape(node)
     axes = tuple(() if s == 1 else (Dim.fresh(s),) for s in shape)
     fill = node.args[1] if node.target is aten.full.default else (1 if node.target is aten.ones.default else 0)
     return lw.add_nest(axes, Const(fill, dtype), dtype, "full")
 
 
 def _scalar_tensor(lw: _Lowerer, node: fx.Node) -> Access:
-    dtype = _meta(node).dtype
+    dtype = meta_val(node).dtype
     return lw.add_nest((), Const(node.args[0], dtype), dtype, "scalar")
 
 
 def _arange(lw: _Lowerer, node: fx.Node) -> Access:
-    dtype = _meta(node).dtype
-    (n,) = _shape(node)
+    dtype = meta_val(node).dtype
+    (n,) = node_shape(node)
     start = node.args[0] if node.target is aten.arange.start and len(node.args) > 1 else 0
     step = node.args[2] if len(node.args) > 2 else node.kwargs.get("step", 1)
     if not isinstance(start, int) or step != 1:
@@ -489,7 +312,7 @@ def _arange(lw: _Lowerer, node: fx.Node) -> Access:
 def _reduce_axes(lw: _Lowerer, node: fx.Node, src: Access, dims: list[int], keepdim: bool):
     n = len(src.axes)
     dims = [d % n for d in dims] if dims else list(range(n))
-    out_shape = _shape(node)
+    out_shape = node_shape(node)
     in_axes = tuple(() if not a else tuple(Dim.fresh(d.size) for d in a) for a in src.axes)
     out_axes = []
     for k, a in enumerate(in_axes):
@@ -511,7 +334,7 @@ def reduce_over(op: str, body: Expr, dims: tuple[Dim, ...], dtype: torch.dtype) 
 
 def _reduction(op: str):
     def rule(lw: _Lowerer, node: fx.Node) -> Access:
-        dtype = _meta(node).dtype
+        dtype = meta_val(node).dtype
         src = lw.value(node.args[0], dtype)
         if not isinstance(src, Access):
             raise Unsupported("reduction of a constant")
@@ -529,18 +352,18 @@ def _reduction(op: str):
 
 def _softmax(lw: _Lowerer, node: fx.Node) -> Access:
     """softmax(x) = exp(x - max(x)) / sum(exp(x - max(x))), as separate nests."""
-    dtype = _meta(node).dtype
+    dtype = meta_val(node).dtype
     src = lw.value(node.args[0], dtype)
     if not isinstance(src, Access):
         raise Unsupported("softmax of a constant")
     dim = node.args[1]
     compute = torch.float32 if node.args[2] else dtype
-    in_axes, keep_axes, reduced = _reduce_axes(lw, node_with_keepdim(node), src, [dim], True)
+    in_axes, keep_axes, reduced = _reduce_axes(lw, _KeepdimShape(node), src, [dim], True)
     m = lw.add_nest(keep_axes, reduce_over("max", lw.read(src, in_axes), reduced, compute), compute, "amax")
     axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
     shifted = Pointwise("sub", (lw.read(src, axes), lw.read(m, axes)), compute)
     e = lw.add_nest(axes, Pointwise("exp", (shifted,), compute), compute, "exp")
-    in2, keep2, red2 = _reduce_axes(lw, node_with_keepdim(node), e, [dim], True)
+    in2, keep2, red2 = _reduce_axes(lw, _KeepdimShape(node), e, [dim], True)
     s = lw.add_nest(keep2, reduce_over("sum", lw.read(e, in2), red2, compute), compute, "sum")
     axes3 = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
     out = Pointwise("div", (lw.read(e, axes3), lw.read(s, axes3)), compute)
@@ -549,11 +372,13 @@ def _softmax(lw: _Lowerer, node: fx.Node) -> Access:
     return lw.add_nest(axes3, out, dtype, "softmax")
 
 
-class node_with_keepdim:  # noqa: N801 - a tiny adapter: the shape of x.amax(dim, keepdim=True)
+class _KeepdimShape:
+    """A node seen with the shape of ``x.amax(dim, keepdim=True)`` (for softmax)."""
+
     def __init__(self, node: fx.Node):
         self.node = node
         self.name = node.name
-        self.meta = {"val": _meta(node.args[0])}
+        self.meta = {"val": meta_val(node.args[0])}
         dim = node.args[1] % len(self.meta["val"].shape)
         shape = list(self.meta["val"].shape)
         shape[dim] = 1
@@ -562,11 +387,11 @@ class node_with_keepdim:  # noqa: N801 - a tiny adapter: the shape of x.amax(dim
 
 def _contraction(lw: _Lowerer, node: fx.Node) -> Access:
     """mm / bmm: out[..., m, n] = sum_k a[..., m, k] * b[..., k, n]."""
-    dtype = _meta(node).dtype
+    dtype = meta_val(node).dtype
     a, b = (lw.value(x, dtype) for x in node.args[:2])
     if not isinstance(a, Access) or not isinstance(b, Access):
         raise Unsupported("matmul with a constant")
-    out_shape = _shape(node)
+    out_shape = node_shape(node)
     if len(a.axes) != len(b.axes) or len(a.axes) != len(out_shape):
         raise Unsupported("matmul rank")
     batch = tuple(tuple(Dim.fresh(s) for s in finest([x, y])) for x, y in zip(a.axes[:-2], b.axes[:-2]))
@@ -580,21 +405,21 @@ def _contraction(lw: _Lowerer, node: fx.Node) -> Access:
 
 
 LOWERINGS: dict[Any, Callable[[_Lowerer, fx.Node], Access]] = {
-    aten.view.default: _view_like(_reshape),
-    aten._unsafe_view.default: _view_like(_reshape),
-    aten.reshape.default: _view_like(_reshape),
-    aten.permute.default: _view_like(_permute),
-    aten.transpose.int: _view_like(_transpose),
-    aten.t.default: _view_like(_t),
-    aten.unsqueeze.default: _view_like(_unsqueeze),
-    aten.squeeze.dim: _view_like(_squeeze),
-    aten.squeeze.dims: _view_like(_squeeze),
-    aten.squeeze.default: _view_like(_squeeze),
-    aten.expand.default: _view_like(_expand),
-    aten.clone.default: _view_like(_identity),
-    aten.alias.default: _view_like(_identity),
-    aten.detach.default: _view_like(_identity),
-    aten.lift_fresh_copy.default: _view_like(_identity),
+    aten.view.default: _view_like(view_reshape),
+    aten._unsafe_view.default: _view_like(view_reshape),
+    aten.reshape.default: _view_like(view_reshape),
+    aten.permute.default: _view_like(view_permute),
+    aten.transpose.int: _view_like(view_transpose),
+    aten.t.default: _view_like(view_t),
+    aten.unsqueeze.default: _view_like(view_unsqueeze),
+    aten.squeeze.dim: _view_like(view_squeeze),
+    aten.squeeze.dims: _view_like(view_squeeze),
+    aten.squeeze.default: _view_like(view_squeeze),
+    aten.expand.default: _view_like(view_expand),
+    aten.clone.default: _view_like(view_identity),
+    aten.alias.default: _view_like(view_identity),
+    aten.detach.default: _view_like(view_identity),
+    aten.lift_fresh_copy.default: _view_like(view_identity),
     aten._to_copy.default: _to_copy,
     aten.masked_fill.Scalar: _where_scalar_fill,
     aten.masked_fill.Tensor: _where_scalar_fill,
@@ -705,7 +530,7 @@ def _scalar_pow(lw: _Lowerer, node: fx.Node) -> Access:
     base, exponent = node.args[:2]
     if not isinstance(base, (int, float)) or base <= 0:
         raise Unsupported("pow of a non-positive scalar base")
-    dtype = _meta(node).dtype
+    dtype = meta_val(node).dtype
     x = lw.value(exponent, dtype)
     axes = lw.result_axes(node, [x])
     scaled = Pointwise("mul", (lw.read(x, axes), Const(math.log(base), dtype)), dtype)

@@ -48,7 +48,7 @@ from flashlight.ir import (
     substitute,
     walk,
 )
-from flashlight.lower import sizes_equal
+from flashlight.indexing import sizes_equal
 
 
 class NotOnline(Exception):

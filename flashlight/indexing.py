@@ -1,0 +1,215 @@
+"""Index maps: sizes, axis factorizations and the view operations.
+
+A lowered tensor value is an :class:`Access`: a base tensor read through an index map.
+View-like ATen operations (permute, transpose, unsqueeze, squeeze, expand, reshape)
+only change that map, so they never become loop nests. An axis is a tuple of dims in
+row-major order (``()`` for a size-1 broadcast axis); a reshape regroups, and where
+needed splits, those factors.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import sympy
+import torch
+import torch.fx as fx
+
+from flashlight.ir import Axis, Dim
+
+
+class Unsupported(Exception):
+    """A node the lowering cannot express; it becomes opaque (runs outside Flashlight)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """A lowered tensor value: (a view of) base ``name`` read through an index map.
+
+    ``index`` gives, per axis of the base, the compound of template dims that indexes
+    it; ``axes`` gives, per axis of this value, the compound of template dims that
+    axis spans (``()`` for a size-1 broadcast axis).
+    """
+
+    kind: str  # "input" (graph input or opaque value) or "nest"
+    name: str
+    index: tuple[Axis, ...]
+    axes: tuple[Axis, ...]
+    dtype: torch.dtype
+
+
+# ------------------------------------------------------------------------------ sizes
+
+
+def size_of(value: Any) -> int | str:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, torch.SymInt):
+        expr = value.node.expr
+        return int(expr) if expr.is_number else str(expr)
+    raise Unsupported(f"size {value!r}")
+
+
+def sym(size: int | str) -> sympy.Expr:
+    return sympy.Integer(size) if isinstance(size, int) else sympy.sympify(size)
+
+
+def sizes_equal(a: int | str, b: int | str) -> bool:
+    return a == b or sympy.simplify(sym(a) - sym(b)) == 0
+
+
+def axis_size(axis: Axis) -> int | str:
+    if not axis:
+        return 1
+    total = sympy.Integer(1)
+    for d in axis:
+        total *= sym(d.size)
+    return int(total) if total.is_number else str(total)
+
+
+def meta_val(node: fx.Node):
+    return node.meta.get("val")
+
+
+def node_shape(node: fx.Node) -> tuple:
+    val = meta_val(node)
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported(f"{node.name} is not a tensor")
+    return tuple(size_of(s) for s in val.shape)
+
+
+def match_axis(own: Axis, target: Axis) -> dict[Dim, Axis]:
+    """Map the template dims of an operand axis onto groups of the result axis dims.
+
+    The result axis is factored at least as finely as every operand axis (see
+    :func:`finest`), so each operand factor covers consecutive result factors.
+    """
+    mapping: dict[Dim, Axis] = {}
+    pos = 0
+    for d in own:
+        group: list[Dim] = []
+        remaining = sym(d.size)
+        while remaining != 1:
+            if pos >= len(target):
+                raise Unsupported("operands factor a broadcast axis differently")
+            remaining = sympy.simplify(remaining / sym(target[pos].size))
+            group.append(target[pos])
+            pos += 1
+        if not is_one(remaining):
+            raise Unsupported("operands factor a broadcast axis differently")
+        mapping[d] = tuple(group)
+    if pos != len(target):
+        raise Unsupported("operands factor a broadcast axis differently")
+    return mapping
+
+
+def is_one(value: sympy.Expr) -> bool:
+    return bool(value == 1)
+
+
+def finest(axes: list[Axis]) -> list:
+    """Factor sizes of the finest factorization among operand axes of one result axis."""
+    axes = [a for a in axes if a]
+    if not axes:
+        return []
+    best = max(axes, key=len)
+    for other in axes:
+        match_axis(other, best)  # raises when the factorizations are incompatible
+    return [d.size for d in best]
+
+
+# --------------------------------------------------------------------------- views
+
+
+def view_permute(src: Access, node: fx.Node) -> Access:
+    order = [d % len(src.axes) for d in node.args[1]]
+    return dataclasses.replace(src, axes=tuple(src.axes[d] for d in order))
+
+
+def view_transpose(src: Access, node: fx.Node) -> Access:
+    n = len(src.axes)
+    a, b = node.args[1] % n, node.args[2] % n
+    axes = list(src.axes)
+    axes[a], axes[b] = axes[b], axes[a]
+    return dataclasses.replace(src, axes=tuple(axes))
+
+
+def view_t(src: Access, node: fx.Node) -> Access:
+    return dataclasses.replace(src, axes=tuple(reversed(src.axes)))
+
+
+def view_unsqueeze(src: Access, node: fx.Node) -> Access:
+    axes = list(src.axes)
+    pos = node.args[1] % (len(axes) + 1)
+    axes.insert(pos, ())
+    return dataclasses.replace(src, axes=tuple(axes))
+
+
+def view_squeeze(src: Access, node: fx.Node) -> Access:
+    dims = node.args[1] if len(node.args) > 1 else None
+    if dims is None:
+        return dataclasses.replace(src, axes=tuple(a for a in src.axes if a))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    drop = {d % len(src.axes) for d in dims}
+    return dataclasses.replace(src, axes=tuple(a for k, a in enumerate(src.axes) if not (k in drop and not a)))
+
+
+def view_expand(src: Access, node: fx.Node) -> Access:
+    shape = node_shape(node)
+    offset = len(shape) - len(src.axes)
+    axes: list[Axis] = [(Dim.fresh(s, "b"),) if s != 1 else () for s in shape[:offset]]
+    for k, own in enumerate(src.axes):
+        size = shape[offset + k]
+        axes.append((Dim.fresh(size, "b"),) if not own and size != 1 else own)
+    return dataclasses.replace(src, axes=tuple(axes))
+
+
+def view_reshape(src: Access, node: fx.Node) -> Access:
+    """Regroup the factors of the source axes into the target shape (splitting if needed)."""
+    shape = node_shape(node)
+    factors = [d for axis in src.axes for d in axis]
+    index = src.index
+    new_axes: list[Axis] = []
+    pos = 0
+    for size in shape:
+        if size == 1:
+            new_axes.append(())
+            continue
+        group: list[Dim] = []
+        remaining = sym(size)
+        while remaining != 1:
+            if pos >= len(factors):
+                raise Unsupported("reshape does not line up with the source factors")
+            f = factors[pos]
+            ratio = sympy.simplify(remaining / sym(f.size))
+            if ratio.is_integer is True or (ratio.is_number and ratio == int(ratio)) or ratio.is_Integer:
+                group.append(f)
+                remaining = ratio
+                pos += 1
+                continue
+            # split factor f into (head, tail) with head of the remaining size
+            tail = sympy.simplify(sym(f.size) / remaining)
+            if not (tail.is_Integer or tail.is_integer):
+                raise Unsupported("reshape splits a dim by a size that does not divide it")
+            head = Dim.fresh(size_of_sym(remaining), "r")
+            rest = Dim.fresh(size_of_sym(tail), "r")
+            mapping = {f: (head, rest)}
+            index = tuple(tuple(x for d in axis for x in mapping.get(d, (d,))) for axis in index)
+            factors[pos:pos + 1] = [head, rest]
+            group.append(head)
+            pos += 1
+            remaining = sympy.Integer(1)
+        new_axes.append(tuple(group))
+    if pos != len(factors):
+        raise Unsupported("reshape leaves source factors unused")
+    return dataclasses.replace(src, index=index, axes=tuple(new_axes))
+
+
+def size_of_sym(expr: sympy.Expr) -> int | str:
+    return int(expr) if expr.is_number else str(expr)
+
+
+def view_identity(src: Access, node: fx.Node) -> Access:
+    return src
+
+
