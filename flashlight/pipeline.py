@@ -16,6 +16,7 @@ from flashlight import settings
 from flashlight.ir import (
     Graph,
     Load,
+    Nest,
     Reduce,
     Ref,
     TiledKernel,
@@ -85,15 +86,13 @@ def run_passes(graph: Graph, node_of_nest: dict[str, str], check: bool = False) 
     return graph
 
 
-def _backoff_candidate(lowered: Lowered, nest_name: str, graph: Graph) -> str | None:
-    """The earliest reduction producer fused into ``nest_name`` that could stay separate."""
-    fused = graph.nest(nest_name)
-    origins = set(fused.origins)
-    for nest in lowered.graph.nests:
-        if nest.name == lowered.nest_of_node.get(fused.origins[0]) or nest.name == nest_name:
-            continue
-        node = next((k for k, v in lowered.nest_of_node.items() if v == nest.name), None)
-        if node in origins and contains(nest.body, Reduce) and nest.name not in lowered.graph.materialized:
+def _backoff_candidate(lowered: Lowered, fused: Nest, keep: frozenset[str],
+                       node_of_nest: dict[str, str]) -> str | None:
+    """The earliest reduction producer inlined into ``fused`` that is not kept separate yet."""
+    for nest in lowered.graph.nests:  # topological order: earliest first
+        node = node_of_nest.get(nest.name)
+        if (nest.name != fused.name and node in fused.origins and nest.name not in keep
+                and contains(nest.body, Reduce)):
             return nest.name
     return None
 
@@ -114,7 +113,7 @@ def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
             try:
                 kernel = make_online(nest)
                 if not fused_work(kernel):
-                    raise NotOnline("a single reduction with nothing fused into it")
+                    raise NotOnline("a single operation with nothing fused into it")
                 _debug(f"online form of {node}", format_kernel(kernel))
                 tiled = tile(kernel)
                 _debug(f"tiling of {node}", repr(tiled.tiling))
@@ -122,7 +121,7 @@ def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
             except NotOnline as why:
                 rejected.update({origin: str(why) for origin in nest.origins})
             except NotTileable as why:
-                candidate = _backoff_candidate(lowered, nest.name, graph)
+                candidate = _backoff_candidate(lowered, nest, base.materialized, node_of_nest)
                 if candidate is None:
                     rejected.update({origin: str(why) for origin in nest.origins})
                     continue
