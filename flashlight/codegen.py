@@ -202,7 +202,7 @@ class _Printer:
         return var
 
     def _emit(self, expr: Expr, scope: str) -> tuple[str, tuple]:
-        layout = self.layouts.of(expr) if not isinstance(expr, Reduce) else self.layouts.memo.get(expr) or self.layouts.of(expr)
+        layout = self.layouts.of(expr)
         if isinstance(expr, Const):
             return _literal(expr.value), ()
         if isinstance(expr, Load):
@@ -310,7 +310,7 @@ class _Printer:
 
     def emit_inner_reduce(self, expr: Reduce, scope: str) -> tuple[str, tuple]:
         role = self.roles[expr.dims[0]]
-        if self.layouts._is_dot(expr.body, role):
+        if self.layouts.is_dot(expr.body, role):
             return self.emit_dot(expr.body, role, scope, mask_n=False)
         var, lay = self.emit(expr.body, scope)
         axis = lay.index(role)
@@ -341,7 +341,7 @@ class _Printer:
         for k in sums:
             red = kernel.loop[k]
             acc_lay = self.layouts.loop_layouts[k]
-            if self.layouts._is_dot(red.body, "n"):
+            if self.layouts.is_dot(red.body, "n"):
                 part, lay = self.emit_dot(red.body, "n", "loop", mask_n=True)
             else:
                 var, lay = self.emit(red.body, "loop")

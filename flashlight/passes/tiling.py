@@ -71,7 +71,7 @@ class Layouts:
             body = self.of(red.body, allow_dot=red.op == "sum", reduced="n")
             if "n" not in body:
                 raise NotTileable("a loop reduction does not depend on the loop dim")
-            self.loop_layouts.append(tuple(r for r in body if r != "n") if not self._is_dot(red.body, "n") else self._dot_result(red.body, "n"))
+            self.loop_layouts.append(tuple(r for r in body if r != "n") if not self.is_dot(red.body, "n") else self._dot_result(red.body, "n"))
         self.epilogue = self.of(kernel.epilogue)
 
     # -- per node
@@ -110,7 +110,7 @@ class Layouts:
             parts = [self.of(a) for a in expr.args]
             layout = canonical(r for p in parts for r in p)
             if allow_dot and len(layout) == 3:
-                if not self._is_dot(expr, reduced):
+                if not self.is_dot(expr, reduced):
                     raise NotTileable("a three-dim product that is not a contraction")
             return layout
         raise NotTileable(f"cannot tile {type(expr).__name__}")
@@ -126,7 +126,7 @@ class Layouts:
         if role is None or not role.startswith("e"):
             raise NotTileable("an inner reduction over a dim that does not fit one tile")
         body = self.of(expr.body, allow_dot=expr.op == "sum", reduced=role)
-        if self._is_dot(expr.body, role):
+        if self.is_dot(expr.body, role):
             result = self._dot_result(expr.body, role)
         else:
             result = tuple(r for r in body if r != role)
@@ -136,7 +136,7 @@ class Layouts:
         return result
 
     # -- contractions
-    def _is_dot(self, body: Expr, reduced: str) -> bool:
+    def is_dot(self, body: Expr, reduced: str) -> bool:
         if not (isinstance(body, Pointwise) and body.op == "mul"):
             return False
         a, b = (self.of(x) for x in body.args)
