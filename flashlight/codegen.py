@@ -66,6 +66,7 @@ class KernelSource:
     # (input, axis) pairs: inputs re-read by many programs whose innermost tile axis
     # should be contiguous; the launcher copies them into that layout when it is not
     fast_axes: tuple[tuple[int, int], ...]
+    check_bounds: bool  # the kernel takes in{k}_span / out_span and asserts offsets
     fp32_precision: str  # "ieee" or "tf32": how fp32 contractions run
 
 
@@ -82,8 +83,9 @@ def _literal(value) -> str:
 
 
 class _Printer:
-    def __init__(self, tk: TiledKernel, name: str, fp32_precision: str, interpret: bool):
+    def __init__(self, tk: TiledKernel, name: str, fp32_precision: str, interpret: bool, check_bounds: bool):
         self.interpret = interpret
+        self.check_bounds = check_bounds
         self.tk = tk
         self.kernel = tk.kernel
         self.tiling = tk.tiling
@@ -228,12 +230,29 @@ class _Printer:
         offset = " + ".join(f"({self.index(axis, layout)}) * in{k}_s{a}" for a, axis in enumerate(load.index) if axis) or "0"
         mask = self.mask(_index_dims(load), layout)
         masked = f", mask={mask}, other=0" if mask else ""
+        self.assert_in_bounds(scope, f"in{k}", offset, mask, layout)
         value = f"tl.load(in{k} + {offset}{masked})"
         if load.dtype.is_floating_point:
             value += ".to(tl.float32)"
         elif load.dtype == torch.bool:
             value = f"({value} != 0)"
         return self.assign(scope, "x", value)
+
+    def assert_in_bounds(self, scope: str, tensor: str, offset: str, mask: str | None, layout) -> None:
+        """With ``check_bounds``: count unmasked lanes whose offset leaves the tensor.
+
+        The count goes to ``errors[slot]`` (one slot per tensor argument); the launcher
+        raises if any is non-zero. (``tl.device_assert`` is not enforced by the Triton
+        interpreter, so the check is ordinary arithmetic.)
+        """
+        if not self.check_bounds:
+            return
+        slot = len(self.inputs) if tensor == "out" else int(tensor[2:])
+        off = self.assign(scope, "off", f"{offset} + tl.zeros({self.shape(layout)}, tl.int32)" if layout else offset)
+        outside = f"(({off} < 0) | ({off} >= {tensor}_span))"
+        bad = f"({outside} & {mask})" if mask else outside
+        count = self.assign(scope, "bad", f"tl.sum(({bad}).to(tl.int32))" if layout else f"({bad}).to(tl.int32)")
+        self.lines(scope).append(f"tl.atomic_add(errors + {slot}, {count})")
 
     def note_fast_axis(self, k: int, load: Load, layout) -> None:
         """Remember which axis should be contiguous for a tile re-read across the grid.
@@ -369,6 +388,7 @@ class _Printer:
         offset = " + ".join(f"({self.index(axis, out_roles)}) * out_s{a}" for a, axis in enumerate(self.kernel.axes) if axis) or "0"
         mask = self.mask(self.kernel.dims, out_roles)
         masked = f", mask={mask}" if mask else ""
+        self.assert_in_bounds("post", "out", offset, mask, out_roles)
         self.post.append(f"tl.store(out + {offset}, ({var}).to({TL_DTYPES[self.kernel.dtype]}){masked})")
 
     # --------------------------------------------------------------------- whole
@@ -394,6 +414,8 @@ class _Printer:
         params += [f"size{k}" for k in range(len(self.sizes))]
         params += [f"in{k}_s{a}" for k, r in enumerate(self.ranks) for a in range(r)]
         params += [f"out_s{a}" for a in range(len(self.kernel.axes))]
+        if self.check_bounds:
+            params += [f"in{k}_span" for k in range(len(self.inputs))] + ["out_span", "errors"]
         params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
         body = head + self.pre
         body.append("for start_n in range(0, N_SIZE, BLOCK_N):")
@@ -404,7 +426,7 @@ class _Printer:
                f"def {self.name}({', '.join(params)}):"] + ["    " + line for line in body]
         return KernelSource(self.name, "\n".join(src) + "\n", tuple(self.inputs), tuple(self.ranks),
                             tuple(self.sizes), len(self.kernel.axes), tuple(self.fast_axes.items()),
-                            self.fp32_precision)
+                            self.check_bounds, self.fp32_precision)
 
 
 def _index_dims(node: Expr) -> tuple[Dim, ...]:
@@ -417,6 +439,8 @@ def _pow(base: str, exponent) -> str:
             -0.5: f"tl.rsqrt({base})", -1: f"(1.0 / {base})", 1: base}[exponent]
 
 
-def generate(tk: TiledKernel, name: str, fp32_precision: str = "ieee", interpret: bool = False) -> KernelSource:
-    """Print ``tk`` as a Triton kernel named ``name`` (for the interpreter if ``interpret``)."""
-    return _Printer(tk, name, fp32_precision, interpret).print()
+def generate(tk: TiledKernel, name: str, fp32_precision: str = "ieee", interpret: bool = False,
+             check_bounds: bool = False) -> KernelSource:
+    """Print ``tk`` as a Triton kernel named ``name`` (for the interpreter if ``interpret``;
+    asserting every memory offset if ``check_bounds``)."""
+    return _Printer(tk, name, fp32_precision, interpret, check_bounds).print()

@@ -135,8 +135,21 @@ class Launcher:
         strides = [st for t in tensors for st in t.stride()]
         fn = self._jit(interpret=tensors[0].device.type == "cpu")
         grid = lambda meta: (triton.cdiv(rows, meta["BLOCK_M"]) * grid_size,)  # noqa: E731
-        fn[grid](*tensors, out, *size_args, *strides, *out.stride())
+        checks: list = []
+        if self.src.check_bounds:
+            errors = torch.zeros(len(tensors) + 1, dtype=torch.int32, device=out.device)
+            checks = [_span(t) for t in (*tensors, out)] + [errors]
+        fn[grid](*tensors, out, *size_args, *strides, *out.stride(), *checks)
+        if checks and bool(errors.any()):
+            names = [*self.src.inputs, "the output"]
+            bad = [f"{names[k]} ({int(n)} lanes)" for k, n in enumerate(errors.tolist()) if n]
+            raise RuntimeError(f"{self.__name__}: memory access out of bounds in {', '.join(bad)}")
         return out
+
+
+def _span(t: torch.Tensor) -> int:
+    """One past the largest element offset ``t`` addresses through its strides."""
+    return 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))
 
 
 @dataclasses.dataclass(frozen=True)

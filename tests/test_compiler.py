@@ -229,3 +229,21 @@ def test_compile_options_are_checked():
     out = flashlight.compile(attention, autotune=False)(*args)
     torch.compiler.reset()
     torch.testing.assert_close(out.double(), attention(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
+
+
+def test_bounds_checking_mode_asserts_every_offset(monkeypatch):
+    from flashlight import runtime
+
+    args = _inputs(17)
+    torch.compiler.reset()
+    with settings.override(check_bounds=True):
+        report = flashlight.explain(attention, *args)
+        assert "tl.atomic_add(errors" in report.kernels[0].source
+        out = flashlight.compile(attention)(*args)  # every real offset is inside its tensor
+        torch.testing.assert_close(out.double(), attention(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
+        # pretend the tensors were one element long: the kernel must refuse
+        monkeypatch.setattr(runtime, "_span", lambda t: 1)
+        torch.compiler.reset()
+        with pytest.raises(Exception, match="out of bounds"):
+            flashlight.compile(attention)(*args)
+    torch.compiler.reset()
