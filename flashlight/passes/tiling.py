@@ -66,13 +66,20 @@ class Layouts:
         self.grid = grid
         self.memo: dict[Expr, Layout] = {}
         self.dots = 0
-        self.loop_layouts: list[Layout] = []
-        for red in kernel.loop:
+        self._loop_results: dict[int, Layout] = {}
+        self.loop_layouts = [self.loop_result(k) for k in range(len(kernel.loop))]
+        self.epilogue = self.of(kernel.epilogue)
+
+    def loop_result(self, k: int) -> Layout:
+        """Layout of the ``k``-th loop reduction's result (its body's, less the loop role)."""
+        if k not in self._loop_results:
+            red = self.kernel.loop[k]
             body = self.of(red.body, allow_dot=red.op == "sum", reduced="n")
             if "n" not in body:
                 raise NotTileable("a loop reduction does not depend on the loop dim")
-            self.loop_layouts.append(tuple(r for r in body if r != "n") if not self.is_dot(red.body, "n") else self._dot_result(red.body, "n"))
-        self.epilogue = self.of(kernel.epilogue)
+            dot = self.is_dot(red.body, "n")
+            self._loop_results[k] = self._dot_result(red.body, "n") if dot else tuple(r for r in body if r != "n")
+        return self._loop_results[k]
 
     # -- per node
     def of(self, expr: Expr, allow_dot: bool = False, reduced: str | None = None) -> Layout:
@@ -101,7 +108,7 @@ class Layouts:
         if isinstance(expr, Const):
             return ()
         if isinstance(expr, (RunningMax, LoopResult)):
-            return self.loop_layouts[expr.index] if expr.index < len(self.loop_layouts) else self._pending(expr)
+            return self.loop_result(expr.index)
         if isinstance(expr, Reduce):
             return self._inner_reduce(expr)
         if isinstance(expr, Pointwise):
@@ -114,10 +121,6 @@ class Layouts:
                     raise NotTileable("a three-dim product that is not a contraction")
             return layout
         raise NotTileable(f"cannot tile {type(expr).__name__}")
-
-    def _pending(self, expr: Expr) -> Layout:
-        red = self.kernel.loop[expr.index]
-        return tuple(r for r in self.of(red.body, allow_dot=True, reduced="n") if r != "n")
 
     def _inner_reduce(self, expr: Reduce) -> Layout:
         if len(expr.dims) != 1:
