@@ -159,25 +159,6 @@ def stack_inputs(n_res: int, n_seq: int, device: str, seed: int):
 # ---------------------------------------------------------------------------- timing helpers
 
 
-class Events:
-    """CUDA events on the GPU; wall-clock stamps (after a synchronize) on the CPU."""
-
-    def __init__(self, device: str):
-        self.cuda = device == "cuda"
-
-    def mark(self):
-        import torch
-
-        if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            return e
-        return time.perf_counter()
-
-    def ms(self, a, b) -> float:
-        return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
-
-
 def sync(device: str) -> None:
     import torch
 
@@ -186,7 +167,7 @@ def sync(device: str) -> None:
 
 
 @contextlib.contextmanager
-def module_timer(modules: dict[str, Any], events: Events, totals: dict[str, list]):
+def module_timer(modules: dict[str, Any], events: "Clock", totals: dict[str, list]):  # noqa: F821
     """Forward hooks that record (start, end) events around each call of ``modules``."""
     handles = []
     for name, module in modules.items():
@@ -260,12 +241,14 @@ def _dynamo_stats() -> dict:
 def run_stack(args, n_res: int, mode: str, device: str) -> dict:
     import torch
 
+    from flashlight.structures.timing import Clock
+
     config = model_config(args.blocks, 0)
     model = build_model(config, args.seed, device)
     stack = model.evoformer
     blocks = list(stack.blocks)
     m0, z0, msa_mask, pair_mask = stack_inputs(n_res, args.n_seq, device, args.seed)
-    events = Events(device)
+    events = Clock(torch.device(device))
 
     def run_pass(collect_blocks: bool = False):
         m, z = m0.clone(), z0.clone()
@@ -332,10 +315,12 @@ def run_stack(args, n_res: int, mode: str, device: str) -> dict:
 def run_model(args, n_res: int, mode: str, device: str) -> dict:
     import torch
 
+    from flashlight.structures.timing import Clock
+
     config = model_config(args.blocks, args.n_extra)
     model = build_model(config, args.seed, device)
     batch = synthetic_batch(n_res, args.n_seq, args.n_extra, args.iters, device, args.seed)
-    events = Events(device)
+    events = Clock(torch.device(device))
     blocks = list(model.evoformer.blocks)
 
     def forward():

@@ -124,7 +124,7 @@ class RunTiming:
         }
 
 
-class _Clock:
+class Clock:
     """Start/end markers: CUDA events on a GPU, ``perf_counter`` on a CPU."""
 
     def __init__(self, device: torch.device):
@@ -141,6 +141,9 @@ class _Clock:
         if self.cuda:
             return start.elapsed_time(end) / 1000.0
         return end - start
+
+    def ms(self, start, end) -> float:
+        return self.seconds(start, end) * 1e3
 
     def synchronize(self) -> None:
         if self.cuda:
@@ -167,7 +170,7 @@ class LayerTimer:
         on_recycle: Optional[Callable[[], None]] = None,
     ):
         self.model = model
-        self.clock = _Clock(device)
+        self.clock = Clock(device)
         self.on_recycle = on_recycle
         self._targets: List[Tuple[tuple, torch.nn.Module]] = []
         stages = [(name, child) for name, child in model.named_children()]
