@@ -55,7 +55,8 @@ def _configs(interpret: bool, autotune: bool):
     import triton
 
     if interpret or not autotune:
-        m, n, w, s = (16, 16, 1, 1) if interpret else _GPU_CONFIGS[0]
+        # unequal tiles under the interpreter, so a BLOCK_M / BLOCK_N mix-up cannot hide
+        m, n, w, s = (32, 16, 1, 1) if interpret else _GPU_CONFIGS[0]
         return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)]
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in _GPU_CONFIGS]
 
