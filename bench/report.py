@@ -19,7 +19,6 @@ import json
 import os
 import pathlib
 import sys
-from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -42,42 +41,39 @@ def shape_label(shape: dict) -> str:
     return " ".join(f"{k}{v}" for k, v in shape.items())
 
 
-def load_kernels(results: pathlib.Path) -> tuple[dict, list[dict]]:
-    """Latest cell per (variant, shape, dtype, impl), each with its run's metadata."""
+def _latest_cells(results: pathlib.Path, pattern: str, key) -> tuple[list[dict], list[dict]]:
+    """The latest cell per ``key(cell)`` over every result file matching ``pattern``,
+    each with its run's metadata (``_run``) and file name (``_file``), plus all runs."""
     latest: dict[tuple, dict] = {}
     runs: list[dict] = []
-    for path in sorted(results.rglob("kernels_*.json")):
+    for path in sorted(results.rglob(pattern)):
         if "smoke" in path.name:
             continue
         data = json.loads(path.read_text())
         file_runs = {r["id"]: r for r in data.get("runs", [])}
         runs.extend(data.get("runs", []))
         for c in data.get("cells", []):
-            key = (c["variant"], json.dumps(c["shape"], sort_keys=True), c["dtype"], c["impl"])
-            cell = {**c, "_run": file_runs.get(c.get("run"), {}), "_file": path.name}
-            old = latest.get(key)
+            old = latest.get(key(c))
             if old is None or c.get("measured_at", "") >= old.get("measured_at", ""):
-                latest[key] = cell
-    return latest, runs
+                latest[key(c)] = {**c, "_run": file_runs.get(c.get("run"), {}), "_file": path.name}
+    return list(latest.values()), runs
+
+
+def load_kernels(results: pathlib.Path) -> tuple[dict, list[dict]]:
+    """Latest cell per (variant, shape, dtype, impl), each with its run's metadata."""
+    def key(c):
+        return (c["variant"], json.dumps(c["shape"], sort_keys=True), c["dtype"], c["impl"])
+
+    cells, runs = _latest_cells(results, "kernels_*.json", key)
+    return {key(c): c for c in cells}, runs
 
 
 def load_evoformer(results: pathlib.Path) -> tuple[list[dict], list[dict]]:
     """Latest cell per (scope, n_res, mode, sizes) over every ``evoformer*.json``."""
-    latest: dict[tuple, dict] = {}
-    runs: list[dict] = []
-    for path in sorted(results.rglob("evoformer*.json")):
-        if "smoke" in path.name:
-            continue
-        data = json.loads(path.read_text())
-        file_runs = {r["id"]: r for r in data.get("runs", [])}
-        runs.extend(data.get("runs", []))
-        for c in data.get("cells", []):
-            key = (c["scope"], c["n_res"], c["mode"], c.get("n_seq"), c.get("n_extra"), c.get("iters"),
-                   c.get("blocks"))
-            old = latest.get(key)
-            if old is None or c.get("measured_at", "") >= old.get("measured_at", ""):
-                latest[key] = {**c, "_run": file_runs.get(c.get("run"), {})}
-    return list(latest.values()), runs
+    def key(c):
+        return (c["scope"], c["n_res"], c["mode"], c.get("n_seq"), c.get("n_extra"), c.get("iters"), c.get("blocks"))
+
+    return _latest_cells(results, "evoformer*.json", key)
 
 
 def cases(latest: dict) -> dict[tuple, dict[str, dict]]:
