@@ -58,15 +58,6 @@ def sizes_equal(a: int | str, b: int | str) -> bool:
     return a == b or sympy.simplify(sym(a) - sym(b)) == 0
 
 
-def axis_size(axis: Axis) -> int | str:
-    if not axis:
-        return 1
-    total = sympy.Integer(1)
-    for d in axis:
-        total *= sym(d.size)
-    return int(total) if total.is_number else str(total)
-
-
 def meta_val(node: fx.Node):
     return node.meta.get("val")
 
