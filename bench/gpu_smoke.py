@@ -5,7 +5,9 @@
 For each variant: Flashlight's output against float64 eager (max abs error), the number
 of Flashlight kernels, and median forward time (``triton.testing.do_bench``) of
 Flashlight, eager, default ``torch.compile`` and FlexAttention (when the catalog has a
-Flex formulation). Prints a table and writes JSON.
+Flex formulation; ``--no-peers`` skips them). Prints a table and writes JSON. With
+``FLASHLIGHT_CHECK_BOUNDS=1`` every Flashlight kernel (each autotuned configuration)
+also checks that its loads and stores stay inside their tensors.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ def _peer(name, make, args, row):
         row[f"{name}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
-def run_case(variant, shape, dtype_name) -> dict:
+def run_case(variant, shape, dtype_name, peers: bool = True) -> dict:
     dtype = DTYPES[dtype_name]
     torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -58,11 +60,13 @@ def run_case(variant, shape, dtype_name) -> dict:
     row["max_abs_err"] = (out.double() - ref).abs().max().item()
     row["finite"] = bool(torch.isfinite(out).all())
     row["flashlight_ms"] = _time(compiled, *args)
+    row["tflops"] = variant.flops(shape) / row["flashlight_ms"] / 1e9
+    if not peers:
+        return row
     _peer("eager", lambda: variant.fn, args, row)
     _peer("torch_compile", lambda: torch.compile(variant.fn), args, row)
     if variant.flex is not None:
         _peer("flex", lambda: torch.compile(variant.flex), args, row)
-    row["tflops"] = variant.flops(shape) / row["flashlight_ms"] / 1e9
     return row
 
 
@@ -72,6 +76,7 @@ def main() -> None:
     parser.add_argument("--dtypes", default="bf16")
     parser.add_argument("--shape-index", type=int, default=0)
     parser.add_argument("--out", default="bench/results/gpu_smoke.json")
+    parser.add_argument("--no-peers", action="store_true", help="time Flashlight only")
     args = parser.parse_args()
     rows = []
     for name in args.variants.split(","):
@@ -79,7 +84,7 @@ def main() -> None:
         shape = variant.bench_shapes[min(args.shape_index, len(variant.bench_shapes) - 1)]
         for dtype_name in args.dtypes.split(","):
             try:
-                row = run_case(variant, shape, dtype_name)
+                row = run_case(variant, shape, dtype_name, peers=not args.no_peers)
             except Exception as exc:  # noqa: BLE001
                 row = {"variant": name, "shape": shape, "dtype": dtype_name,
                        "error": f"{type(exc).__name__}: {str(exc)[:500]}"}

@@ -184,17 +184,11 @@ def make_impl(variant, impl: str, device: str, report) -> Callable:
     if impl == "sdpa":
         if device != "cuda":
             return variant.sdpa  # the efficient backend is CUDA-only
-        import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         def sdpa_efficient(*args):
-            original = F.scaled_dot_product_attention
-            F.scaled_dot_product_attention = flatten_batch_sdpa(original)
-            try:
-                with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-                    return variant.sdpa(*args)
-            finally:
-                F.scaled_dot_product_attention = original
+            with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+                return variant.sdpa(*args)
 
         return sdpa_efficient
     if impl in peers.PEERS:
@@ -203,24 +197,6 @@ def make_impl(variant, impl: str, device: str, report) -> Callable:
             raise Unavailable(why)
         return peers.adapter(impl, variant.name)
     raise ValueError(f"unknown implementation {impl!r}")
-
-
-def flatten_batch_sdpa(sdpa: Callable) -> Callable:
-    """``sdpa`` for inputs with several batch dims: PyTorch's fused SDPA kernels take
-    ``[batch, heads, L, D]`` only, so leading dims are merged (a view where strides
-    allow) and the mask is broadcast to match; the output gets its dims back."""
-
-    def flattened(query, key, value, attn_mask=None, *args, **kwargs):
-        if query.dim() <= 4:
-            return sdpa(query, key, value, attn_mask, *args, **kwargs)
-        lead, (h, lq, _), lk = query.shape[:-3], query.shape[-3:], key.shape[-2]
-        q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (query, key, value))
-        if attn_mask is not None:
-            attn_mask = attn_mask.expand(*lead, h, lq, lk).reshape(-1, h, lq, lk)
-        out = sdpa(q, k, v, attn_mask, *args, **kwargs)
-        return out.reshape(*lead, *out.shape[-3:])
-
-    return flattened
 
 
 def reference(variant, args):

@@ -122,6 +122,24 @@ def _prefix_density(length: int, prefix: int) -> float:
     return kept / (length * length)
 
 
+def sdpa_any_batch(query, key, value, attn_mask=None, **kwargs):
+    """``F.scaled_dot_product_attention`` for inputs with any number of batch dims.
+
+    PyTorch's fused SDPA kernels take ``[batch, heads, L, D]`` only, so leading dims
+    are merged (a view where strides allow) and the mask is broadcast to match; the
+    output gets its dims back. This is what a user of SDPA has to write for the
+    Evoformer's 5-D tensors, so it is part of SDPA's measured time.
+    """
+    if query.dim() <= 4:
+        return F.scaled_dot_product_attention(query, key, value, attn_mask, **kwargs)
+    lead, (heads, lq, _), lkv = query.shape[:-3], query.shape[-3:], key.shape[-2]
+    q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (query, key, value))  # [B', H, L, D]
+    if attn_mask is not None:
+        attn_mask = attn_mask.expand(*lead, heads, lq, lkv).reshape(-1, heads, lq, lkv)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask, **kwargs)  # [B', H, Lq, Dv]
+    return out.reshape(*lead, *out.shape[-3:])
+
+
 # ----------------------------------------------------------------------------------------
 # Block masks for the FlexAttention versions (cached when they depend on shapes only)
 # ----------------------------------------------------------------------------------------
@@ -138,10 +156,35 @@ def _sliding_window_mod(b, h, q_idx, kv_idx):
     return (q_idx >= kv_idx) & (q_idx - kv_idx < SLIDING_WINDOW)
 
 
+# Block masks are built eagerly and once per distinct mask input, outside the compiled
+# Flex call: a model builds its block mask once per forward and reuses it in every layer,
+# so the Flex timings measure attention alone. (Building one inside torch.compile with a
+# mask_mod that indexes a captured tensor is also known to fault with an illegal memory
+# access, pytorch/pytorch#160018; on the H200 it did, for the prefix-LM mask.)
+
+
+@torch.compiler.disable
 @functools.lru_cache(maxsize=32)
 def _static_block_mask(kind: str, lq: int, lkv: int, device: str):
     mod = {"causal": _causal_mod, "sliding_window": _sliding_window_mod}[kind]
     return create_block_mask(mod, None, None, lq, lkv, device=device)
+
+
+_DATA_BLOCK_MASKS: dict[tuple, tuple] = {}
+
+
+@torch.compiler.disable
+def _data_block_mask(make_mod: Callable, data: torch.Tensor, batch: int | None, lq: int, lkv: int):
+    """The block mask of ``make_mod(data)`` (a mask_mod reading ``data``), cached per
+    state of ``data``: its address, version counter, shape and strides, and the lengths.
+    The cache holds ``data`` itself, so no other tensor can take its address meanwhile."""
+    key = (make_mod, data.data_ptr(), data._version, tuple(data.shape), data.stride(), data.dtype, batch, lq, lkv)
+    if key not in _DATA_BLOCK_MASKS:
+        if len(_DATA_BLOCK_MASKS) >= 32:
+            _DATA_BLOCK_MASKS.clear()
+        mask = create_block_mask(make_mod(data), batch, None, lq, lkv, device=data.device)
+        _DATA_BLOCK_MASKS[key] = (data, mask)
+    return _DATA_BLOCK_MASKS[key][1]
 
 
 # ----------------------------------------------------------------------------------------
@@ -181,7 +224,7 @@ def _vanilla_flex(q, k, v):
 
 
 def _vanilla_sdpa(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v)
+    return sdpa_any_batch(q, k, v)
 
 
 # causal, three ways --------------------------------------------------------------------
@@ -212,7 +255,7 @@ def _causal_flex(q, k, v):
 
 
 def _causal_sdpa(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return sdpa_any_batch(q, k, v, is_causal=True)
 
 
 def causal_index(q, k, v):
@@ -278,7 +321,7 @@ def _alibi_sdpa(q, k, v):
     dist = (pos[None, :] - pos[:, None]).to(torch.float32)
     bias = _alibi_slopes(H, q.device)[:, None, None] * dist
     bias = bias.masked_fill(dist > 0, float("-inf")).to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    return sdpa_any_batch(q, k, v, attn_mask=bias)
 
 
 # tanh soft-capping -----------------------------------------------------------------------
@@ -333,7 +376,7 @@ def _sliding_window_sdpa(q, k, v):
     L = q.shape[-2]
     i = torch.arange(L, device=q.device)
     d = i[:, None] - i[None, :]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=(d >= 0) & (d < SLIDING_WINDOW))
+    return sdpa_any_batch(q, k, v, attn_mask=(d >= 0) & (d < SLIDING_WINDOW))
 
 
 # prefix-LM -------------------------------------------------------------------------------
@@ -359,11 +402,15 @@ def _prefix_inputs(shape, dtype, device, generator):
     return q, k, v, _randint(lo, hi, (B,), device, generator)
 
 
-def _prefix_flex(q, k, v, prefix_len):
+def _prefix_mod(prefix_len):
     def mask_mod(b, h, q_idx, kv_idx):
         return (q_idx >= kv_idx) | (kv_idx < prefix_len[b])
 
-    bm = create_block_mask(mask_mod, q.shape[0], None, q.shape[-2], k.shape[-2], device=q.device)
+    return mask_mod
+
+
+def _prefix_flex(q, k, v, prefix_len):
+    bm = _data_block_mask(_prefix_mod, prefix_len, q.shape[0], q.shape[-2], k.shape[-2])
     return flex_attention(q, k, v, block_mask=bm)
 
 
@@ -371,7 +418,7 @@ def _prefix_sdpa(q, k, v, prefix_len):
     L = q.shape[-2]
     pos = torch.arange(L, device=q.device)
     keep = (pos[None, :, None] >= pos[None, None, :]) | (pos[None, None, :] < prefix_len[:, None, None])
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None])
+    return sdpa_any_batch(q, k, v, attn_mask=keep[:, None])
 
 
 # document mask (packed sequences) ------------------------------------------------------
@@ -399,11 +446,15 @@ def _document_inputs(shape, dtype, device, generator):
     return q, k, v, torch.cumsum(starts, 0).to(device)
 
 
-def _document_flex(q, k, v, doc):
+def _document_mod(doc):
     def mask_mod(b, h, q_idx, kv_idx):
         return (doc[q_idx] == doc[kv_idx]) & (q_idx >= kv_idx)
 
-    bm = create_block_mask(mask_mod, None, None, q.shape[-2], k.shape[-2], device=q.device)
+    return mask_mod
+
+
+def _document_flex(q, k, v, doc):
+    bm = _data_block_mask(_document_mod, doc, None, q.shape[-2], k.shape[-2])
     return flex_attention(q[None], k[None], v[None], block_mask=bm)[0]
 
 
@@ -411,7 +462,7 @@ def _document_sdpa(q, k, v, doc):
     L = q.shape[-2]
     pos = torch.arange(L, device=q.device)
     keep = (doc[:, None] == doc[None, :]) & (pos[:, None] >= pos[None, :])
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    return sdpa_any_batch(q, k, v, attn_mask=keep)
 
 
 # grouped-query and multi-query attention -----------------------------------------------
@@ -449,7 +500,7 @@ def _gqa_flex(q, k, v):
 
 
 def _gqa_sdpa(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    return sdpa_any_batch(q, k, v, is_causal=True, enable_gqa=True)
 
 
 def mqa(q, k, v):
@@ -470,7 +521,7 @@ def _mqa_flex(q, k, v):
 
 
 def _mqa_sdpa(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    return sdpa_any_batch(q, k, v, enable_gqa=True)
 
 
 # differential attention ----------------------------------------------------------------
@@ -525,16 +576,20 @@ def _cross_flops(s):
     return _attn_flops(s["B"] * s["H"], s["Lq"], s["Lkv"], s["D"], s["Dv"])
 
 
-def _cross_flex(q, k, v, kv_mask):
+def _cross_mod(kv_mask):
     def mask_mod(b, h, q_idx, kv_idx):
         return kv_mask[b, kv_idx]
 
-    bm = create_block_mask(mask_mod, q.shape[0], None, q.shape[-2], k.shape[-2], device=q.device)
+    return mask_mod
+
+
+def _cross_flex(q, k, v, kv_mask):
+    bm = _data_block_mask(_cross_mod, kv_mask, q.shape[0], q.shape[-2], k.shape[-2])
     return flex_attention(q, k, v, block_mask=bm)
 
 
 def _cross_sdpa(q, k, v, kv_mask):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=kv_mask[:, None, None, :])
+    return sdpa_any_batch(q, k, v, attn_mask=kv_mask[:, None, None, :])
 
 
 # hand-written softmax, no batch dims ---------------------------------------------------
@@ -566,7 +621,7 @@ def _manual_flex(q, k, v):
 
 
 def _manual_sdpa(q, k, v):
-    return F.scaled_dot_product_attention(q[None], k[None], v[None])[0]
+    return sdpa_any_batch(q[None], k[None], v[None])[0]
 
 
 # ----------------------------------------------------------------------------------------
@@ -622,7 +677,7 @@ def _msa_row_flex(q, k, v, mask, pair_bias, g):
 
 def _msa_row_sdpa(q, k, v, mask, pair_bias, g):
     bias = (1e9 * (mask - 1))[..., :, None, None, :] + pair_bias  # [B, S, H, L, L]
-    o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0)
+    o = sdpa_any_batch(q, k, v, attn_mask=bias, scale=1.0)
     return o.transpose(-2, -3) * torch.sigmoid(g)
 
 
@@ -667,7 +722,7 @@ def _msa_column_flex(q, k, v, mask, g):
 def _msa_column_sdpa(q, k, v, mask, g):
     qt, kt, vt = (t.permute(0, 2, 3, 1, 4) for t in (q, k, v))
     mask_bias = (1e9 * (mask.transpose(-1, -2) - 1))[..., :, None, None, :]
-    o = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask_bias.to(q.dtype))
+    o = sdpa_any_batch(qt, kt, vt, attn_mask=mask_bias.to(q.dtype))
     return o.permute(0, 3, 1, 2, 4) * torch.sigmoid(g)
 
 
@@ -746,7 +801,7 @@ def _triangle_end_flex(q, k, v, mask, tri_bias, g):
 def _triangle_start_sdpa(q, k, v, mask, tri_bias, g):
     qt, kt, vt = (t.transpose(-2, -3) for t in (q, k, v))
     bias = (1e9 * (mask - 1))[..., :, None, None, :] + tri_bias.permute(0, 3, 1, 2).unsqueeze(-4)
-    o = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=bias)
+    o = sdpa_any_batch(qt, kt, vt, attn_mask=bias)
     return o.transpose(-2, -3) * torch.sigmoid(g)
 
 

@@ -1,0 +1,71 @@
+"""Where the time of one variant goes on the GPU: the CUDA kernels of one call.
+
+    python -m bench.profile --variants triangle_end --dtypes bf16 [--impls flashlight,flex]
+
+For each variant, dtype and implementation, runs the call a few times under
+``torch.profiler`` and prints its CUDA kernels with their mean time per call, so an
+extra copy, a second kernel or a slow main kernel shows at a glance.
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import flashlight
+from bench.gpu_smoke import DTYPES
+from bench.variants import VARIANTS
+
+CALLS = 20
+
+
+def _impl(variant, name: str):
+    if name == "flashlight":
+        return flashlight.compile(variant.fn)
+    if name == "flex":
+        return torch.compile(variant.flex) if variant.flex is not None else None
+    if name == "torch_compile":
+        return torch.compile(variant.fn)
+    return variant.fn
+
+
+def profile_one(variant, shape: dict, dtype_name: str, impl: str) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    args = variant.make_inputs(shape, DTYPES[dtype_name], "cuda", gen)
+    fn = _impl(variant, impl)
+    if fn is None:
+        return
+    for _ in range(3):  # compile, autotune, warm up
+        fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(CALLS):
+            fn(*args)
+        torch.cuda.synchronize()
+    rows = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    rows.sort(key=lambda e: -e.device_time_total)
+    total = sum(e.device_time_total for e in rows) / CALLS / 1e3
+    print(f"\n{variant.name} {dtype_name} {impl} {shape}: {total:.3f} ms of kernels per call")
+    for e in rows[:6]:
+        print(f"  {e.device_time_total / CALLS / 1e3:8.3f} ms  x{e.count // CALLS:<2d} {e.key[:90]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--variants", required=True)
+    parser.add_argument("--dtypes", default="bf16")
+    parser.add_argument("--impls", default="flashlight,flex")
+    parser.add_argument("--shape-index", type=int, default=0)
+    args = parser.parse_args()
+    for name in args.variants.split(","):
+        variant = VARIANTS[name]
+        shape = variant.bench_shapes[min(args.shape_index, len(variant.bench_shapes) - 1)]
+        for dtype_name in args.dtypes.split(","):
+            for impl in args.impls.split(","):
+                profile_one(variant, shape, dtype_name, impl)
+
+
+if __name__ == "__main__":
+    main()
