@@ -17,6 +17,7 @@ import dataclasses
 
 import torch
 
+from flashlight.codegen_live import LiveScan
 from flashlight.ir import (
     Const,
     Dim,
@@ -101,6 +102,7 @@ class _Printer:
         self.sizes: list[str] = []
         self.pre: list[str] = []
         self.loop: list[str] = []
+        self.scan: list[str] = []  # the tile-liveness scan's body (see codegen_live)
         self.post: list[str] = []
         self.memo: dict[tuple[str, Expr], tuple[str, tuple]] = {}
         self.counter = 0
@@ -196,7 +198,7 @@ class _Printer:
         return var, layout
 
     def lines(self, scope: str) -> list[str]:
-        return {"pre": self.pre, "loop": self.loop, "post": self.post}[scope]
+        return {"pre": self.pre, "loop": self.loop, "post": self.post, "scan": self.scan}[scope]
 
     def assign(self, scope: str, hint: str, text: str) -> str:
         var = self.fresh(hint)
@@ -417,8 +419,11 @@ class _Printer:
         if self.check_bounds:
             params += [f"in{k}_span" for k in range(len(self.inputs))] + ["out_span", "errors"]
         params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
+        first, end = "0", "N_SIZE"
+        if self.kernel.live is not None:
+            first, end = LiveScan(self, self.kernel.live).emit()
         body = head + self.pre
-        body.append("for start_n in range(0, N_SIZE, BLOCK_N):")
+        body.append(f"for start_n in range({first}, {end}, BLOCK_N):")
         body.append("    offs_n = start_n + tl.arange(0, BLOCK_N)")
         body += ["    " + line for line in self.loop]
         body += self.post

@@ -400,10 +400,31 @@ class Kernel:
     loop: tuple[LoopReduction, ...]
     epilogue: Expr
     origins: tuple[str, ...]
+    # false on a (row, loop) tile => the tile changes no loop result; see
+    # [Note: tile skipping] in flashlight.passes.skipping. None: every tile runs.
+    live: Expr | None = None
 
     @property
     def dims(self) -> tuple[Dim, ...]:
         return axis_dims(self.axes)
+
+
+def check_kernel_invariants(kernel: Kernel) -> None:
+    """A kernel's loop shares one dim; its epilogue and liveness read only known dims."""
+    loop_dims = {red.dim for red in kernel.loop}
+    if len(loop_dims) != 1:
+        raise InvariantError(f"{kernel.name}: loop reductions over several dims {loop_dims}")
+    outer = frozenset(kernel.dims)
+    for red in kernel.loop:
+        if not free_dims(red.body) <= outer | loop_dims:
+            raise InvariantError(f"{kernel.name}: a loop body reads dims outside the kernel")
+    if not free_dims(kernel.epilogue) <= outer:
+        raise InvariantError(f"{kernel.name}: the epilogue reads dims outside the output")
+    if kernel.live is not None:
+        if kernel.live.dtype != torch.bool:
+            raise InvariantError(f"{kernel.name}: live predicate of dtype {kernel.live.dtype}")
+        if not free_dims(kernel.live) <= outer | loop_dims:
+            raise InvariantError(f"{kernel.name}: live predicate reads dims outside the loop nest")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -435,4 +456,6 @@ def format_kernel(kernel: Kernel) -> str:
         scale = f" rescaled by {list(red.rescaled_by)}" if red.rescaled_by else ""
         lines.append(f"  loop{k} = {red.op}[{red.dim.name}]({format_expr(red.body)}){scale}")
     lines.append(f"  out = {format_expr(kernel.epilogue)}")
+    if kernel.live is not None:
+        lines.append(f"  live = {format_expr(kernel.live)}")
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """The compiler pipeline: lowered IR -> named passes -> tiled kernels.
 
     lower  ->  fuse_elementwise  ->  fuse_reductions  ->  read_materialized
-           ->  make_online (per kernel)  ->  tile (per kernel)  ->  codegen
+           ->  make_online  ->  find_live_tiles  ->  tile  (per kernel)  ->  codegen
 
 ``compile_graph`` runs it, backing off fusion where a fused nest cannot be tiled
 (see [Note: demotion legality] in :mod:`flashlight.passes.fusion`).
@@ -21,6 +21,7 @@ from flashlight.ir import (
     Ref,
     TiledKernel,
     check_invariants,
+    check_kernel_invariants,
     contains,
     format_graph,
     format_kernel,
@@ -29,6 +30,7 @@ from flashlight.ir import (
 from flashlight.lower import Lowered
 from flashlight.passes.fusion import fuse_elementwise, fuse_reductions
 from flashlight.passes.online import NotOnline, fused_work, make_online
+from flashlight.passes.skipping import find_live_tiles
 from flashlight.passes.tiling import NotTileable, tile
 
 log = logging.getLogger("flashlight")
@@ -114,7 +116,14 @@ def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
                 kernel = make_online(nest)
                 if not fused_work(kernel):
                     raise NotOnline("a single operation with nothing fused into it")
+                if check:
+                    check_kernel_invariants(kernel)
                 _debug(f"online form of {node}", format_kernel(kernel))
+                kernel = find_live_tiles(kernel)
+                if check:
+                    check_kernel_invariants(kernel)
+                if kernel.live is not None:
+                    _debug(f"tile liveness of {node}", format_kernel(kernel))
                 tiled = tile(kernel)
                 _debug(f"tiling of {node}", repr(tiled.tiling))
                 kernels[node] = tiled

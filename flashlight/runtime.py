@@ -95,15 +95,20 @@ class Launcher:
         self.row: Dim | None = tiled.tiling.row
         self.grid_dims = tiled.tiling.grid
         self.autotune = settings.get("autotune") if autotune is None else autotune
-        self._fn = None
+        self._fn = None  # the autotuning wrapper
+        self._raw = None  # the JIT function itself
+        # sizes -> the configuration autotuning chose for them: later calls with those
+        # sizes launch the JIT function directly, without the autotuner's per-call work
+        self._chosen: dict[tuple[int, ...], dict] = {}
         self.__name__ = f"flashlight_{src.name}"
 
     def _jit(self, interpret: bool):
         if self._fn is None:
             import triton
 
-            fn = load_module(self.src)
-            self._fn = triton.autotune(configs=_configs(interpret, self.autotune), key=[f"size{k}" for k in range(len(self.src.size_args))] or ["out_s0"])(fn)
+            self._raw = load_module(self.src)
+            keys = [f"size{k}" for k in range(len(self.src.size_args))] or ["out_s0"]
+            self._fn = triton.autotune(configs=_configs(interpret, self.autotune), key=keys)(self._raw)
         return self._fn
 
     def _size(self, d: Dim, values: dict[str, int]) -> int:
@@ -140,7 +145,13 @@ class Launcher:
         if self.src.check_bounds:
             errors = torch.zeros(len(tensors) + 1, dtype=torch.int32, device=out.device)
             checks = [_span(t) for t in (*tensors, out)] + [errors]
-        fn[grid](*tensors, out, *size_args, *strides, *out.stride(), *checks)
+        args = (*tensors, out, *size_args, *strides, *out.stride(), *checks)
+        chosen = self._chosen.get(tuple(size_args))
+        if chosen is None:
+            fn[grid](*args)
+            self._chosen[tuple(size_args)] = fn.best_config.all_kwargs()
+        else:
+            self._raw[grid](*args, **chosen)
         if checks and bool(errors.any()):
             names = [*self.src.inputs, "the output"]
             bad = [f"{names[k]} ({int(n)} lanes)" for k, n in enumerate(errors.tolist()) if n]

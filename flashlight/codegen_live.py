@@ -1,0 +1,203 @@
+"""Prints the tile-liveness scan of a kernel with a ``live`` predicate.
+
+Before the online loop, a cheap scalar loop visits every key tile and bounds ``live``
+over the ``BLOCK_M x BLOCK_N`` tile by interval arithmetic; the online loop then runs
+from the first to the last tile that may be live ([Note: tile skipping] in
+:mod:`flashlight.passes.skipping`, which also says why only integer and boolean
+operations appear here). Tiles between those two still run, masked as usual, so the
+result is exact whatever the mask.
+
+Bounds per value: an integer value is ``(lo, hi)``; a boolean one is
+``(may_be_true, may_be_false)``. Both are Triton scalars (or literals).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from flashlight.ir import Const, Dim, Expr, Iota, Load, Pointwise, free_dims
+
+_INT_MAX = "9223372036854775807"
+_INT_MIN = "-9223372036854775807"
+
+
+class LiveScan:
+    """Emits, through the kernel printer ``p``, the scan that narrows the loop range."""
+
+    def __init__(self, p, live: Expr):
+        self.p = p
+        self.live = live
+        self.loop_dim = p.kernel.loop[0].dim
+        self.memo: dict[Expr, tuple[str, str]] = {}
+
+    def emit(self) -> tuple[str, str]:
+        """Append the scan to ``p.pre``; returns the loop range ``(first, end)``."""
+        p = self.p
+        if p.tiling.row is not None:
+            p.pre.append("row_lo = pid_m * BLOCK_M")
+            p.pre.append(f"row_hi = tl.minimum(row_lo + BLOCK_M, {p.size(p.tiling.row)}) - 1")
+        p.pre.append("tiles_first = N_SIZE + tl.zeros([], tl.int32)")
+        p.pre.append("tiles_end = tl.zeros([], tl.int32)")
+        may_live, _ = self.bound(self.live)
+        p.pre.append("for start_n in range(0, N_SIZE, BLOCK_N):")
+        scan = ["offs_n = start_n + tl.arange(0, BLOCK_N)",
+                "col_lo = start_n",
+                "col_hi = tl.minimum(start_n + BLOCK_N, N_SIZE) - 1",
+                *p.scan,
+                f"tiles_first = tl.minimum(tiles_first, tl.where({may_live}, start_n, N_SIZE))",
+                f"tiles_end = tl.where({may_live}, start_n + BLOCK_N, tiles_end)"]
+        p.pre.extend("    " + line for line in scan)
+        return "tiles_first", "tiles_end"
+
+    # ------------------------------------------------------------------ bounds
+    def scope(self, node: Expr) -> str:
+        return "scan" if self.loop_dim in free_dims(node) else "pre"
+
+    def bound(self, node: Expr) -> tuple[str, str]:
+        if node not in self.memo:
+            self.memo[node] = self._bound(node)
+        return self.memo[node]
+
+    def _bound(self, node: Expr) -> tuple[str, str]:
+        if isinstance(node, Const):
+            if node.dtype == torch.bool:
+                return ("True", "False") if node.value else ("False", "True")
+            text = repr(node.value) if math.isfinite(node.value) else None
+            if text is None:
+                raise NotImplementedError("an infinite constant in a liveness predicate")
+            return text, text
+        if isinstance(node, Iota):
+            return self.iota(node.axis)
+        if isinstance(node, Load):
+            return self.load(node)
+        assert isinstance(node, Pointwise)
+        return self.pointwise(node)
+
+    def var(self, scope: str, hint: str, text: str) -> str:
+        return self.p.assign(scope, hint, text)
+
+    def dim_range(self, d: Dim) -> tuple[str, str]:
+        role = self.p.roles.get(d)
+        if role is None:
+            return f"g_{d.name}", f"g_{d.name}"
+        if role == "m":
+            return "row_lo", "row_hi"
+        if role == "n":
+            return "col_lo", "col_hi"
+        return "0", f"({self.p.size(d)} - 1)"
+
+    def iota(self, axis) -> tuple[str, str]:
+        if not axis:
+            return "0", "0"
+        lo, hi = self.dim_range(axis[0])
+        for d in axis[1:]:  # row-major: increasing in every component
+            d_lo, d_hi = self.dim_range(d)
+            lo, hi = f"({lo}) * {self.p.size(d)} + {d_lo}", f"({hi}) * {self.p.size(d)} + {d_hi}"
+        return lo, hi
+
+    def load(self, load: Load) -> tuple[str, str]:
+        """Min and max of the loaded tile (booleans: whether any lane is true / false)."""
+        p, scope = self.p, self.scope(load)
+        layout = p.layouts.of(load)
+        if load.base not in p.inputs:
+            p.inputs.append(load.base)
+            p.ranks.append(len(load.index))
+        k = p.inputs.index(load.base)
+        offset = " + ".join(f"({p.index(axis, layout)}) * in{k}_s{a}"
+                            for a, axis in enumerate(load.index) if axis) or "0"
+        mask = p.mask(tuple(d for axis in load.index for d in axis), layout)
+        p.assert_in_bounds(scope, f"in{k}", offset, mask, layout)
+        masked = f", mask={mask}, other=0" if mask else ""
+        x = self.var(scope, "lv", f"tl.load(in{k} + {offset}{masked})")
+        if load.dtype == torch.bool:
+            x = self.var(scope, "lv", f"({x} != 0).to(tl.int32)")
+            low, high = "1", "0"
+        else:
+            low, high = _INT_MAX, _INT_MIN
+        if not layout:
+            lo = hi = x
+        else:
+            lo = self.var(scope, "lo", f"tl.min(tl.where({mask}, {x}, {low}))" if mask else f"tl.min({x})")
+            hi = self.var(scope, "hi", f"tl.max(tl.where({mask}, {x}, {high}))" if mask else f"tl.max({x})")
+        if load.dtype == torch.bool:
+            return self.var(scope, "may", f"{hi} != 0"), self.var(scope, "may", f"{lo} == 0")
+        return lo, hi
+
+    def pointwise(self, node: Pointwise) -> tuple[str, str]:
+        op, scope = node.op, self.scope(node)
+        args = [self.bound(a) for a in node.args]
+        v = lambda hint, text: self.var(scope, hint, text)  # noqa: E731
+        if op in ("add", "sub", "mul", "neg"):
+            return _arith(op, args, v)
+        if op in ("lt", "le", "gt", "ge", "eq", "ne"):
+            return _compare(op, args, v)
+        if op == "and":
+            (at, af), (bt, bf) = args
+            return v("may", f"({at}) & ({bt})"), v("may", f"({af}) | ({bf})")
+        if op == "or":
+            (at, af), (bt, bf) = args
+            return v("may", f"({at}) | ({bt})"), v("may", f"({af}) & ({bf})")
+        if op == "not":
+            t, f = args[0]
+            return f, t
+        if op == "cast":
+            return self.cast(node, args[0], v)
+        if op == "where":
+            return _select(node.dtype == torch.bool, *args, v)
+        raise NotImplementedError(f"{op} in a liveness predicate")
+
+    def cast(self, node: Pointwise, arg: tuple[str, str], v) -> tuple[str, str]:
+        src_bool = node.args[0].dtype == torch.bool
+        if node.dtype == torch.bool and not src_bool:  # x != 0
+            lo, hi = arg
+            return v("may", f"({lo} != 0) | ({hi} != 0)"), v("may", f"({lo} <= 0) & ({hi} >= 0)")
+        if src_bool and node.dtype != torch.bool:  # 0 / 1
+            t, f = arg
+            return v("lo", f"tl.where({f}, 0, 1)"), v("hi", f"tl.where({t}, 1, 0)")
+        return arg
+
+
+def _select(boolean: bool, cond, a, b, v) -> tuple[str, str]:
+    """where(cond, a, b): the branches cond may take, joined."""
+    ct, cf = cond
+    if boolean:
+        (at, af), (bt, bf) = a, b
+        return (v("may", f"(({ct}) & ({at})) | (({cf}) & ({bt}))"),
+                v("may", f"(({ct}) & ({af})) | (({cf}) & ({bf}))"))
+    (alo, ahi), (blo, bhi) = a, b
+    lo = v("lo", f"tl.where({ct}, tl.where({cf}, tl.minimum({alo}, {blo}), {alo}), {blo})")
+    hi = v("hi", f"tl.where({ct}, tl.where({cf}, tl.maximum({ahi}, {bhi}), {ahi}), {bhi})")
+    return lo, hi
+
+
+def _arith(op: str, args, v) -> tuple[str, str]:
+    if op == "neg":
+        lo, hi = args[0]
+        return f"(-({hi}))", f"(-({lo}))"
+    (alo, ahi), (blo, bhi) = args
+    if op == "add":
+        return v("lo", f"{alo} + {blo}"), v("hi", f"{ahi} + {bhi}")
+    if op == "sub":
+        return v("lo", f"{alo} - {bhi}"), v("hi", f"{ahi} - {blo}")
+    corners = [v("c", f"({x}) * ({y})") for x in (alo, ahi) for y in (blo, bhi)]
+    lo = hi = corners[0]
+    for c in corners[1:]:
+        lo, hi = f"tl.minimum({lo}, {c})", f"tl.maximum({hi}, {c})"
+    return v("lo", lo), v("hi", hi)
+
+
+def _compare(op: str, args, v) -> tuple[str, str]:
+    (alo, ahi), (blo, bhi) = args
+    if op in ("gt", "ge"):  # a > b  is  b < a
+        (alo, ahi), (blo, bhi) = (blo, bhi), (alo, ahi)
+        op = "lt" if op == "gt" else "le"
+    if op == "lt":
+        return v("may", f"{alo} < {bhi}"), v("may", f"{ahi} >= {blo}")
+    if op == "le":
+        return v("may", f"{alo} <= {bhi}"), v("may", f"{ahi} > {blo}")
+    overlap = v("may", f"({alo} <= {bhi}) & ({blo} <= {ahi})")
+    single = v("may", f"({alo} == {ahi}) & ({blo} == {bhi}) & ({alo} == {blo})")
+    never_equal = v("may", f"{single} == 0")
+    return (overlap, never_equal) if op == "eq" else (never_equal, overlap)
+

@@ -1,0 +1,147 @@
+"""Tile skipping: find the predicate that says which key tiles can change the result.
+
+[Note: tile skipping]
+A mask written as ``where(keep, s, -inf)`` (``masked_fill``, an additive ``-inf``
+bias, ``torch.where``) turns whole stretches of the online loop into no-ops: where
+``keep`` is false the scores are ``-inf``, so the running max does not move
+(``max(m, -inf) = m``), the rescale factor is ``exp(m - m) = 1`` and every sum gains
+``exp(-inf - m) * x = 0``. The pass proves this per kernel, by algebra and without
+knowing what the mask means:
+
+1. every ``where`` in a loop body with a ``-inf`` branch and a condition that depends
+   on the loop dim is a *site*; its *keep* condition selects the other branch;
+2. each loop body, with every site replaced by ``-inf``, must evaluate symbolically
+   to its reduction's neutral value (``-inf`` for max, ``0`` for sum) using
+   ``-inf + x = -inf``, ``-inf * c = -inf`` (``c > 0``), ``exp(-inf) = 0``,
+   ``0 * x = 0`` and ``sum``/``max`` of neutral values;
+3. then ``live = keep_1 | keep_2 | ...`` is false exactly where the loop does
+   nothing, and a tile on which ``live`` can never be true may be skipped.
+
+The code generator evaluates ``live`` with interval arithmetic over a whole
+``BLOCK_M x BLOCK_N`` tile (index ranges for ``iota``, min/max of the loaded values
+for integer loads such as document ids or lengths) and runs the loop only from the
+first to the last tile that may be live. That is why ``live`` must be built from
+integer and boolean operations alone; other predicates (a float threshold on the
+scores) keep the full loop.
+
+Rule 2 treats the operands other than the masked scores (``v``, a bias added after
+masking) as finite: as in every FlashAttention kernel, an ``inf`` or ``NaN`` in ``v``
+at a position the mask removes reaches eager PyTorch's output (``0 * nan``) but not
+a skipped tile's. Rows whose every position is removed still give ``NaN`` as in eager
+(no tile runs, so ``0 / 0``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from flashlight.ir import Const, Expr, Iota, Kernel, Load, Pointwise, Reduce, free_dims, replace_nodes, walk
+
+NEG_INF, ZERO = "-inf", "0"
+# integer / boolean operations the interval evaluator in codegen can bound
+INTERVAL_OPS = frozenset({"add", "sub", "mul", "neg", "eq", "ne", "lt", "le", "gt", "ge",
+                          "and", "or", "not", "cast", "where"})
+
+
+def find_live_tiles(kernel: Kernel) -> Kernel:
+    """``kernel`` with ``live`` set when masked tiles provably do nothing (see the Note)."""
+    loop_dim = kernel.loop[0].dim
+    keeps: dict[Expr, Expr] = {}  # site -> its keep condition
+    for red in kernel.loop:
+        for node in walk(red.body):
+            keep = _keep_condition(node, loop_dim)
+            if keep is not None:
+                keeps[node] = keep
+    if not keeps:
+        return kernel
+    for red in kernel.loop:
+        masked = replace_nodes(red.body, lambda n: Const(-math.inf, n.dtype) if n in keeps else None)
+        if symbolic_value(masked) != (NEG_INF if red.op == "max" else ZERO):
+            return kernel
+    conditions = list(dict.fromkeys(keeps.values()))
+    live = conditions[0]
+    for cond in conditions[1:]:
+        live = Pointwise("or", (live, cond), torch.bool)
+    if not bounded_by_intervals(live):
+        return kernel
+    return dataclasses.replace(kernel, live=live)
+
+
+def _keep_condition(node: Expr, loop_dim) -> Expr | None:
+    if not (isinstance(node, Pointwise) and node.op == "where"):
+        return None
+    cond, if_true, if_false = node.args
+    if loop_dim not in free_dims(cond):
+        return None
+    if _is_neg_inf(if_true):
+        if isinstance(cond, Pointwise) and cond.op == "not":
+            return cond.args[0]
+        return Pointwise("not", (cond,), torch.bool)
+    if _is_neg_inf(if_false):
+        return cond
+    return None
+
+
+def _is_neg_inf(expr: Expr) -> bool:
+    return isinstance(expr, Const) and expr.value == -math.inf
+
+
+def symbolic_value(expr: Expr) -> str | None:
+    """``NEG_INF`` or ``ZERO`` when ``expr`` is that everywhere, else None (taken finite)."""
+    if isinstance(expr, Const):
+        if expr.value == -math.inf:
+            return NEG_INF
+        return ZERO if expr.value == 0 else None
+    if isinstance(expr, Reduce):
+        body = symbolic_value(expr.body)
+        return body if (expr.op, body) in (("sum", ZERO), ("max", NEG_INF)) else None
+    if not isinstance(expr, Pointwise):
+        return None
+    vals = [symbolic_value(a) for a in expr.args]
+    op = expr.op
+    if op in ("add", "sub") and vals[0] == NEG_INF and (op == "add" or vals[1] != NEG_INF):
+        return NEG_INF
+    if op == "add" and vals[1] == NEG_INF:
+        return NEG_INF
+    if op == "mul" and ZERO in vals and NEG_INF not in vals:
+        return ZERO
+    if op in ("mul", "div") and vals[0] == NEG_INF and _positive_const(expr.args[1]):
+        return NEG_INF
+    if op == "mul" and vals[1] == NEG_INF and _positive_const(expr.args[0]):
+        return NEG_INF
+    if op == "div" and vals[0] == ZERO and _nonzero_const(expr.args[1]):
+        return ZERO
+    if op == "exp" and vals[0] == NEG_INF:
+        return ZERO
+    if op == "where" and vals[1] is not None and vals[1] == vals[2]:
+        return vals[1]
+    if op in ("maximum", "minimum") and vals[0] == vals[1] == NEG_INF:
+        return NEG_INF
+    if op == "minimum" and NEG_INF in vals:
+        return NEG_INF
+    if op == "cast" and expr.dtype.is_floating_point:
+        return vals[0]
+    return None
+
+
+def _positive_const(expr: Expr) -> bool:
+    return isinstance(expr, Const) and isinstance(expr.value, (int, float)) and 0 < expr.value < math.inf
+
+
+def _nonzero_const(expr: Expr) -> bool:
+    return isinstance(expr, Const) and expr.value != 0 and math.isfinite(expr.value)
+
+
+def bounded_by_intervals(expr: Expr) -> bool:
+    """Whether codegen can bound ``expr`` over a tile: integer and boolean values only."""
+    for node in walk(expr):
+        if isinstance(node, (Iota, Const)):
+            continue
+        if isinstance(node, Load) and not node.dtype.is_floating_point and not node.dtype.is_complex:
+            continue
+        if isinstance(node, Pointwise) and node.op in INTERVAL_OPS and not node.dtype.is_floating_point:
+            continue
+        return False
+    return True

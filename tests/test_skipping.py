@@ -1,0 +1,173 @@
+"""Tile skipping ([Note: tile skipping]): which kernels get a liveness predicate, that
+the narrowed loop is exact (vs float64 eager, at lengths where most tiles are dead),
+and that tiles really are skipped."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import flashlight
+from bench.variants import VARIANTS
+from flashlight.ir import Const, Dim, Iota, Kernel, LoopReduction, Pointwise, RunningMax, check_kernel_invariants
+from flashlight.lower import lower
+from flashlight.passes.skipping import NEG_INF, ZERO, find_live_tiles, symbolic_value
+from flashlight.pipeline import compile_graph
+from tests.test_compiler import capture
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch.compiler.reset()
+    yield
+    torch.compiler.reset()
+
+
+def _kernel_of(fn, *args) -> Kernel:
+    plan = compile_graph(lower(capture(fn, *args)), check=True)
+    (tiled,) = plan.kernels.values()
+    check_kernel_invariants(tiled.kernel)
+    return tiled.kernel
+
+
+def _inputs(name: str, seed: int = 0, **shape):
+    v = VARIANTS[name]
+    return v.make_inputs({**v.default_shape, **shape}, torch.float32, "cpu", torch.Generator().manual_seed(seed))
+
+
+# ------------------------------------------------------------------------ the pass
+
+
+@pytest.mark.parametrize("name", ["causal_tril", "causal_triu", "causal_index", "sliding_window",
+                                  "prefix_lm", "document_mask", "cross_attention"])
+def test_masked_variants_get_a_liveness_predicate(name):
+    assert _kernel_of(VARIANTS[name].fn, *_inputs(name)).live is not None
+
+
+@pytest.mark.parametrize("name", ["vanilla", "alibi", "softcap", "msa_row_pair_bias", "triangle_start"])
+def test_unmasked_or_finitely_biased_variants_run_every_tile(name):
+    # the Evoformer's mask bias is 1e9 * (mask - 1): finite, so nothing is provably dead
+    assert _kernel_of(VARIANTS[name].fn, *_inputs(name)).live is None
+
+
+def _scores_masked_by(transform):
+    def fn(q, k, v):
+        s = q @ k.transpose(-1, -2)
+        L = s.shape[-1]
+        pos = torch.arange(L)
+        return torch.softmax(transform(s, pos[:, None] >= pos[None, :]), dim=-1) @ v
+
+    return fn
+
+
+def _qkv(L=40, D=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(2, L, D, generator=g) for _ in range(3))
+
+
+def test_an_additive_minus_inf_mask_is_recognised_by_algebra():
+    fn = _scores_masked_by(lambda s, keep: s + torch.where(keep, 0.0, -math.inf))
+    assert _kernel_of(fn, *_qkv()).live is not None
+
+
+def test_a_mask_under_a_negative_scale_is_not_treated_as_dead():
+    # -(-inf) = +inf: those positions dominate the softmax, they are not no-ops
+    fn = _scores_masked_by(lambda s, keep: -2.0 * s.masked_fill(~keep, -math.inf))
+    assert _kernel_of(fn, *_qkv()).live is None
+
+
+def test_a_mask_on_float_values_keeps_the_full_loop():
+    def fn(q, k, v):
+        s = q @ k.transpose(-1, -2)
+        return torch.softmax(s.masked_fill(s < -1.0, -math.inf), dim=-1) @ v
+
+    assert _kernel_of(fn, *_qkv()).live is None
+
+
+def test_symbolic_neutral_values():
+    j = Dim.fresh(8, "j")
+    f32 = torch.float32
+    ninf = Const(-math.inf, f32)
+    x = Iota((j,), f32)
+    assert symbolic_value(Pointwise("exp", (Pointwise("sub", (ninf, RunningMax(0, f32)), f32),), f32)) == ZERO
+    assert symbolic_value(Pointwise("mul", (Pointwise("exp", (ninf,), f32), x), f32)) == ZERO
+    assert symbolic_value(Pointwise("mul", (ninf, Const(0.125, f32)), f32)) == NEG_INF
+    assert symbolic_value(Pointwise("mul", (ninf, Const(-1.0, f32)), f32)) is None
+    assert symbolic_value(Pointwise("sub", (ninf, ninf), f32)) is None  # NaN, not -inf
+    assert symbolic_value(Pointwise("exp", (x,), f32)) is None
+
+
+def test_a_loop_body_that_is_not_neutral_blocks_skipping():
+    j, i = Dim.fresh(8, "j"), Dim.fresh(8, "i")
+    f32 = torch.float32
+    keep = Pointwise("ge", (Iota((i,)), Iota((j,))), torch.bool)
+    score = Pointwise("where", (keep, Iota((j,), f32), Const(-math.inf, f32)), f32)
+    # sum of the raw masked scores: -inf where removed, which does change a sum
+    loop = (LoopReduction("sum", score, j, (), f32),)
+    kernel = Kernel("k", ((i,),), f32, loop, Const(0.0, f32), ())
+    assert find_live_tiles(kernel).live is None
+    ok = dataclass_replace_body(kernel, Pointwise("exp", (score,), f32))
+    assert find_live_tiles(ok).live == keep
+
+
+def dataclass_replace_body(kernel: Kernel, body) -> Kernel:
+    import dataclasses
+
+    return dataclasses.replace(kernel, loop=(dataclasses.replace(kernel.loop[0], body=body),))
+
+
+# ------------------------------------------------------------------- exactness
+
+
+def _assert_close_to_float64(fn, inputs, context):
+    ref = fn(*[x.double() if x.is_floating_point() else x for x in inputs])
+    with torch.no_grad():
+        out = flashlight.compile(fn)(*inputs)
+    assert torch.isfinite(out).all(), context
+    torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-4, msg=lambda m: f"{context}\n{m}")
+
+
+@pytest.mark.parametrize("name, shape", [
+    ("causal_index", {"L": 101}),
+    ("sliding_window", {"L": 130}),
+    ("prefix_lm", {"L": 97, "P": 40}),
+    ("document_mask", {"L": 150, "n_docs": 7}),
+    ("cross_attention", {"Lkv": 90}),
+])
+def test_skipping_is_exact_where_most_tiles_are_dead(name, shape):
+    inputs = _inputs(name, seed=3, **shape)
+    _assert_close_to_float64(VARIANTS[name].fn, inputs, f"{name} {shape}")
+
+
+def test_rows_whose_every_tile_is_dead_are_nan_as_in_eager():
+    # keys 0..L-1, a query sees keys >= its own index + 70: rows 30..39 see none at all
+    def fn(q, k, v):
+        Lq, Lk = q.shape[-2], k.shape[-2]
+        keep = torch.arange(Lk)[None, :] >= torch.arange(Lq)[:, None] + (Lk - 10)
+        s = (q @ k.transpose(-1, -2)).masked_fill(~keep, -math.inf)
+        return torch.softmax(s, dim=-1) @ v
+
+    g = torch.Generator().manual_seed(5)
+    q, k, v = torch.randn(2, 40, 16, generator=g), torch.randn(2, 80, 16, generator=g), torch.randn(2, 80, 16, generator=g)
+    ref = fn(q.double(), k.double(), v.double())
+    with torch.no_grad():
+        out = flashlight.compile(fn)(q, k, v)
+    assert torch.equal(torch.isnan(out), torch.isnan(ref)) and torch.isnan(ref[:, 10:]).all()
+    torch.testing.assert_close(out[:, :10].double(), ref[:, :10], rtol=1e-4, atol=1e-4)
+
+
+def test_dead_tiles_are_not_read():
+    """NaN in v at keys no query of a tile may see: the first query tile never reads
+    the last key tile, so its rows stay finite (eager: 0 * NaN = NaN everywhere; the
+    documented difference), while rows that do see the key are NaN in both."""
+    name = "causal_tril"
+    q, k, v = _inputs(name, seed=7, L=96)
+    v = v.clone()
+    v[..., 95, :] = float("nan")  # [B, H, L, D]: the last key
+    ref = VARIANTS[name].fn(q.double(), k.double(), v.double())
+    assert torch.isnan(ref).all()
+    with torch.no_grad():
+        out = flashlight.compile(VARIANTS[name].fn)(q, k, v)
+    assert torch.isnan(out[..., 95, :]).all()  # the row that sees it
+    assert torch.isfinite(out[..., :32, :]).all()  # rows whose tiles never reach key 95
