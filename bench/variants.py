@@ -122,22 +122,28 @@ def _prefix_density(length: int, prefix: int) -> float:
     return kept / (length * length)
 
 
-def sdpa_any_batch(query, key, value, attn_mask=None, **kwargs):
-    """``F.scaled_dot_product_attention`` for inputs with any number of batch dims.
+def sdpa_any_batch(query, key, value, attn_mask=None, enable_gqa=False, **kwargs):
+    """``F.scaled_dot_product_attention`` in the form its fused CUDA kernels accept.
 
-    PyTorch's fused SDPA kernels take ``[batch, heads, L, D]`` only, so leading dims
-    are merged (a view where strides allow) and the mask is broadcast to match; the
-    output gets its dims back. This is what a user of SDPA has to write for the
-    Evoformer's 5-D tensors, so it is part of SDPA's measured time.
+    They take ``[batch, heads, L, D]`` inputs, a mask whose last dim has stride 1 and
+    (the memory-efficient one) equal head counts, so: inputs with fewer dims get
+    leading size-1 dims, inputs with more have their leading dims merged (the mask is
+    broadcast to match), a mask strided in its last dim is copied, and grouped key/value heads are
+    repeated (as ``enable_gqa`` maps them: query head ``h`` reads key head
+    ``h // (Hq / Hkv)``). This is what a user of SDPA writes for these variants, so it
+    is part of SDPA's measured time. The output gets the query's leading dims back.
     """
-    if query.dim() <= 4:
-        return F.scaled_dot_product_attention(query, key, value, attn_mask, **kwargs)
-    lead, (heads, lq, _), lkv = query.shape[:-3], query.shape[-3:], key.shape[-2]
-    q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (query, key, value))  # [B', H, L, D]
+    lead, (heads, lq, _), lkv = query.shape[:-3], query.shape[-3:] if query.dim() >= 3 else (1, *query.shape), key.shape[-2]
+    q, k, v = (t.reshape(-1, *t.shape[-3:]) if t.dim() >= 3 else t[None, None] for t in (query, key, value))
+    if enable_gqa and k.shape[1] != q.shape[1]:
+        k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))  # [B', H, Lkv, D]
     if attn_mask is not None:
-        attn_mask = attn_mask.expand(*lead, heads, lq, lkv).reshape(-1, heads, lq, lkv)
+        if attn_mask.stride(-1) != 1:
+            attn_mask = attn_mask.contiguous()  # before broadcasting: copies the small tensor only
+        if query.dim() > 4:  # a view where the mask is broadcast over the merged dims
+            attn_mask = attn_mask.expand(*lead, heads, lq, lkv).reshape(-1, heads, lq, lkv)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask, **kwargs)  # [B', H, Lq, Dv]
-    return out.reshape(*lead, *out.shape[-3:])
+    return out.reshape(*lead, *out.shape[-3:]) if query.dim() >= 3 else out[0, 0]
 
 
 # ----------------------------------------------------------------------------------------
