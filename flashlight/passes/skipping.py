@@ -135,7 +135,8 @@ def _nonzero_const(expr: Expr) -> bool:
 
 
 def bounded_by_intervals(expr: Expr) -> bool:
-    """Whether codegen can bound ``expr`` over a tile: integer and boolean values only."""
+    """Whether codegen can bound ``expr`` over a tile: integer and boolean values, and
+    their casts to float (rounding is monotone, so bounds stay bounds)."""
     for node in walk(expr):
         if isinstance(node, (Iota, Const)):
             continue
@@ -143,5 +144,7 @@ def bounded_by_intervals(expr: Expr) -> bool:
             continue
         if isinstance(node, Pointwise) and node.op in INTERVAL_OPS and not node.dtype.is_floating_point:
             continue
+        if isinstance(node, Pointwise) and node.op == "cast" and not node.args[0].dtype.is_floating_point:
+            continue  # an integer index distance made float (ALiBi's j - i): monotone, bounds carry over
         return False
     return True
