@@ -223,7 +223,9 @@ class _Printer:
             return self.emit_pointwise(expr, layout, scope), layout
         raise TypeError(type(expr))
 
-    def emit_load(self, load: Load, layout, scope: str) -> str:
+    def load_text(self, load: Load, layout, scope: str) -> tuple[str, str | None]:
+        """The masked ``tl.load`` of ``load``'s tile (its input registered, its offsets
+        bounds-checked in ``scope``), and the mask of valid lanes."""
         if load.base not in self.inputs:
             self.inputs.append(load.base)
             self.ranks.append(len(load.index))
@@ -233,7 +235,10 @@ class _Printer:
         mask = self.mask(_index_dims(load), layout)
         masked = f", mask={mask}, other=0" if mask else ""
         self.assert_in_bounds(scope, f"in{k}", offset, mask, layout)
-        value = f"tl.load(in{k} + {offset}{masked})"
+        return f"tl.load(in{k} + {offset}{masked})", mask
+
+    def emit_load(self, load: Load, layout, scope: str) -> str:
+        value, _ = self.load_text(load, layout, scope)
         if load.dtype.is_floating_point:
             value += ".to(tl.float32)"
         elif load.dtype == torch.bool:

@@ -98,18 +98,10 @@ class LiveScan:
 
     def load(self, load: Load) -> tuple[str, str]:
         """Min and max of the loaded tile (booleans: whether any lane is true / false)."""
-        p, scope = self.p, self.scope(load)
-        layout = p.layouts.of(load)
-        if load.base not in p.inputs:
-            p.inputs.append(load.base)
-            p.ranks.append(len(load.index))
-        k = p.inputs.index(load.base)
-        offset = " + ".join(f"({p.index(axis, layout)}) * in{k}_s{a}"
-                            for a, axis in enumerate(load.index) if axis) or "0"
-        mask = p.mask(tuple(d for axis in load.index for d in axis), layout)
-        p.assert_in_bounds(scope, f"in{k}", offset, mask, layout)
-        masked = f", mask={mask}, other=0" if mask else ""
-        x = self.var(scope, "lv", f"tl.load(in{k} + {offset}{masked})")
+        scope = self.scope(load)
+        layout = self.p.layouts.of(load)
+        text, mask = self.p.load_text(load, layout, scope)
+        x = self.var(scope, "lv", text)
         if load.dtype == torch.bool:
             x = self.var(scope, "lv", f"({x} != 0).to(tl.int32)")
             low, high = "1", "0"

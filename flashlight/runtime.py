@@ -146,10 +146,11 @@ class Launcher:
             errors = torch.zeros(len(tensors) + 1, dtype=torch.int32, device=out.device)
             checks = [_span(t) for t in (*tensors, out)] + [errors]
         args = (*tensors, out, *size_args, *strides, *out.stride(), *checks)
-        chosen = self._chosen.get(tuple(size_args))
+        sizes = tuple(size_args)
+        chosen = self._chosen.get(sizes)
         if chosen is None:
             fn[grid](*args)
-            self._chosen[tuple(size_args)] = fn.best_config.all_kwargs()
+            self._chosen[sizes] = fn.best_config.all_kwargs()
         else:
             self._raw[grid](*args, **chosen)
         if checks and bool(errors.any()):
