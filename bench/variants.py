@@ -827,6 +827,8 @@ _TRIANGLE_SHAPES: tuple[dict, ...] = (
     {"B": 1, "N": 1024, "H": 4, "c": 32},
     {"B": 1, "N": 256, "H": 4, "c": 16},  # template pair stack
     {"B": 1, "N": 256, "H": 4, "c": 64},  # the paper's configuration
+    {"B": 1, "N": 384, "H": 4, "c": 32},
+    {"B": 1, "N": 2048, "H": 4, "c": 32},  # scores of 64 GiB in bf16: only fused kernels fit
 )
 
 _ALL = (
@@ -964,6 +966,12 @@ _ALL = (
             {"B": 16, "H": 8, "L": 1024, "D": 64, "Dv": 128},
             {"B": 4, "H": 8, "L": 4096, "D": 64, "Dv": 128},
             {"B": 1, "H": 8, "L": 16384, "D": 64, "Dv": 128},
+            # the paper's configurations: model dim 2048 = 2 x heads x head dim (q/k of
+            # the head dim, v twice as wide), from (batch 32, length 512) to (1, 16384)
+            {"B": 32, "H": 16, "L": 512, "D": 64, "Dv": 128},
+            {"B": 1, "H": 16, "L": 16384, "D": 64, "Dv": 128},
+            {"B": 32, "H": 8, "L": 512, "D": 128, "Dv": 256},
+            {"B": 1, "H": 8, "L": 16384, "D": 128, "Dv": 256},
         ),
         flops=_differential_flops,
         flex=None,  # two softmaxes: two flex_attention calls
@@ -1004,8 +1012,12 @@ _ALL = (
         bench_shapes=(
             {"B": 1, "S": 512, "L": 256, "H": 8, "c": 32},
             {"B": 1, "S": 512, "L": 1024, "H": 8, "c": 32},
-            {"B": 1, "S": 256, "L": 256, "H": 4, "c": 64},  # the paper's configuration
+            {"B": 1, "S": 256, "L": 256, "H": 4, "c": 64},  # the paper's configuration ...
             {"B": 1, "S": 5120, "L": 256, "H": 8, "c": 8},  # extra-MSA stack
+            {"B": 8, "S": 256, "L": 256, "H": 4, "c": 64},  # ... at batch 8 and 32
+            {"B": 32, "S": 256, "L": 256, "H": 4, "c": 64},
+            {"B": 1, "S": 256, "L": 256, "H": 4, "c": 128},  # ... with c 128
+            {"B": 32, "S": 256, "L": 256, "H": 4, "c": 128},
         ),
         flops=_msa_row_flops,
         flex=_msa_row_flex,
