@@ -5,7 +5,7 @@
 #
 #   scripts/gpu_run.sh --openfold-bg -- bash bench/run_all.sh   # on the GPU machine
 #   bash bench/run_all.sh --list                               # parts and their state
-#   bash bench/run_all.sh PART...                              # only these parts
+#   bash bench/run_all.sh PART...                              # only these parts, in this order
 #
 # Progress lives in the result files themselves (bench/results/*.json: a part resumes
 # where it stopped) and in bench/results/run_all.done (parts finished). Bring
@@ -34,12 +34,13 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # attentions at AlphaFold2's sizes, OpenFold end to end at 256 residues, then the rest.
 PARTS=(
     "kernels-evoformer-main|$K --variants evoformer --shapes 0 --dtypes bf16,tf32,fp32 --out $R/kernels_evoformer.json"
-    "evoformer-256|$E --n-res 256 --scopes stack,model --out $R/evoformer.json"
+    "evoformer-256|$E --retry --n-res 256 --scopes stack,model --out $R/evoformer.json"
     "kernels-evoformer-bf16|$K --variants evoformer --shapes all --dtypes bf16 --out $R/kernels_evoformer.json"
     "kernels-lm-bf16-1k|$K --variants lm --shapes 1 --dtypes bf16 --out $R/kernels_lm.json"
-    "evoformer-512|$E --n-res 512 --scopes stack,model --out $R/evoformer.json"
-    "kernels-evoformer-fp32|$K --variants evoformer --shapes all --dtypes tf32,fp32 --out $R/kernels_evoformer.json"
+    "evoformer-512|$E --retry --n-res 512 --scopes stack,model --out $R/evoformer.json"
     "kernels-lm-bf16|$K --variants lm --shapes all --dtypes bf16 --out $R/kernels_lm.json"
+    "kernels-evoformer-fp32|$K --variants evoformer --shapes all --dtypes tf32,fp32 --out $R/kernels_evoformer.json"
+    "evoformer-1024|$E --n-res 1024 --scopes stack,model --out $R/evoformer.json"
     "kernels-lm-fp32|$K --variants lm --shapes all --dtypes tf32,fp32 --out $R/kernels_lm.json"
 )
 
@@ -58,17 +59,31 @@ if [ "${1:-}" = "--list" ]; then
     exit 0
 fi
 selected=("$@")
+for n in "${selected[@]}"; do
+    found=0
+    for p in "${PARTS[@]}"; do [ "$(part_name "$p")" = "$n" ] && found=1; done
+    if [ "$found" = 0 ]; then
+        echo "run_all: no part named '$n' (bash bench/run_all.sh --list shows them)" >&2
+        exit 2
+    fi
+done
+# the parts to run: those named, in the order named; else all, in the order above
+order=()
+if [ ${#selected[@]} -gt 0 ]; then
+    for n in "${selected[@]}"; do
+        for p in "${PARTS[@]}"; do [ "$(part_name "$p")" = "$n" ] && order+=("$p"); done
+    done
+else
+    order=("${PARTS[@]}")
+fi
 
 summary() {
     "$PY" -m bench.report --summary 2>/dev/null || true
 }
 
 all_done=1
-for p in "${PARTS[@]}"; do
+for p in "${order[@]}"; do
     n="$(part_name "$p")"
-    if [ ${#selected[@]} -gt 0 ] && [[ ! " ${selected[*]} " == *" $n "* ]]; then
-        continue
-    fi
     if is_done "$n"; then
         say "$n: complete"
         continue

@@ -144,6 +144,25 @@ def test_evoformer_smoke_stock(tmp_path):
     assert len(json.loads(out.read_text())["cells"]) == 1
 
 
+def test_evoformer_smoke_compile_matches_stock(tmp_path):
+    """The ``compile`` mode measures a compiled block (no silent eager fallback), whose
+    output matches stock OpenFold; where default Inductor fails on OpenFold's code, the
+    failure is recorded next to the options the cell was measured with."""
+    pytest.importorskip("openfold")
+    from bench import evoformer
+
+    out = tmp_path / "evoformer.json"
+    argv = ["--smoke", "--scopes", "stack", "--modes", "compile", "--blocks", "1", "--out", str(out)]
+    assert evoformer.main(argv) == evoformer.EXIT_COMPLETE
+    (cell,) = json.loads(out.read_text())["cells"]
+    assert cell["status"] == "ok", cell
+    assert cell["dynamo_graphs"] >= 1 and cell["graph_breaks"] == 0
+    assert cell["max_abs_diff_vs_stock"] < 1e-4
+    if "compile_options" in cell:
+        assert cell["compile_options"] == {"pattern_matcher": False}
+        assert cell["compile_default_error"].startswith("BackendCompilerFailed")
+
+
 def test_synthetic_batch_shapes():
     pytest.importorskip("openfold")
     from bench.evoformer import synthetic_batch
