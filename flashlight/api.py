@@ -14,16 +14,20 @@ class KernelReport:
     name: str
     source: str  # the Triton source, as compiled
     aten_ops: tuple[str, ...]  # the ATen operations it absorbed
+    # (BLOCK_M, BLOCK_N, num_warps, num_stages) that autotuning tries on a GPU
+    gpu_configs: tuple[tuple[int, int, int, int], ...] = ()
     _aot: Callable | None = dataclasses.field(default=None, repr=False, compare=False)
 
-    def aot_compile(self, capability: int = 90, **blocks: int):
+    def aot_compile(self, capability: int = 90, **config: int):
         """Compile this kernel ahead of time for an NVIDIA GPU of ``capability`` (no GPU needed).
 
-        Returns Triton's compiled kernel (``.metadata.shared``: shared memory bytes).
+        ``config``: ``block_m``, ``block_n``, ``num_warps``, ``num_stages``. Returns a
+        ``flashlight.runtime.AotResult``: shared memory, and registers and spill stack
+        per thread where Triton's ``cuobjdump`` is installed.
         """
         if self._aot is None:
             raise RuntimeError("this report has no compiler attached")
-        return self._aot(capability, **blocks)
+        return self._aot(capability, **config)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ from flashlight.api import ExplainReport, FallbackOp, KernelReport
 from flashlight.codegen import generate
 from flashlight.lower import lower
 from flashlight.pipeline import Plan, compile_graph
-from flashlight.runtime import COMPILE_EVENTS, Launcher, aot_compile
+from flashlight.runtime import COMPILE_EVENTS, Launcher, aot_compile, config_space
 
 log = logging.getLogger("flashlight")
 aten = torch.ops.aten
@@ -122,13 +122,14 @@ def _opaque_reason(node: fx.Node) -> str | None:
 
 def _kernel_report(launcher: Launcher) -> KernelReport:
     kernel = launcher.kernel
+    # what a GPU would run (the interpreter's source may differ)
+    gpu_src = generate(launcher.tiled, launcher.src.name, launcher.src.fp32_precision, interpret=False)
 
     def aot(capability: int = 90, **kw):
-        # compile what a GPU would run (the interpreter's source may differ)
-        src = generate(launcher.tiled, launcher.src.name, launcher.src.fp32_precision, interpret=False)
-        return aot_compile(src, list(launcher.input_dtypes), kernel.dtype, capability, **kw)
+        return aot_compile(gpu_src, list(launcher.input_dtypes), kernel.dtype, capability, **kw)
 
-    return KernelReport(launcher.src.name, launcher.src.source, tuple(launcher.aten_ops), aot)
+    return KernelReport(launcher.src.name, launcher.src.source, tuple(launcher.aten_ops),
+                        tuple(config_space(gpu_src)), aot)
 
 
 def compile_count() -> int:

@@ -69,6 +69,9 @@ class KernelSource:
     fast_axes: tuple[tuple[int, int], ...]
     check_bounds: bool  # the kernel takes in{k}_span / out_span and asserts offsets
     fp32_precision: str  # "ieee" or "tf32": how fp32 contractions run
+    # some tl.dot multiplies IEEE float32 operands: it runs on CUDA cores, with operands
+    # and products in registers, not on tensor cores (the launcher then tries smaller tiles)
+    fma_dots: bool = False
 
 
 def _literal(value) -> str:
@@ -98,6 +101,7 @@ class _Printer:
         self.padded = dict(self.tiling.padded)
         self.inputs: list[str] = []
         self.ranks: list[int] = []
+        self.fma_dots = False
         self.fast_axes: dict[int, int] = {}
         self.sizes: list[str] = []
         self.pre: list[str] = []
@@ -321,6 +325,7 @@ class _Printer:
         # the Triton interpreter multiplies 16-bit floats wrongly: it gets fp32 operands
         dtype = TL_DTYPES[body.dtype] if low else "tl.float32"
         precision = f', input_precision="{self.fp32_precision}"' if dtype == "tl.float32" else ""
+        self.fma_dots |= dtype == "tl.float32" and self.fp32_precision == "ieee"
         text = f"tl.dot({a}.to({dtype}), {b}.to({dtype}){precision})"
         out = canonical((x, y))
         var = self.assign(scope, "dot", text)
@@ -436,7 +441,7 @@ class _Printer:
                f"def {self.name}({', '.join(params)}):"] + ["    " + line for line in body]
         return KernelSource(self.name, "\n".join(src) + "\n", tuple(self.inputs), tuple(self.ranks),
                             tuple(self.sizes), len(self.kernel.axes), tuple(self.fast_axes.items()),
-                            self.check_bounds, self.fp32_precision)
+                            self.check_bounds, self.fp32_precision, self.fma_dots)
 
 
 def _index_dims(node: Expr) -> tuple[Dim, ...]:

@@ -27,6 +27,11 @@ _GPU_CONFIGS = [  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
     (64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 2),
     (64, 128, 4, 2), (128, 128, 8, 2), (64, 32, 4, 3),
 ]
+# Added for kernels whose dots run in IEEE float32 on CUDA cores (KernelSource.fma_dots):
+# there the operand and product tiles live in registers, and at head widths of 64-128
+# every configuration above spills thousands of bytes per thread to local memory on
+# sm_90 (cuobjdump of the AOT build); these fewer rows per warp do not.
+_FMA_DOT_CONFIGS = [(64, 32, 8, 2), (32, 32, 8, 2), (64, 16, 8, 2), (32, 32, 4, 2)]
 
 
 def load_module(src: KernelSource):
@@ -51,14 +56,19 @@ def load_module(src: KernelSource):
     return getattr(module, src.name)
 
 
-def _configs(interpret: bool, autotune: bool):
+def config_space(src: KernelSource) -> list[tuple[int, int, int, int]]:
+    """The (BLOCK_M, BLOCK_N, num_warps, num_stages) configurations autotuning tries for ``src``."""
+    return _GPU_CONFIGS + (_FMA_DOT_CONFIGS if src.fma_dots else [])
+
+
+def _configs(src: KernelSource, interpret: bool, autotune: bool):
     import triton
 
+    space = config_space(src)
     if interpret or not autotune:
         # unequal tiles under the interpreter, so a BLOCK_M / BLOCK_N mix-up cannot hide
-        m, n, w, s = (32, 16, 1, 1) if interpret else _GPU_CONFIGS[0]
-        return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)]
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in _GPU_CONFIGS]
+        space = [(32, 16, 1, 1) if interpret else space[0]]
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in space]
 
 
 @dataclasses.dataclass
@@ -108,7 +118,7 @@ class Launcher:
 
             self._raw = load_module(self.src)
             keys = [f"size{k}" for k in range(len(self.src.size_args))] or ["out_s0"]
-            self._fn = triton.autotune(configs=_configs(interpret, self.autotune), key=keys)(self._raw)
+            self._fn = triton.autotune(configs=_configs(self.src, interpret, self.autotune), key=keys)(self._raw)
         return self._fn
 
     def _size(self, d: Dim, values: dict[str, int]) -> int:
@@ -170,36 +180,48 @@ class AotResult:
     """What compiling a kernel for a real GPU reported."""
 
     shared: int  # shared memory, bytes
-    n_regs: int
-    n_spills: int
+    n_regs: int  # registers per thread (-1: unknown)
+    stack: int  # local-memory stack per thread, bytes: register spills (-1: unknown)
     num_warps: int
 
 
 _AOT_SCRIPT = """
-import importlib.util, json, sys
+import importlib.util, json, os, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-path, name, signature, constexprs, capability, num_warps = json.loads(sys.argv[1])
+path, name, signature, constexprs, capability, num_warps, num_stages = json.loads(sys.argv[1])
 spec = importlib.util.spec_from_file_location("aot_kernel", path)
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 fn = getattr(module, name)
 src = ASTSource(fn, signature, constexprs)
-k = triton.compile(src, target=GPUTarget("cuda", capability, 32), options={"num_warps": num_warps})
-k._init_handles = lambda: None
-md = k.metadata
-print(json.dumps([md.shared, getattr(k, "n_regs", -1) or -1, getattr(k, "n_spills", -1) or -1, md.num_warps]))
+k = triton.compile(src, target=GPUTarget("cuda", capability, 32),
+                   options={"num_warps": num_warps, "num_stages": num_stages})
+regs = stack = -1
+# registers and stack of the cubin, from the cuobjdump that ships with Triton
+tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+if os.path.exists(tool) and "cubin" in k.asm:
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(k.asm["cubin"])
+    usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    found = re.search(r"REG:(\\d+) STACK:(\\d+)", usage)
+    if found:
+        regs, stack = int(found.group(1)), int(found.group(2))
+print(json.dumps([k.metadata.shared, regs, stack, k.metadata.num_warps]))
 """
 
 
 def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtype: torch.dtype,
-                capability: int = 90, block_m: int = 64, block_n: int = 64, num_warps: int = 4) -> AotResult:
+                capability: int = 90, block_m: int = 64, block_n: int = 64, num_warps: int = 4,
+                num_stages: int = 2) -> AotResult:
     """Compile generated source ahead of time for an NVIDIA GPU (no GPU needed).
 
     Runs in a child process without the Triton interpreter (which replaces the
     language in-process). Catches code the interpreter tolerates but the real compiler
-    rejects; raises ``RuntimeError`` with the compiler's message.
+    rejects; raises ``RuntimeError`` with the compiler's message. Reports shared memory,
+    and registers and spill stack where Triton's ``cuobjdump`` is installed.
     """
     import json
     import subprocess
@@ -213,13 +235,14 @@ def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtyp
     signature.update({f"in{k}_s{a}": "i32" for k, rank in enumerate(src.input_ranks) for a in range(rank)})
     signature.update({f"out_s{a}": "i32" for a in range(src.out_rank)})
     signature.update({"BLOCK_M": "constexpr", "BLOCK_N": "constexpr"})
-    args = json.dumps([path, src.name, signature, {"BLOCK_M": block_m, "BLOCK_N": block_n}, capability, num_warps])
+    args = json.dumps([path, src.name, signature, {"BLOCK_M": block_m, "BLOCK_N": block_n}, capability,
+                       num_warps, num_stages])
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, args], capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"Triton could not compile {src.name} for sm_{capability}:\n{done.stderr[-3000:]}")
-    shared, regs, spills, warps = json.loads(done.stdout.strip().splitlines()[-1])
-    return AotResult(shared, regs, spills, warps)
+    shared, regs, stack, warps = json.loads(done.stdout.strip().splitlines()[-1])
+    return AotResult(shared, regs, stack, warps)
 
 
 def _sig(dtype: torch.dtype) -> str:

@@ -212,6 +212,31 @@ def test_generated_kernel_compiles_for_hopper():
     assert 0 < result.shared <= 227 * 1024
 
 
+def test_ieee_fp32_kernels_also_autotune_over_tiles_that_fit_in_registers():
+    """IEEE float32 dots run on CUDA cores with operand and product tiles in registers:
+    at head width 128 every tensor-core tile shape spills kilobytes per thread to local
+    memory on sm_90, so the autotuning space of such a kernel also holds smaller tiles
+    that spill an order of magnitude less; a bf16 kernel keeps the tensor-core space."""
+    fp32_report = flashlight.explain(attention, *_inputs(16, L=40, D=128))
+    bf16_report = flashlight.explain(attention, *(x.bfloat16() for x in _inputs(16, L=40, D=128)))
+    (fp32_kernel,), (bf16_kernel,) = fp32_report.kernels, bf16_report.kernels
+    base = set(bf16_kernel.gpu_configs)
+    extra = set(fp32_kernel.gpu_configs) - base
+    assert extra and base < set(fp32_kernel.gpu_configs)
+
+    def stack(config):
+        block_m, block_n, warps, stages = config
+        built = fp32_kernel.aot_compile(90, block_m=block_m, block_n=block_n, num_warps=warps, num_stages=stages)
+        if built.stack < 0:
+            pytest.skip("this Triton has no cuobjdump to read spills from")
+        return built.stack
+
+    least_base = min(stack(c) for c in base)
+    least_extra = min(stack(c) for c in extra)
+    assert least_base > 4096, "the premise: tensor-core tiles spill at this width"
+    assert least_extra < 512 and 16 * least_extra < least_base, (least_extra, least_base)
+
+
 def test_scalar_constants_print_exactly():
     from flashlight.codegen import _literal
 
