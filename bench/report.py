@@ -125,8 +125,10 @@ def hypothesis(variant: str, dtype: str, winner: str) -> str:
     """A likely cause for Flashlight losing this case. A hypothesis to check (with
     FLASHLIGHT_DEBUG=2 and a profiler), not a measured fact."""
     if dtype == "fp32" and winner in ("flex", "torch_compile", "sdpa"):
-        return ("IEEE float32 runs its dot products without tensor cores; the winner's tile "
-                "shapes / pipelining suit CUDA-core FMAs better")
+        return ("IEEE float32 runs its dot products on CUDA cores with the operand tiles in "
+                "registers: at head widths 64-128 the tensor-core tile shapes spill kilobytes per "
+                "thread on sm_90 (`KernelReport.aot_compile(...).stack`); the smaller tiles added for "
+                "such kernels are re-measured by `kernels-evoformer-fma` (bench/README.md)")
     if variant in ("triangle_end", "msa_column") and winner in ("flex", "sdpa", "cuequivariance", "trifast"):
         return ("this variant attends along a strided dim of its inputs (the transposed pair "
                 "representation / the MSA's sequence dim): the winner's wrapper first copies q, k, v "

@@ -32,12 +32,17 @@ K="$PY -m bench.kernels --max-minutes 9"
 E="$PY -m bench.evoformer --max-minutes 9"
 # name | command. Ordered by what matters most if GPU time runs short: the Evoformer
 # attentions at AlphaFold2's sizes, OpenFold end to end at 256 residues, then the rest.
+# Parts writing to their own file re-measure cells of an earlier part after a compiler
+# change (the report keeps the newest cell of each implementation): ALiBi after its
+# tile skipping, IEEE float32 MSA row attention after the smaller-tile configurations.
 PARTS=(
     "kernels-evoformer-main|$K --variants evoformer --shapes 0 --dtypes bf16,tf32,fp32 --out $R/kernels_evoformer.json"
     "evoformer-256|$E --retry --n-res 256 --scopes stack,model --out $R/evoformer.json"
     "kernels-evoformer-bf16|$K --variants evoformer --shapes all --dtypes bf16 --out $R/kernels_evoformer.json"
     "kernels-lm-bf16-1k|$K --variants lm --shapes 1 --dtypes bf16 --out $R/kernels_lm.json"
     "evoformer-512|$E --retry --n-res 512 --scopes stack,model --out $R/evoformer.json"
+    "kernels-lm-alibi|$K --variants alibi --shapes all --dtypes bf16 --out $R/kernels_lm_alibi.json"
+    "kernels-evoformer-fma|$K --variants msa_row_pair_bias --shapes all --dtypes fp32 --impls flashlight --out $R/kernels_evoformer_fma.json"
     "kernels-lm-bf16|$K --variants lm --shapes all --dtypes bf16 --out $R/kernels_lm.json"
     "kernels-evoformer-fp32|$K --variants evoformer --shapes all --dtypes tf32,fp32 --out $R/kernels_evoformer.json"
     "evoformer-1024|$E --n-res 1024 --scopes stack,model --out $R/evoformer.json"

@@ -173,3 +173,39 @@ def test_synthetic_batch_shapes():
     assert batch["extra_msa"].shape == (9, 7, 2) and batch["extra_msa_mask"].shape == (9, 7, 2)
     assert batch["residx_atom37_to_atom14"].shape == (7, 37, 2)
     assert batch["aatype"].shape == (7, 2)
+
+
+def test_run_all_runs_named_parts_in_the_order_given(tmp_path):
+    """``bench/run_all.sh PART...`` runs those parts in the order named (not the catalog's),
+    records each as done and skips it the next time; an unknown name is an error."""
+    import os
+    import shutil
+    import subprocess
+
+    root = tmp_path / "repo"
+    (root / "bench" / "results").mkdir(parents=True)
+    shutil.copy(pathlib.Path(__file__).parents[1] / "bench" / "run_all.sh", root / "bench" / "run_all.sh")
+    log = tmp_path / "calls.log"
+    fake_python = tmp_path / "python"
+    fake_python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS_LOG"\n')
+    fake_python.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(fake_python), "CALLS_LOG": str(log)}
+
+    def run(*parts):
+        log.write_text("")
+        done = subprocess.run(["bash", "bench/run_all.sh", *parts], cwd=root, env=env,
+                              capture_output=True, text=True)
+        return done, [line for line in log.read_text().splitlines() if "bench.report" not in line]
+
+    done, calls = run("kernels-lm-bf16", "evoformer-256")
+    assert done.returncode == 0, done.stderr
+    assert len(calls) == 2
+    assert calls[0].startswith("-m bench.kernels") and "--variants lm" in calls[0] and "--dtypes bf16 " in calls[0]
+    assert calls[1].startswith("-m bench.evoformer") and "--n-res 256" in calls[1]
+    assert (root / "bench" / "results" / "run_all.done").read_text().split() == ["kernels-lm-bf16", "evoformer-256"]
+
+    done, calls = run("evoformer-256")
+    assert done.returncode == 0 and calls == []  # already done
+
+    done, calls = run("evoformer-256", "no-such-part")
+    assert done.returncode == 2 and "no-such-part" in done.stderr and calls == []
