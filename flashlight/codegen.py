@@ -106,6 +106,8 @@ class _Printer:
         self.sizes: list[str] = []
         self.pre: list[str] = []
         self.loop: list[str] = []
+        self.loop_unmasked: list[str] = []  # the loop step on full tiles (kernel.unmasked)
+        self.full_tiles = False  # printing that step: every loop position is in range
         self.scan: list[str] = []  # the tile-liveness scan's body (see codegen_live)
         self.post: list[str] = []
         self.memo: dict[tuple[str, Expr], tuple[str, tuple]] = {}
@@ -167,7 +169,7 @@ class _Printer:
         parts = []
         for d in dims:
             role = self.roles.get(d)
-            if role is None:
+            if role is None or (role == "n" and self.full_tiles):
                 continue
             bound = self.extent(role)
             if role[0] in "ef" and self.padded.get(d) == d.size:
@@ -337,6 +339,12 @@ class _Printer:
         """Neutralise out-of-range loop positions of a computed (non-load) value."""
         if "n" not in layout or isinstance(expr, Load):
             return var
+        return self.in_loop_range(var, layout, neutral)
+
+    def in_loop_range(self, var: str, layout, neutral: str) -> str:
+        """``var`` with loop positions past the end set to ``neutral`` (none on full tiles)."""
+        if self.full_tiles:
+            return var
         return f"tl.where({self.offs('n', layout)} < N_SIZE, {var}, {neutral})"
 
     def emit_inner_reduce(self, expr: Reduce, scope: str) -> tuple[str, tuple]:
@@ -362,21 +370,41 @@ class _Printer:
             self.pre.append(f"m{k} = tl.full({self.shape(lay)}, float(\"-inf\"), tl.float32)")
         for k in sums:
             self.pre.append(f"acc{k} = tl.zeros({self.shape(self.layouts.loop_layouts[k])}, tl.float32)")
+        self.emit_loop_body(kernel.loop)
+        if kernel.unmasked is not None:
+            # the same step without masks, for tiles every mask keeps whole; its values
+            # live in another loop, so nothing computed inside the first one is reused
+            # (full tiles end inside the loop extent: no bounds masks along it either)
+            masked = self.loop
+            self.loop, self.memo = [], {key: v for key, v in self.memo.items() if key[0] != "loop"}
+            self.full_tiles = True
+            self.emit_loop_body(kernel.unmasked)
+            self.full_tiles = False
+            self.loop_unmasked, self.loop = self.loop, masked
         for k in maxes:
-            var, lay = self.emit(kernel.loop[k].body, "loop")
-            var = f"tl.where({self.offs('n', lay)} < N_SIZE, {var}, float(\"-inf\"))"
+            self.post.append(f"res{k} = m{k}")
+        for k in sums:
+            self.post.append(f"res{k} = acc{k}")
+
+    def emit_loop_body(self, loop) -> None:
+        """One step of the online loop over ``loop``'s reductions, into ``self.loop``."""
+        maxes = [k for k, r in enumerate(loop) if r.op == "max"]
+        sums = [k for k, r in enumerate(loop) if r.op == "sum"]
+        for k in maxes:
+            var, lay = self.emit(loop[k].body, "loop")
+            var = self.in_loop_range(var, lay, 'float("-inf")')
             block = self.assign("loop", "bmax", f"tl.max({var}, axis={lay.index('n')})")
             self.loop.append(f"m_new{k} = tl.maximum(m{k}, {block}, propagate_nan=tl.PropagateNan.ALL)")
             self.loop.append(f"m_safe{k} = tl.where(m_new{k} == float(\"-inf\"), 0.0, m_new{k})")
             self.loop.append(f"alpha{k} = tl.exp(m{k} - m_safe{k})")
         for k in sums:
-            red = kernel.loop[k]
+            red = loop[k]
             acc_lay = self.layouts.loop_layouts[k]
             if self.layouts.is_dot(red.body, "n"):
                 part, lay = self.emit_dot(red.body, "n", "loop", mask_n=True)
             else:
                 var, lay = self.emit(red.body, "loop")
-                var = f"tl.where({self.offs('n', lay)} < N_SIZE, {var}, 0.0)"
+                var = self.in_loop_range(var, lay, "0.0")
                 part = self.assign("loop", "part", f"tl.sum({var}, axis={lay.index('n')})")
                 lay = tuple(r for r in lay if r != "n")
             scale = "".join(
@@ -386,10 +414,6 @@ class _Printer:
             self.loop.append(f"acc{k} = acc{k}{scale} + {self.broadcast(part, lay, acc_lay)}")
         for k in maxes:
             self.loop.append(f"m{k} = m_new{k}")
-        for k in maxes:
-            self.post.append(f"res{k} = m{k}")
-        for k in sums:
-            self.post.append(f"res{k} = acc{k}")
 
     def emit_store(self) -> None:
         var, lay = self.emit(self.kernel.epilogue, "post")
@@ -429,13 +453,21 @@ class _Printer:
         if self.check_bounds:
             params += [f"in{k}_span" for k in range(len(self.inputs))] + ["out_span", "errors"]
         params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
-        first, end = "0", "N_SIZE"
+        loops = [("0", "N_SIZE", self.loop)]
         if self.kernel.live is not None:
-            first, end = LiveScan(self, self.kernel.live).emit()
+            scan = LiveScan(self, self.kernel.live, self.kernel.full)
+            first, end = scan.emit()
+            loops = [(first, end, self.loop)]
+            if self.kernel.full is not None:
+                full_first, full_end = scan.full_range
+                # masked tiles before the run of full tiles, the run unmasked, masked after
+                loops = [(first, full_first, self.loop), (full_first, full_end, self.loop_unmasked),
+                         (full_end, end, self.loop)]
         body = head + self.pre
-        body.append(f"for start_n in range({first}, {end}, BLOCK_N):")
-        body.append("    offs_n = start_n + tl.arange(0, BLOCK_N)")
-        body += ["    " + line for line in self.loop]
+        for start, stop, steps in loops:
+            body.append(f"for start_n in range({start}, {stop}, BLOCK_N):")
+            body.append("    offs_n = start_n + tl.arange(0, BLOCK_N)")
+            body += ["    " + line for line in steps]
         body += self.post
         src = ["import triton", "import triton.language as tl", "", "", "@triton.jit",
                f"def {self.name}({', '.join(params)}):"] + ["    " + line for line in body]

@@ -25,11 +25,13 @@ _INT_MIN = "-9223372036854775807"
 class LiveScan:
     """Emits, through the kernel printer ``p``, the scan that narrows the loop range."""
 
-    def __init__(self, p, live: Expr):
+    def __init__(self, p, live: Expr, full: Expr | None = None):
         self.p = p
         self.live = live
+        self.full = full
         self.loop_dim = p.kernel.loop[0].dim
         self.memo: dict[Expr, tuple[str, str]] = {}
+        self.full_range: tuple[str, str] | None = None  # set by emit() when ``full`` is given
 
     def emit(self) -> tuple[str, str]:
         """Append the scan to ``p.pre``; returns the loop range ``(first, end)``."""
@@ -40,14 +42,32 @@ class LiveScan:
         p.pre.append("tiles_first = N_SIZE + tl.zeros([], tl.int32)")
         p.pre.append("tiles_end = tl.zeros([], tl.int32)")
         may_live, _ = self.bound(self.live)
+        runs = []
+        if self.full is not None:
+            # the first run of consecutive tiles where no mask can remove a position (and
+            # no position lies past the end): [full_first, full_end)
+            p.pre.append("full_first = N_SIZE + tl.zeros([], tl.int32)")
+            p.pre.append("full_end = tl.zeros([], tl.int32) - 1")
+            _, may_cut = self.bound(self.full)
+            runs = [f"is_full = (({may_cut}) == 0) & (start_n + BLOCK_N <= N_SIZE)",
+                    "run_starts = is_full & (full_first == N_SIZE)",
+                    "run_grows = is_full & (full_end == start_n)",
+                    "full_first = tl.where(run_starts, start_n, full_first)",
+                    "full_end = tl.where(run_starts | run_grows, start_n + BLOCK_N, full_end)"]
         p.pre.append("for start_n in range(0, N_SIZE, BLOCK_N):")
         scan = ["offs_n = start_n + tl.arange(0, BLOCK_N)",
                 "col_lo = start_n",
                 "col_hi = tl.minimum(start_n + BLOCK_N, N_SIZE) - 1",
                 *p.scan,
                 f"tiles_first = tl.minimum(tiles_first, tl.where({may_live}, start_n, N_SIZE))",
-                f"tiles_end = tl.where({may_live}, start_n + BLOCK_N, tiles_end)"]
+                f"tiles_end = tl.where({may_live}, start_n + BLOCK_N, tiles_end)",
+                *runs]
         p.pre.extend("    " + line for line in scan)
+        if self.full is not None:
+            # a full tile is live, so the run lies inside [tiles_first, tiles_end); no run: empty
+            p.pre.append("full_first = tl.minimum(tl.maximum(full_first, tiles_first), tiles_end)")
+            p.pre.append("full_end = tl.maximum(tl.minimum(full_end, tiles_end), full_first)")
+            self.full_range = ("full_first", "full_end")
         return "tiles_first", "tiles_end"
 
     # ------------------------------------------------------------------ bounds

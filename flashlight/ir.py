@@ -403,6 +403,11 @@ class Kernel:
     # false on a (row, loop) tile => the tile changes no loop result; see
     # [Note: tile skipping] in flashlight.passes.skipping. None: every tile runs.
     live: Expr | None = None
+    # true on a (row, loop) tile => every mask keeps every position of it, and ``unmasked``
+    # (the loop with each mask replaced by the value it keeps) computes the same loop
+    # results there. None: every tile runs ``loop``.
+    full: Expr | None = None
+    unmasked: tuple[LoopReduction, ...] | None = None
 
     @property
     def dims(self) -> tuple[Dim, ...]:
@@ -425,6 +430,14 @@ def check_kernel_invariants(kernel: Kernel) -> None:
             raise InvariantError(f"{kernel.name}: live predicate of dtype {kernel.live.dtype}")
         if not free_dims(kernel.live) <= outer | loop_dims:
             raise InvariantError(f"{kernel.name}: live predicate reads dims outside the loop nest")
+    if (kernel.full is None) != (kernel.unmasked is None) or (kernel.full is not None and kernel.live is None):
+        raise InvariantError(f"{kernel.name}: a full-tile predicate needs its unmasked loop and a live predicate")
+    if kernel.full is not None:
+        if kernel.full.dtype != torch.bool or not free_dims(kernel.full) <= outer | loop_dims:
+            raise InvariantError(f"{kernel.name}: full-tile predicate not boolean over the loop nest")
+        shapes = [(r.op, r.dim, r.rescaled_by, r.dtype) for r in kernel.loop]
+        if [(r.op, r.dim, r.rescaled_by, r.dtype) for r in kernel.unmasked] != shapes:
+            raise InvariantError(f"{kernel.name}: the unmasked loop differs from the loop in more than its bodies")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -458,4 +471,8 @@ def format_kernel(kernel: Kernel) -> str:
     lines.append(f"  out = {format_expr(kernel.epilogue)}")
     if kernel.live is not None:
         lines.append(f"  live = {format_expr(kernel.live)}")
+    if kernel.full is not None:
+        lines.append(f"  full = {format_expr(kernel.full)}")
+        for k, red in enumerate(kernel.unmasked):
+            lines.append(f"  loop{k} on full tiles = {red.op}[{red.dim.name}]({format_expr(red.body)})")
     return "\n".join(lines)

@@ -1,6 +1,6 @@
-"""Tile skipping ([Note: tile skipping]): which kernels get a liveness predicate, that
-the narrowed loop is exact (vs float64 eager, at lengths where most tiles are dead),
-and that tiles really are skipped."""
+"""Tile skipping ([Note: tile skipping]): which kernels get a liveness predicate and an
+unmasked loop for full tiles, that the narrowed and split loop is exact (vs float64
+eager, at lengths where most tiles are dead or full), and that tiles really are skipped."""
 from __future__ import annotations
 
 import math
@@ -10,9 +10,10 @@ import torch
 
 import flashlight
 from bench.variants import VARIANTS
-from flashlight.ir import Const, Dim, Iota, Kernel, LoopReduction, Pointwise, RunningMax, check_kernel_invariants
+from flashlight.ir import (Const, Dim, Iota, Kernel, LoopReduction, Pointwise, RunningMax, check_kernel_invariants,
+                          walk)
 from flashlight.lower import lower
-from flashlight.passes.skipping import NEG_INF, ZERO, find_live_tiles, symbolic_value
+from flashlight.passes.skipping import NEG_INF, ZERO, mask_site, find_live_tiles, symbolic_value
 from flashlight.pipeline import compile_graph
 from tests.test_compiler import capture
 
@@ -99,6 +100,25 @@ def test_symbolic_neutral_values():
     assert symbolic_value(Pointwise("exp", (x,), f32)) is None
 
 
+@pytest.mark.parametrize("name", ["causal_tril", "causal_index", "prefix_lm", "document_mask", "alibi"])
+def test_masked_kernels_get_an_unmasked_loop_for_full_tiles(name):
+    kernel = _kernel_of(VARIANTS[name].fn, *_inputs(name))
+    assert kernel.full is not None and kernel.unmasked is not None
+    loop_dim = kernel.loop[0].dim
+    assert any(mask_site(n, loop_dim) for red in kernel.loop for n in walk(red.body))
+    assert not any(mask_site(n, loop_dim) for red in kernel.unmasked for n in walk(red.body))
+
+
+def test_the_full_tile_loop_is_printed_without_masks_between_two_masked_ones():
+    report = flashlight.explain(VARIANTS["causal_index"].fn, *_inputs("causal_index"))
+    source = report.kernels[0].source
+    loops = source.split("for start_n in range(")[1:]  # the scan, then the online loops
+    assert len(loops) == 4 and loops[2].startswith("full_first, full_end")
+    masked, full = loops[1], loops[2]
+    assert "float(\"-inf\"), " in masked  # where(not keep, -inf, s)
+    assert "< N_SIZE" in masked and "< N_SIZE" not in full and "<= 0" not in full
+
+
 def test_a_loop_body_that_is_not_neutral_blocks_skipping():
     j, i = Dim.fresh(8, "j"), Dim.fresh(8, "i")
     f32 = torch.float32
@@ -109,7 +129,10 @@ def test_a_loop_body_that_is_not_neutral_blocks_skipping():
     kernel = Kernel("k", ((i,),), f32, loop, Const(0.0, f32), ())
     assert find_live_tiles(kernel).live is None
     ok = dataclass_replace_body(kernel, Pointwise("exp", (score,), f32))
-    assert find_live_tiles(ok).live == keep
+    found = find_live_tiles(ok)
+    assert found.live == keep and found.full == keep
+    assert found.unmasked[0].body == Pointwise("exp", (Iota((j,), f32),), f32)  # the kept scores
+    check_kernel_invariants(found)
 
 
 def dataclass_replace_body(kernel: Kernel, body) -> Kernel:
@@ -140,6 +163,32 @@ def _assert_close_to_float64(fn, inputs, context):
 def test_skipping_is_exact_where_most_tiles_are_dead(name, shape):
     inputs = _inputs(name, seed=3, **shape)
     _assert_close_to_float64(VARIANTS[name].fn, inputs, f"{name} {shape}")
+
+
+@pytest.mark.parametrize("holes", [(), ((40, 61),), ((30, 35), (90, 140))])
+def test_full_tile_runs_are_exact_wherever_they_lie(holes):
+    """A band mask (full tiles in the middle of each row tile's range, partial ones on
+    both sides) with key ranges removed: the first run of full tiles runs unmasked, the
+    tiles after a hole masked again."""
+    def fn(q, k, v, removed):
+        L = q.shape[-2]
+        i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+        keep = (j <= i) & (j >= i - 100) & ~removed[None, :]
+        s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return torch.softmax(s.masked_fill(~keep, -math.inf), dim=-1) @ v
+
+    g = torch.Generator().manual_seed(11)
+    L = 190
+    q, k, v = (torch.randn(2, L, 16, generator=g) for _ in range(3))
+    removed = torch.zeros(L, dtype=torch.bool)
+    for a, b in holes:
+        removed[a:b] = True
+    ref = fn(q.double(), k.double(), v.double(), removed)
+    with torch.no_grad():
+        out = flashlight.compile(fn)(q, k, v, removed)
+    assert torch.equal(torch.isnan(out), torch.isnan(ref))
+    finite = ~torch.isnan(ref)
+    torch.testing.assert_close(out[finite].double(), ref[finite], rtol=1e-4, atol=1e-4)
 
 
 def test_rows_whose_every_tile_is_dead_are_nan_as_in_eager():

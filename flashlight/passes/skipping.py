@@ -16,13 +16,19 @@ knowing what the mask means:
    ``0 * x = 0`` and ``sum``/``max`` of neutral values;
 3. then ``live = keep_1 | keep_2 | ...`` is false exactly where the loop does
    nothing, and a tile on which ``live`` can never be true may be skipped.
+4. Conversely, where ``full = keep_1 & keep_2 & ...`` holds, every site selects the
+   value it keeps, so the loop with each site replaced by that value (``unmasked``)
+   gives the same results without evaluating any mask; a tile on which ``full`` can
+   never be false runs that loop (as FlashAttention kernels skip the causal mask off
+   the diagonal).
 
-The code generator evaluates ``live`` with interval arithmetic over a whole
-``BLOCK_M x BLOCK_N`` tile (index ranges for ``iota``, min/max of the loaded values
-for integer loads such as document ids or lengths) and runs the loop only from the
-first to the last tile that may be live. That is why ``live`` must be built from
-integer and boolean operations alone; other predicates (a float threshold on the
-scores) keep the full loop.
+The code generator evaluates ``live`` and ``full`` with interval arithmetic over a
+whole ``BLOCK_M x BLOCK_N`` tile (index ranges for ``iota``, min/max of the loaded
+values for integer loads such as document ids or lengths) and runs the loop only from
+the first to the last tile that may be live, the first run of tiles that are surely
+full without their masks. That is why the predicates must be built from integer and
+boolean operations alone; other predicates (a float threshold on the scores) keep the
+whole masked loop.
 
 Rule 2 treats the operands other than the masked scores (``v``, a bias added after
 masking) as finite: as in every FlashAttention kernel, an ``inf`` or ``NaN`` in ``v``
@@ -46,42 +52,52 @@ INTERVAL_OPS = frozenset({"add", "sub", "mul", "neg", "eq", "ne", "lt", "le", "g
 
 
 def find_live_tiles(kernel: Kernel) -> Kernel:
-    """``kernel`` with ``live`` set when masked tiles provably do nothing (see the Note)."""
+    """``kernel`` with ``live`` set when masked tiles provably do nothing, and ``full`` /
+    ``unmasked`` for the tiles every mask keeps whole (see the Note)."""
     loop_dim = kernel.loop[0].dim
-    keeps: dict[Expr, Expr] = {}  # site -> its keep condition
+    sites: dict[Expr, tuple[Expr, Expr]] = {}  # site -> (its keep condition, the value it keeps)
     for red in kernel.loop:
         for node in walk(red.body):
-            keep = _keep_condition(node, loop_dim)
-            if keep is not None:
-                keeps[node] = keep
-    if not keeps:
+            site = mask_site(node, loop_dim)
+            if site is not None:
+                sites[node] = site
+    if not sites:
         return kernel
     for red in kernel.loop:
-        masked = replace_nodes(red.body, lambda n: Const(-math.inf, n.dtype) if n in keeps else None)
+        masked = replace_nodes(red.body, lambda n: Const(-math.inf, n.dtype) if n in sites else None)
         if symbolic_value(masked) != (NEG_INF if red.op == "max" else ZERO):
             return kernel
-    conditions = list(dict.fromkeys(keeps.values()))
-    live = conditions[0]
+    conditions = list(dict.fromkeys(keep for keep, _ in sites.values()))
+    live, full = conditions[0], conditions[0]
     for cond in conditions[1:]:
         live = Pointwise("or", (live, cond), torch.bool)
+        full = Pointwise("and", (full, cond), torch.bool)
     if not bounded_by_intervals(live):
         return kernel
-    return dataclasses.replace(kernel, live=live)
+    unmasked = tuple(
+        dataclasses.replace(red, body=replace_nodes(red.body, lambda n: sites[n][1] if n in sites else None))
+        for red in kernel.loop
+    )
+    return dataclasses.replace(kernel, live=live, full=full, unmasked=unmasked)
 
 
-def _keep_condition(node: Expr, loop_dim) -> Expr | None:
+def mask_site(node: Expr, loop_dim) -> tuple[Expr, Expr] | None:
+    """``(keep condition, kept value)`` when ``node`` masks with ``-inf`` along the loop."""
     if not (isinstance(node, Pointwise) and node.op == "where"):
         return None
     cond, if_true, if_false = node.args
     if loop_dim not in free_dims(cond):
         return None
     if _is_neg_inf(if_true):
-        if isinstance(cond, Pointwise) and cond.op == "not":
-            return cond.args[0]
-        return Pointwise("not", (cond,), torch.bool)
-    if _is_neg_inf(if_false):
-        return cond
-    return None
+        keep, kept = (cond.args[0] if isinstance(cond, Pointwise) and cond.op == "not"
+                      else Pointwise("not", (cond,), torch.bool)), if_false
+    elif _is_neg_inf(if_false):
+        keep, kept = cond, if_true
+    else:
+        return None
+    if kept.dtype != node.dtype:
+        kept = Pointwise("cast", (kept,), node.dtype)
+    return keep, kept
 
 
 def _is_neg_inf(expr: Expr) -> bool:

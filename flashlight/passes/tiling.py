@@ -14,6 +14,7 @@ contractions as ``tl.dot`` first, then a dynamic or large row dim, then a featur
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from flashlight.ir import (
@@ -23,6 +24,7 @@ from flashlight.ir import (
     Iota,
     Kernel,
     Load,
+    LoopReduction,
     LoopResult,
     Pointwise,
     Reduce,
@@ -73,13 +75,16 @@ class Layouts:
     def loop_result(self, k: int) -> Layout:
         """Layout of the ``k``-th loop reduction's result (its body's, less the loop role)."""
         if k not in self._loop_results:
-            red = self.kernel.loop[k]
-            body = self.of(red.body, allow_dot=red.op == "sum", reduced="n")
-            if "n" not in body:
-                raise NotTileable("a loop reduction does not depend on the loop dim")
-            dot = self.is_dot(red.body, "n")
-            self._loop_results[k] = self._dot_result(red.body, "n") if dot else tuple(r for r in body if r != "n")
+            self._loop_results[k] = self.reduction_layout(self.kernel.loop[k])
         return self._loop_results[k]
+
+    def reduction_layout(self, red: LoopReduction) -> Layout:
+        """Layout of a loop reduction's result: its body's, less the loop role."""
+        body = self.of(red.body, allow_dot=red.op == "sum", reduced="n")
+        if "n" not in body:
+            raise NotTileable("a loop reduction does not depend on the loop dim")
+        dot = self.is_dot(red.body, "n")
+        return self._dot_result(red.body, "n") if dot else tuple(r for r in body if r != "n")
 
     # -- per node
     def of(self, expr: Expr, allow_dot: bool = False, reduced: str | None = None) -> Layout:
@@ -209,7 +214,24 @@ def tile(kernel: Kernel) -> TiledKernel:
             best_score = score
     if best is None:
         raise NotTileable(last_error)
+    if kernel.unmasked is not None and not _unmasked_loop_tiles_alike(kernel, best):
+        kernel = dataclasses.replace(kernel, full=None, unmasked=None)
     return TiledKernel(kernel, best)
+
+
+def _unmasked_loop_tiles_alike(kernel: Kernel, tiling: Tiling) -> bool:
+    """Whether the loop without its masks ([Note: tile skipping]) tiles like the loop,
+    so the two can run on the same accumulators."""
+    layouts = Layouts(kernel, roles_of(tiling, kernel), set(tiling.grid))
+    for k, (red, plain) in enumerate(zip(kernel.loop, kernel.unmasked)):
+        try:
+            if layouts.reduction_layout(plain) != layouts.loop_layouts[k]:
+                return False
+            if layouts.is_dot(plain.body, "n") != layouts.is_dot(red.body, "n"):
+                return False
+        except NotTileable:
+            return False
+    return True
 
 
 def roles_of(tiling: Tiling, kernel: Kernel) -> dict[Dim, str]:
