@@ -136,9 +136,10 @@ def hypothesis(variant: str, dtype: str, winner: str) -> str:
                 "uncoalesced loads")
     if winner == "flex" and variant in BLOCK_MASK:
         return ("both skip dead key tiles, but Flashlight's loop runs over every tile between the "
-                "first and the last live one and evaluates the mask on every element of each (after "
-                "a scan over all key tiles per program); FlexAttention's block mask, built once per "
-                "mask input and not timed, also marks full tiles that skip the mask")
+                "first and the last live one (after a scan over all key tiles per program) and, in "
+                "kernels built before its full-tile loop, evaluated the mask on every element of "
+                "each; FlexAttention's block mask, built once per mask input and not timed, lists "
+                "live and full tiles")
     if winner == "flex":
         return "FlexAttention's template is autotuned per shape (tile sizes, warps, stages)"
     if winner == "sdpa":

@@ -33,15 +33,16 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # name | command. Ordered by what matters most if GPU time runs short: the Evoformer
 # attentions at AlphaFold2's sizes, OpenFold end to end at 256 residues, then the rest.
 # Parts writing to their own file re-measure cells of an earlier part after a compiler
-# change (the report keeps the newest cell of each implementation): ALiBi after its
-# tile skipping, IEEE float32 MSA row attention after the smaller-tile configurations.
+# change (the report keeps the newest cell of each implementation): the masked LM
+# variants after full-tile loops (and ALiBi's tile skipping), IEEE float32 MSA row
+# attention after the smaller-tile configurations.
 PARTS=(
     "kernels-evoformer-main|$K --variants evoformer --shapes 0 --dtypes bf16,tf32,fp32 --out $R/kernels_evoformer.json"
     "evoformer-256|$E --retry --n-res 256 --scopes stack,model --out $R/evoformer.json"
     "kernels-evoformer-bf16|$K --variants evoformer --shapes all --dtypes bf16 --out $R/kernels_evoformer.json"
     "kernels-lm-bf16-1k|$K --variants lm --shapes 1 --dtypes bf16 --out $R/kernels_lm.json"
     "evoformer-512|$E --retry --n-res 512 --scopes stack,model --out $R/evoformer.json"
-    "kernels-lm-alibi|$K --variants alibi --shapes all --dtypes bf16 --out $R/kernels_lm_alibi.json"
+    "kernels-lm-masked|$K --variants causal_tril,causal_triu,causal_index,alibi,sliding_window,prefix_lm --shapes all --dtypes bf16 --impls flashlight --out $R/kernels_lm_masked.json"
     "kernels-evoformer-fma|$K --variants msa_row_pair_bias --shapes all --dtypes fp32 --impls flashlight --out $R/kernels_evoformer_fma.json"
     "kernels-lm-bf16|$K --variants lm --shapes all --dtypes bf16 --out $R/kernels_lm.json"
     "kernels-evoformer-fp32|$K --variants evoformer --shapes all --dtypes tf32,fp32 --out $R/kernels_evoformer.json"

@@ -127,35 +127,36 @@ def test_peer_formulations_compute_the_variant(impl):
     assert checked >= 12
 
 
-def test_evoformer_smoke_stock(tmp_path):
+def _evoformer_stack_cell(tmp_path: pathlib.Path, mode: str) -> tuple[dict, list[str]]:
+    """Run the one-block CPU stack cell of ``mode``; returns its cell and the argv."""
     pytest.importorskip("openfold")
     from bench import evoformer
 
     out = tmp_path / "evoformer.json"
-    argv = ["--smoke", "--scopes", "stack", "--modes", "stock", "--blocks", "1", "--out", str(out)]
+    argv = ["--smoke", "--scopes", "stack", "--modes", mode, "--blocks", "1", "--out", str(out)]
     assert evoformer.main(argv) == evoformer.EXIT_COMPLETE
     (cell,) = json.loads(out.read_text())["cells"]
     assert cell["status"] == "ok", cell
-    assert cell["scope"] == "stack" and cell["mode"] == "stock" and cell["blocks"] == 1
+    assert cell["scope"] == "stack" and cell["mode"] == mode and cell["blocks"] == 1
+    return cell, argv
+
+
+def test_evoformer_smoke_stock(tmp_path):
+    from bench import evoformer
+
+    cell, argv = _evoformer_stack_cell(tmp_path, "stock")
     assert cell["ms"] > 0 and len(cell["per_block_ms"]) == 1
     assert {"msa_att_row", "msa_att_col", "tri_att_start", "tri_att_end"} <= set(cell["breakdown_ms"])
     assert 0 < cell["attention_share"] < 1
     assert evoformer.main(argv) == evoformer.EXIT_COMPLETE  # resumes: nothing left to do
-    assert len(json.loads(out.read_text())["cells"]) == 1
+    assert len(json.loads((tmp_path / "evoformer.json").read_text())["cells"]) == 1
 
 
 def test_evoformer_smoke_compile_matches_stock(tmp_path):
     """The ``compile`` mode measures a compiled block (no silent eager fallback), whose
     output matches stock OpenFold; where default Inductor fails on OpenFold's code, the
     failure is recorded next to the options the cell was measured with."""
-    pytest.importorskip("openfold")
-    from bench import evoformer
-
-    out = tmp_path / "evoformer.json"
-    argv = ["--smoke", "--scopes", "stack", "--modes", "compile", "--blocks", "1", "--out", str(out)]
-    assert evoformer.main(argv) == evoformer.EXIT_COMPLETE
-    (cell,) = json.loads(out.read_text())["cells"]
-    assert cell["status"] == "ok", cell
+    cell, _ = _evoformer_stack_cell(tmp_path, "compile")
     assert cell["dynamo_graphs"] >= 1 and cell["graph_breaks"] == 0
     assert cell["max_abs_diff_vs_stock"] < 1e-4
     if "compile_options" in cell:
