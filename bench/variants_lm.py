@@ -1,0 +1,637 @@
+"""Language-model attention variants (q, k, v ``[B, H, L, D]`` unless noted), written as
+their users write them; the catalog entries ``LM_VARIANTS`` (see :mod:`bench.variants`)."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch.nn.attention.flex_attention import flex_attention
+
+from bench.variants_base import (
+    SLIDING_WINDOW,
+    Variant,
+    attn_flops,
+    data_block_mask,
+    gen_device,
+    prefix_density,
+    random_int,
+    random_normal,
+    sdpa_any_batch,
+    sizes_of,
+    static_block_mask,
+    window_density,
+)
+
+# ----------------------------------------------------------------------------------------
+# Language-model variants: q, k, v [B, H, L, D] unless noted
+# ----------------------------------------------------------------------------------------
+
+_LM_SHAPES: tuple[dict, ...] = (
+    {"B": 64, "H": 16, "L": 256, "D": 64},
+    {"B": 16, "H": 16, "L": 1024, "D": 64},
+    {"B": 4, "H": 16, "L": 4096, "D": 64},
+    {"B": 1, "H": 16, "L": 16384, "D": 64},
+)
+
+
+def _bhld_inputs(shape, dtype, device, generator):
+    B, H, L, D = sizes_of(shape, "B", "H", "L", "D")
+    return tuple(random_normal((B, H, L, D), dtype, device, generator) for _ in range(3))
+
+
+def _bhld_flops(density: float) -> Callable[[dict], float]:
+    return lambda s: attn_flops(s["B"] * s["H"], s["L"], s["L"], s["D"], s["D"], density)
+
+
+# vanilla ---------------------------------------------------------------------------------
+
+
+def vanilla(q, k, v):
+    # q, k, v: [B, H, L, D]
+    scale = q.shape[-1] ** -0.5
+    s = q @ k.transpose(-2, -1) * scale  # [B, H, L, L]
+    p = torch.softmax(s, dim=-1)
+    return p @ v  # [B, H, L, D]
+
+
+def _vanilla_flex(q, k, v):
+    return flex_attention(q, k, v)
+
+
+def _vanilla_sdpa(q, k, v):
+    return sdpa_any_batch(q, k, v)
+
+
+# causal, three ways --------------------------------------------------------------------
+
+
+def causal_tril(q, k, v):
+    # q, k, v: [B, H, L, D]; bool mask from torch.tril, filled with -inf
+    L = q.shape[-2]
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, L, L]
+    keep = torch.tril(torch.ones(L, L, dtype=torch.bool, device=q.device))  # [L, L]
+    s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def causal_triu(q, k, v):
+    # q, k, v: [B, H, L, D]; additive float mask, -inf above the diagonal
+    # (the nn.Transformer "square subsequent mask" form); q scaled before the product
+    L = q.shape[-2]
+    q = q * q.shape[-1] ** -0.5
+    mask = torch.triu(torch.full((L, L), float("-inf"), dtype=q.dtype, device=q.device), diagonal=1)
+    s = q @ k.transpose(-2, -1) + mask  # [B, H, L, L]
+    return s.softmax(dim=-1) @ v
+
+
+def _causal_flex(q, k, v):
+    bm = static_block_mask("causal", q.shape[-2], k.shape[-2], str(q.device))
+    return flex_attention(q, k, v, block_mask=bm)
+
+
+def _causal_sdpa(q, k, v):
+    return sdpa_any_batch(q, k, v, is_causal=True)
+
+
+def causal_index(q, k, v):
+    # q, k, v: [B, L, H, D], the layout projections produce; mask from index comparison
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, L, D]
+    L = q.shape[-2]
+    i = torch.arange(L, device=q.device)
+    causal = i[:, None] >= i[None, :]  # [L, L]
+    s = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    s = torch.where(causal, s, float("-inf"))
+    o = torch.softmax(s, dim=-1) @ v  # [B, H, L, D]
+    return o.transpose(1, 2)  # [B, L, H, D]
+
+
+def _blhd_inputs(shape, dtype, device, generator):
+    B, H, L, D = sizes_of(shape, "B", "H", "L", "D")
+    return tuple(random_normal((B, L, H, D), dtype, device, generator) for _ in range(3))
+
+
+def _causal_index_flex(q, k, v):
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    return _causal_flex(q, k, v).transpose(1, 2)
+
+
+def _causal_index_sdpa(q, k, v):
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    return _causal_sdpa(q, k, v).transpose(1, 2)
+
+
+# ALiBi -----------------------------------------------------------------------------------
+
+
+def alibi(q, k, v):
+    # q, k, v: [B, H, L, D]; causal ALiBi (BLOOM): bias slope_h * (j - i), slopes 2^(-8h/H)
+    B, H, L, D = q.shape
+    slopes = 2.0 ** (-8.0 * torch.arange(1, H + 1, dtype=torch.float32, device=q.device) / H)  # [H]
+    pos = torch.arange(L, device=q.device)
+    dist = (pos[None, :] - pos[:, None]).to(torch.float32)  # [L, L], j - i
+    bias = slopes[:, None, None] * dist  # [H, L, L]
+    s = (q @ k.transpose(-1, -2)) * D ** -0.5 + bias  # float32 (or wider) scores
+    s = s.masked_fill(dist > 0, float("-inf"))
+    p = torch.softmax(s, dim=-1).to(v.dtype)
+    return p @ v
+
+
+def _alibi_slopes(H: int, device) -> torch.Tensor:
+    return 2.0 ** (-8.0 * torch.arange(1, H + 1, dtype=torch.float32, device=device) / H)
+
+
+def _alibi_flex(q, k, v):
+    slopes = _alibi_slopes(q.shape[1], q.device)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    bm = static_block_mask("causal", q.shape[-2], k.shape[-2], str(q.device))
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=bm)
+
+
+def _alibi_sdpa(q, k, v):
+    H, L = q.shape[1], q.shape[-2]
+    pos = torch.arange(L, device=q.device)
+    dist = (pos[None, :] - pos[:, None]).to(torch.float32)
+    bias = _alibi_slopes(H, q.device)[:, None, None] * dist
+    bias = bias.masked_fill(dist > 0, float("-inf")).to(q.dtype)
+    return sdpa_any_batch(q, k, v, attn_mask=bias)
+
+
+# tanh soft-capping -----------------------------------------------------------------------
+
+SOFTCAP = 30.0
+
+
+def softcap(q, k, v):
+    # q, k, v: [B, H, L, D]; logits soft-capped to (-cap, cap) as in Gemma 2 / Grok-1
+    cap = 30.0
+    s = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+    s = cap * torch.tanh(s / cap)
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _softcap_inputs(shape, dtype, device, generator):
+    # q a little wider than unit variance so the cap bends the logits measurably in float32,
+    # while bfloat16 rounding of the logits stays within the tests' tolerance
+    B, H, L, D = sizes_of(shape, "B", "H", "L", "D")
+    q = random_normal((B, H, L, D), dtype, device, generator, std=1.25)
+    return (q, random_normal((B, H, L, D), dtype, device, generator), random_normal((B, H, L, D), dtype, device, generator))
+
+
+def _softcap_flex(q, k, v):
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return SOFTCAP * torch.tanh(score / SOFTCAP)
+
+    return flex_attention(q, k, v, score_mod=score_mod)
+
+
+# sliding window ------------------------------------------------------------------------
+
+
+def sliding_window(q, k, v):
+    # q, k, v: [B, H, L, D]; causal sliding window of 16 tokens (a model constant)
+    window = 16
+    L = q.shape[-2]
+    i = torch.arange(L, device=q.device)
+    d = i[:, None] - i[None, :]  # [L, L], i - j
+    keep = (d >= 0) & (d < window)
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _sliding_window_flex(q, k, v):
+    bm = static_block_mask("sliding_window", q.shape[-2], k.shape[-2], str(q.device))
+    return flex_attention(q, k, v, block_mask=bm)
+
+
+def _sliding_window_sdpa(q, k, v):
+    L = q.shape[-2]
+    i = torch.arange(L, device=q.device)
+    d = i[:, None] - i[None, :]
+    return sdpa_any_batch(q, k, v, attn_mask=(d >= 0) & (d < SLIDING_WINDOW))
+
+
+# prefix-LM -------------------------------------------------------------------------------
+
+
+def prefix_lm(q, k, v, prefix_len):
+    # q, k, v: [B, H, L, D]; prefix_len: [B] int64. Tokens of the prefix (the prompt) see
+    # the whole prefix; the rest are causal.
+    L = q.shape[-2]
+    pos = torch.arange(L, device=q.device)
+    causal = pos[None, :, None] >= pos[None, None, :]  # [1, L, L]
+    in_prefix = pos[None, None, :] < prefix_len[:, None, None]  # [B, 1, L]
+    keep = (causal | in_prefix)[:, None]  # [B, 1, L, L]
+    s = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+    s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _prefix_inputs(shape, dtype, device, generator):
+    B, L, P = shape["B"], shape["L"], shape["P"]
+    q, k, v = _bhld_inputs(shape, dtype, device, generator)
+    lo, hi = P // 2, min(L, P + P // 2) + 1
+    return q, k, v, random_int(lo, hi, (B,), device, generator)
+
+
+def _prefix_mod(prefix_len):
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) | (kv_idx < prefix_len[b])
+
+    return mask_mod
+
+
+def _prefix_flex(q, k, v, prefix_len):
+    bm = data_block_mask(_prefix_mod, prefix_len, q.shape[0], q.shape[-2], k.shape[-2])
+    return flex_attention(q, k, v, block_mask=bm)
+
+
+def _prefix_sdpa(q, k, v, prefix_len):
+    L = q.shape[-2]
+    pos = torch.arange(L, device=q.device)
+    keep = (pos[None, :, None] >= pos[None, None, :]) | (pos[None, None, :] < prefix_len[:, None, None])
+    return sdpa_any_batch(q, k, v, attn_mask=keep[:, None])
+
+
+# document mask (packed sequences) ------------------------------------------------------
+
+
+def document_mask(q, k, v, doc):
+    # q, k, v: [H, L, D], several documents packed into one sequence (no batch dim);
+    # doc: [L] int64 document id of each token. Causal within each document.
+    L = q.shape[-2]
+    pos = torch.arange(L, device=q.device)
+    same_doc = doc[:, None] == doc[None, :]  # [L, L]
+    causal = pos[:, None] >= pos[None, :]
+    s = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # [H, L, L]
+    s = s.masked_fill(~(same_doc & causal), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _document_inputs(shape, dtype, device, generator):
+    H, L, D, n = shape["H"], shape["L"], shape["D"], shape["n_docs"]
+    q, k, v = (random_normal((H, L, D), dtype, device, generator) for _ in range(3))
+    # n - 1 distinct cut points in 1..L-1: documents of random lengths, in order
+    cuts = torch.randperm(L - 1, generator=generator, device=gen_device(generator))[: n - 1] + 1
+    starts = torch.zeros(L, dtype=torch.int64, device=cuts.device)
+    starts[cuts] = 1
+    return q, k, v, torch.cumsum(starts, 0).to(device)
+
+
+def _document_mod(doc):
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (doc[q_idx] == doc[kv_idx]) & (q_idx >= kv_idx)
+
+    return mask_mod
+
+
+def _document_flex(q, k, v, doc):
+    bm = data_block_mask(_document_mod, doc, None, q.shape[-2], k.shape[-2])
+    return flex_attention(q[None], k[None], v[None], block_mask=bm)[0]
+
+
+def _document_sdpa(q, k, v, doc):
+    L = q.shape[-2]
+    pos = torch.arange(L, device=q.device)
+    keep = (doc[:, None] == doc[None, :]) & (pos[:, None] >= pos[None, :])
+    return sdpa_any_batch(q, k, v, attn_mask=keep)
+
+
+# grouped-query and multi-query attention -----------------------------------------------
+
+
+def gqa(q, k, v):
+    # q: [B, H, L, D]; k, v: [B, Hkv, L, D], each kv head serving H // Hkv query heads
+    # (expanded as Hugging Face's repeat_kv does); causal, mask from torch.triu
+    B, Hkv, L, D = k.shape
+    n_rep = q.shape[1] // Hkv
+    k = k[:, :, None].expand(B, Hkv, n_rep, L, D).reshape(B, Hkv * n_rep, L, D)
+    v = v[:, :, None].expand(B, Hkv, n_rep, L, D).reshape(B, Hkv * n_rep, L, D)
+    s = q @ k.transpose(2, 3) / math.sqrt(D)
+    future = torch.ones(L, L, dtype=torch.bool, device=q.device).triu(diagonal=1)
+    s = s.masked_fill(future, float("-inf"))
+    return torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype) @ v
+
+
+def _gqa_inputs(shape, dtype, device, generator):
+    B, H, Hkv, L, D = sizes_of(shape, "B", "H", "Hkv", "L", "D")
+    return (
+        random_normal((B, H, L, D), dtype, device, generator),
+        random_normal((B, Hkv, L, D), dtype, device, generator),
+        random_normal((B, Hkv, L, D), dtype, device, generator),
+    )
+
+
+def _gqa_flops(s):
+    return attn_flops(s["B"] * s["H"], s["L"], s["L"], s["D"], s["D"], 0.5)
+
+
+def _gqa_flex(q, k, v):
+    bm = static_block_mask("causal", q.shape[-2], k.shape[-2], str(q.device))
+    return flex_attention(q, k, v, block_mask=bm, enable_gqa=True)
+
+
+def _gqa_sdpa(q, k, v):
+    return sdpa_any_batch(q, k, v, is_causal=True, enable_gqa=True)
+
+
+def mqa(q, k, v):
+    # q: [B, H, L, D]; k, v: [B, 1, L, D], one kv head shared by all query heads
+    H = q.shape[1]
+    k = k.repeat_interleave(H, dim=1)
+    v = v.repeat_interleave(H, dim=1)
+    s = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _mqa_inputs(shape, dtype, device, generator):
+    return _gqa_inputs({**shape, "Hkv": 1}, dtype, device, generator)
+
+
+def _mqa_flex(q, k, v):
+    return flex_attention(q, k, v, enable_gqa=True)
+
+
+def _mqa_sdpa(q, k, v):
+    return sdpa_any_batch(q, k, v, enable_gqa=True)
+
+
+# differential attention ----------------------------------------------------------------
+
+
+def differential(q1, k1, q2, k2, v, lam):
+    # q1, k1, q2, k2: [B, H, L, D]; v: [B, H, L, Dv]; lam: [] (the learned scalar lambda)
+    # Differential Transformer: difference of two causal softmax attentions over one v.
+    L = q1.shape[-2]
+    scale = q1.shape[-1] ** -0.5
+    future = torch.triu(torch.ones(L, L, dtype=torch.bool, device=q1.device), diagonal=1)
+    s1 = (q1 @ k1.transpose(-1, -2) * scale).masked_fill(future, float("-inf"))
+    s2 = (q2 @ k2.transpose(-1, -2) * scale).masked_fill(future, float("-inf"))
+    return torch.softmax(s1, dim=-1) @ v - lam * (torch.softmax(s2, dim=-1) @ v)
+
+
+def _differential_inputs(shape, dtype, device, generator):
+    B, H, L, D, Dv = sizes_of(shape, "B", "H", "L", "D", "Dv")
+    qk = [random_normal((B, H, L, D), dtype, device, generator) for _ in range(4)]
+    v = random_normal((B, H, L, Dv), dtype, device, generator)
+    lam = (0.8 + 0.1 * torch.randn((), generator=generator, device=gen_device(generator)))
+    return (*qk, v, lam.to(device=device, dtype=dtype))
+
+
+def _differential_flops(s):
+    return 2 * attn_flops(s["B"] * s["H"], s["L"], s["L"], s["D"], s["Dv"], 0.5)
+
+
+# cross attention -------------------------------------------------------------------------
+
+
+def cross_attention(q, k, v, kv_mask):
+    # q: [B, H, Lq, D] (decoder); k: [B, H, Lkv, D], v: [B, H, Lkv, Dv] (encoder);
+    # kv_mask: [B, Lkv] bool, False on encoder padding
+    s = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5  # [B, H, Lq, Lkv]
+    s = s.masked_fill(~kv_mask[:, None, None, :], float("-inf"))
+    return torch.softmax(s, dim=-1) @ v  # [B, H, Lq, Dv]
+
+
+def _cross_inputs(shape, dtype, device, generator):
+    B, H, Lq, Lkv, D, Dv = sizes_of(shape, "B", "H", "Lq", "Lkv", "D", "Dv")
+    q = random_normal((B, H, Lq, D), dtype, device, generator)
+    k = random_normal((B, H, Lkv, D), dtype, device, generator)
+    v = random_normal((B, H, Lkv, Dv), dtype, device, generator)
+    # padded batch: each encoder sequence has a random length, padding at the end
+    lengths = random_int(max(1, Lkv // 2), Lkv + 1, (B,), device, generator)
+    kv_mask = torch.arange(Lkv, device=device)[None, :] < lengths[:, None]
+    return q, k, v, kv_mask
+
+
+def _cross_flops(s):
+    return attn_flops(s["B"] * s["H"], s["Lq"], s["Lkv"], s["D"], s["Dv"])
+
+
+def _cross_mod(kv_mask):
+    def mask_mod(b, h, q_idx, kv_idx):
+        return kv_mask[b, kv_idx]
+
+    return mask_mod
+
+
+def _cross_flex(q, k, v, kv_mask):
+    bm = data_block_mask(_cross_mod, kv_mask, q.shape[0], q.shape[-2], k.shape[-2])
+    return flex_attention(q, k, v, block_mask=bm)
+
+
+def _cross_sdpa(q, k, v, kv_mask):
+    return sdpa_any_batch(q, k, v, attn_mask=kv_mask[:, None, None, :])
+
+
+# hand-written softmax, no batch dims ---------------------------------------------------
+
+
+def manual_softmax(q, k, v):
+    # q: [L, D]; k: [L, D]; v: [L, Dv]: one head, no batch dims, softmax written out
+    s = q @ k.T / math.sqrt(q.shape[-1])  # [L, L]
+    e = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    p = e / e.sum(dim=-1, keepdim=True)
+    return p @ v  # [L, Dv]
+
+
+def _manual_inputs(shape, dtype, device, generator):
+    L, D, Dv = sizes_of(shape, "L", "D", "Dv")
+    return (
+        random_normal((L, D), dtype, device, generator),
+        random_normal((L, D), dtype, device, generator),
+        random_normal((L, Dv), dtype, device, generator),
+    )
+
+
+def _manual_flops(s):
+    return attn_flops(1, s["L"], s["L"], s["D"], s["Dv"])
+
+
+def _manual_flex(q, k, v):
+    return flex_attention(q[None, None], k[None, None], v[None, None])[0, 0]
+
+
+def _manual_sdpa(q, k, v):
+    return sdpa_any_batch(q[None], k[None], v[None])[0]
+
+
+
+LM_VARIANTS: tuple[Variant, ...] = (
+    Variant(
+        name="vanilla",
+        fn=vanilla,
+        make_inputs=_bhld_inputs,
+        default_shape={"B": 2, "H": 2, "L": 29, "D": 16},
+        bench_shapes=_LM_SHAPES,
+        flops=_bhld_flops(1.0),
+        flex=_vanilla_flex,
+        sdpa=_vanilla_sdpa,
+    ),
+    Variant(
+        name="causal_tril",
+        fn=causal_tril,
+        make_inputs=_bhld_inputs,
+        default_shape={"B": 1, "H": 3, "L": 37, "D": 16},
+        bench_shapes=_LM_SHAPES,
+        flops=_bhld_flops(0.5),
+        flex=_causal_flex,
+        sdpa=_causal_sdpa,
+    ),
+    Variant(
+        name="causal_triu",
+        fn=causal_triu,
+        make_inputs=_bhld_inputs,
+        default_shape={"B": 2, "H": 1, "L": 33, "D": 32},
+        bench_shapes=_LM_SHAPES,
+        flops=_bhld_flops(0.5),
+        flex=_causal_flex,
+        sdpa=_causal_sdpa,
+    ),
+    Variant(
+        name="causal_index",
+        fn=causal_index,
+        make_inputs=_blhd_inputs,
+        default_shape={"B": 2, "H": 2, "L": 27, "D": 8},
+        bench_shapes=_LM_SHAPES,
+        flops=_bhld_flops(0.5),
+        flex=_causal_index_flex,
+        sdpa=_causal_index_sdpa,
+    ),
+    Variant(
+        name="alibi",
+        fn=alibi,
+        make_inputs=_bhld_inputs,
+        default_shape={"B": 1, "H": 4, "L": 31, "D": 16},
+        bench_shapes=_LM_SHAPES,
+        flops=_bhld_flops(0.5),
+        flex=_alibi_flex,
+        sdpa=_alibi_sdpa,
+    ),
+    Variant(
+        name="softcap",
+        fn=softcap,
+        make_inputs=_softcap_inputs,
+        default_shape={"B": 2, "H": 2, "L": 21, "D": 16},
+        bench_shapes=_LM_SHAPES,
+        flops=_bhld_flops(1.0),
+        flex=_softcap_flex,
+        sdpa=None,  # no additive bias or mask expresses tanh
+    ),
+    Variant(
+        name="sliding_window",
+        fn=sliding_window,
+        make_inputs=_bhld_inputs,
+        default_shape={"B": 1, "H": 2, "L": 39, "D": 16},
+        bench_shapes=_LM_SHAPES,
+        flops=lambda s: attn_flops(s["B"] * s["H"], s["L"], s["L"], s["D"], s["D"],
+                                    window_density(s["L"], SLIDING_WINDOW)),
+        flex=_sliding_window_flex,
+        sdpa=_sliding_window_sdpa,
+    ),
+    Variant(
+        name="prefix_lm",
+        fn=prefix_lm,
+        make_inputs=_prefix_inputs,
+        default_shape={"B": 3, "H": 1, "L": 25, "D": 16, "P": 9},
+        bench_shapes=tuple({**s, "P": s["L"] // 4} for s in _LM_SHAPES),
+        flops=lambda s: attn_flops(s["B"] * s["H"], s["L"], s["L"], s["D"], s["D"],
+                                    prefix_density(s["L"], s["P"])),
+        flex=_prefix_flex,
+        sdpa=_prefix_sdpa,
+    ),
+    Variant(
+        name="document_mask",
+        fn=document_mask,
+        make_inputs=_document_inputs,
+        default_shape={"H": 2, "L": 35, "D": 16, "n_docs": 4},
+        bench_shapes=(
+            {"H": 16, "L": 4096, "D": 64, "n_docs": 4},
+            {"H": 16, "L": 16384, "D": 64, "n_docs": 12},
+            {"H": 32, "L": 16384, "D": 128, "n_docs": 32},
+        ),
+        # documents of about equal length, causal inside each
+        flops=lambda s: attn_flops(s["H"], s["L"], s["L"], s["D"], s["D"], 0.5 / s["n_docs"]),
+        flex=_document_flex,
+        sdpa=_document_sdpa,
+    ),
+    Variant(
+        name="gqa",
+        fn=gqa,
+        make_inputs=_gqa_inputs,
+        default_shape={"B": 1, "H": 4, "Hkv": 2, "L": 23, "D": 16},
+        bench_shapes=(
+            {"B": 16, "H": 32, "Hkv": 8, "L": 1024, "D": 128},
+            {"B": 4, "H": 32, "Hkv": 8, "L": 4096, "D": 128},
+            {"B": 1, "H": 32, "Hkv": 8, "L": 16384, "D": 128},
+        ),
+        flops=_gqa_flops,
+        flex=_gqa_flex,
+        sdpa=_gqa_sdpa,
+    ),
+    Variant(
+        name="mqa",
+        fn=mqa,
+        make_inputs=_mqa_inputs,
+        default_shape={"B": 2, "H": 3, "L": 19, "D": 16},
+        bench_shapes=(
+            {"B": 16, "H": 16, "L": 1024, "D": 128},
+            {"B": 4, "H": 16, "L": 4096, "D": 128},
+            {"B": 1, "H": 16, "L": 16384, "D": 128},
+        ),
+        flops=_bhld_flops(1.0),
+        flex=_mqa_flex,
+        sdpa=_mqa_sdpa,
+    ),
+    Variant(
+        name="differential",
+        fn=differential,
+        make_inputs=_differential_inputs,
+        default_shape={"B": 1, "H": 2, "L": 26, "D": 16, "Dv": 32},
+        bench_shapes=(
+            {"B": 16, "H": 8, "L": 1024, "D": 64, "Dv": 128},
+            {"B": 4, "H": 8, "L": 4096, "D": 64, "Dv": 128},
+            {"B": 1, "H": 8, "L": 16384, "D": 64, "Dv": 128},
+            # the paper's configurations: model dim 2048 = 2 x heads x head dim (q/k of
+            # the head dim, v twice as wide), from (batch 32, length 512) to (1, 16384)
+            {"B": 32, "H": 16, "L": 512, "D": 64, "Dv": 128},
+            {"B": 1, "H": 16, "L": 16384, "D": 64, "Dv": 128},
+            {"B": 32, "H": 8, "L": 512, "D": 128, "Dv": 256},
+            {"B": 1, "H": 8, "L": 16384, "D": 128, "Dv": 256},
+        ),
+        flops=_differential_flops,
+        flex=None,  # two softmaxes: two flex_attention calls
+        sdpa=None,
+    ),
+    Variant(
+        name="cross_attention",
+        fn=cross_attention,
+        make_inputs=_cross_inputs,
+        default_shape={"B": 2, "H": 2, "Lq": 19, "Lkv": 34, "D": 24, "Dv": 8},
+        bench_shapes=(
+            {"B": 4, "H": 8, "Lq": 4096, "Lkv": 77, "D": 64, "Dv": 64},  # text-to-image
+            {"B": 8, "H": 16, "Lq": 1024, "Lkv": 4096, "D": 64, "Dv": 128},
+            {"B": 1, "H": 16, "Lq": 4096, "Lkv": 16384, "D": 192, "Dv": 128},  # MLA-style dims
+        ),
+        flops=_cross_flops,
+        flex=_cross_flex,
+        sdpa=_cross_sdpa,
+    ),
+    Variant(
+        name="manual_softmax",
+        fn=manual_softmax,
+        make_inputs=_manual_inputs,
+        default_shape={"L": 40, "D": 8, "Dv": 16},
+        bench_shapes=(
+            {"L": 4096, "D": 64, "Dv": 64},
+            {"L": 16384, "D": 128, "Dv": 128},
+        ),
+        flops=_manual_flops,
+        flex=_manual_flex,
+        sdpa=_manual_sdpa,
+    ),
+)
