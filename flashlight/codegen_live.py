@@ -3,12 +3,13 @@
 Before the online loop, a cheap scalar loop visits every key tile and bounds ``live``
 over the ``BLOCK_M x BLOCK_N`` tile by interval arithmetic; the online loop then runs
 from the first to the last tile that may be live ([Note: tile skipping] in
-:mod:`flashlight.passes.skipping`, which also says why only integer and boolean
-operations appear here). Tiles between those two still run, masked as usual, so the
-result is exact whatever the mask.
+:mod:`flashlight.passes.skipping`, which also says which values can be bounded).
+Tiles between those two still run, masked as usual, so the result is exact whatever
+the mask. With a ``full`` predicate the scan also finds the first run of tiles every
+mask keeps whole, which run without masks.
 
-Bounds per value: an integer value is ``(lo, hi)``; a boolean one is
-``(may_be_true, may_be_false)``. Both are Triton scalars (or literals).
+Bounds per value: a number is ``(lo, hi)``; a boolean is ``(may_be_true,
+may_be_false)``. Both are Triton scalars (or literals).
 """
 from __future__ import annotations
 
@@ -140,10 +141,14 @@ class LiveScan:
         op, scope = node.op, self.scope(node)
         args = [self.bound(a) for a in node.args]
         v = lambda hint, text: self.var(scope, hint, text)  # noqa: E731
-        if op in ("add", "sub", "mul", "neg"):
+        if op in ("add", "sub", "mul", "neg", "abs", "maximum", "minimum"):
             return _arith(op, args, v)
         if op in ("lt", "le", "gt", "ge", "eq", "ne"):
             return _compare(op, args, v)
+        if node.dtype == torch.bool and op in ("maximum", "minimum", "abs"):
+            op = {"maximum": "or", "minimum": "and", "abs": "identity"}[op]  # on booleans
+        if op == "identity":
+            return args[0]
         if op == "and":
             (at, af), (bt, bf) = args
             return v("may", f"({at}) & ({bt})"), v("may", f"({af}) | ({bf})")
@@ -187,7 +192,13 @@ def _arith(op: str, args, v) -> tuple[str, str]:
     if op == "neg":
         lo, hi = args[0]
         return f"(-({hi}))", f"(-({lo}))"
+    if op == "abs":  # |x| over [lo, hi]: 0 when the range holds 0, else the nearer end
+        lo, hi = args[0]
+        return (v("lo", f"tl.where({lo} > 0, {lo}, tl.where({hi} < 0, -({hi}), 0 * ({lo})))"),
+                v("hi", f"tl.maximum(-({lo}), {hi})"))
     (alo, ahi), (blo, bhi) = args
+    if op in ("maximum", "minimum"):  # monotone in both arguments
+        return v("lo", f"tl.{op}({alo}, {blo})"), v("hi", f"tl.{op}({ahi}, {bhi})")
     if op == "add":
         return v("lo", f"{alo} + {blo}"), v("hi", f"{ahi} + {bhi}")
     if op == "sub":

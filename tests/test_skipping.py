@@ -79,12 +79,46 @@ def test_a_mask_under_a_negative_scale_is_not_treated_as_dead():
     assert _kernel_of(fn, *_qkv()).live is None
 
 
+def _two_sided_window(q, k, v):
+    i = torch.arange(q.shape[-2])
+    keep = (i[None, :] - i[:, None]).abs() <= 40
+    return torch.softmax(torch.where(keep, q @ k.transpose(-1, -2), -math.inf), dim=-1) @ v
+
+
+def _float_tril_mask(q, k, v):
+    L = q.shape[-2]
+    s = (q @ k.transpose(-1, -2)).masked_fill(torch.tril(torch.ones(L, L)) == 0, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+@pytest.mark.parametrize("fn", [_two_sided_window, _float_tril_mask], ids=["abs", "float_tril"])
+def test_masks_computed_with_abs_or_in_float_from_indices_get_skipping_and_full_tiles(fn):
+    kernel = _kernel_of(fn, *_qkv())
+    assert kernel.live is not None and kernel.full is not None
+    _assert_close_to_float64(fn, _qkv(L=170, seed=4), fn.__name__)
+
+
 def test_a_mask_on_float_values_keeps_the_full_loop():
     def fn(q, k, v):
         s = q @ k.transpose(-1, -2)
         return torch.softmax(s.masked_fill(s < -1.0, -math.inf), dim=-1) @ v
 
     assert _kernel_of(fn, *_qkv()).live is None
+
+
+def test_only_values_computed_from_indices_constants_and_integer_loads_are_bounded():
+    from flashlight.ir import Load
+    from flashlight.passes.skipping import bounded_by_intervals
+
+    i, j = Dim.fresh(8, "i"), Dim.fresh(8, "j")
+    f32 = torch.float32
+    dist = Pointwise("cast", (Pointwise("sub", (Iota((j,)), Iota((i,))), torch.int64),), f32)
+    assert bounded_by_intervals(Pointwise("gt", (Pointwise("abs", (dist,), f32), Const(3.0, f32)), torch.bool))
+    doc = Load("doc", ((j,),), torch.int64)
+    assert bounded_by_intervals(Pointwise("eq", (doc, Const(2, torch.int64)), torch.bool))
+    score = Load("s", ((i,), (j,)), f32)
+    assert not bounded_by_intervals(Pointwise("lt", (score, Const(-1.0, f32)), torch.bool))
+    assert not bounded_by_intervals(Pointwise("lt", (dist, Const(math.inf, f32)), torch.bool))
 
 
 def test_symbolic_neutral_values():

@@ -26,9 +26,9 @@ The code generator evaluates ``live`` and ``full`` with interval arithmetic over
 whole ``BLOCK_M x BLOCK_N`` tile (index ranges for ``iota``, min/max of the loaded
 values for integer loads such as document ids or lengths) and runs the loop only from
 the first to the last tile that may be live, the first run of tiles that are surely
-full without their masks. That is why the predicates must be built from integer and
-boolean operations alone; other predicates (a float threshold on the scores) keep the
-whole masked loop.
+full without their masks. That is why the predicates must be computed from indices,
+constants and loaded integers or booleans (see ``bounded_by_intervals``); other
+predicates (a float threshold on the scores) keep the whole masked loop.
 
 Rule 2 treats the operands other than the masked scores (``v``, a bias added after
 masking) as finite: as in every FlashAttention kernel, an ``inf`` or ``NaN`` in ``v``
@@ -47,8 +47,8 @@ from flashlight.ir import Const, Expr, Iota, Kernel, Load, Pointwise, Reduce, fr
 
 NEG_INF, ZERO = "-inf", "0"
 # integer / boolean operations the interval evaluator in codegen can bound
-INTERVAL_OPS = frozenset({"add", "sub", "mul", "neg", "eq", "ne", "lt", "le", "gt", "ge",
-                          "and", "or", "not", "cast", "where"})
+INTERVAL_OPS = frozenset({"add", "sub", "mul", "neg", "abs", "maximum", "minimum", "eq", "ne", "lt", "le",
+                          "gt", "ge", "and", "or", "not", "cast", "where"})
 
 
 def find_live_tiles(kernel: Kernel) -> Kernel:
@@ -151,16 +151,19 @@ def _nonzero_const(expr: Expr) -> bool:
 
 
 def bounded_by_intervals(expr: Expr) -> bool:
-    """Whether codegen can bound ``expr`` over a tile: integer and boolean values, and
-    their casts to float (rounding is monotone, so bounds stay bounds)."""
+    """Whether codegen can bound ``expr`` over a tile: values computed from indices,
+    finite constants and loaded integers or booleans by the ``INTERVAL_OPS``. Floats
+    computed from those (ALiBi's ``(j - i).float()``, ``tril(ones) == 0``) are bounded
+    too: IEEE rounding is monotone, so the same operations on the ends of the ranges
+    give bounds. Loaded floats (scores, biases) are not."""
     for node in walk(expr):
-        if isinstance(node, (Iota, Const)):
+        if isinstance(node, Iota):
+            continue
+        if isinstance(node, Const) and (not isinstance(node.value, float) or math.isfinite(node.value)):
             continue
         if isinstance(node, Load) and not node.dtype.is_floating_point and not node.dtype.is_complex:
             continue
-        if isinstance(node, Pointwise) and node.op in INTERVAL_OPS and not node.dtype.is_floating_point:
+        if isinstance(node, Pointwise) and node.op in INTERVAL_OPS:
             continue
-        if isinstance(node, Pointwise) and node.op == "cast" and not node.args[0].dtype.is_floating_point:
-            continue  # an integer index distance made float (ALiBi's j - i): monotone, bounds carry over
         return False
     return True
