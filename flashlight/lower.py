@@ -265,9 +265,8 @@ def _tri(keep_lower: bool):
         x = lw.value(node.args[0], dtype)
         diagonal = node.args[1] if len(node.args) > 1 else node.kwargs.get("diagonal", 0)
         axes = lw.result_axes(node, [x])
-        if not axes[-1] or not axes[-2]:
-            raise Unsupported("tril/triu of a unit axis")
-        row, col = Iota(axes[-2]), Iota(axes[-1])
+        # [..., R, C]; a unit axis has index 0
+        row, col = (Iota(a) if a else Const(0, torch.int64) for a in axes[-2:])
         offset = Pointwise("sub", (col, row), torch.int64)
         cmp = "le" if keep_lower else "ge"
         keep = Pointwise(cmp, (offset, Const(diagonal, torch.int64)), torch.bool)
@@ -281,7 +280,10 @@ def _full(lw: _Lowerer, node: fx.Node) -> Access:
     dtype = meta_val(node).dtype
     shape = node_shape(node)
     axes = tuple(() if s == 1 else (Dim.fresh(s),) for s in shape)
-    fill = node.args[1] if node.target is aten.full.default else (1 if node.target is aten.ones.default else 0)
+    if node.target in (aten.full.default, aten.full_like.default):
+        fill = node.args[1]
+    else:
+        fill = 1 if node.target in (aten.ones.default, aten.ones_like.default) else 0
     return lw.add_nest(axes, Const(fill, dtype), dtype, "full")
 
 
@@ -297,8 +299,8 @@ def _arange(lw: _Lowerer, node: fx.Node) -> Access:
     step = node.args[2] if len(node.args) > 2 else node.kwargs.get("step", 1)
     if not isinstance(start, int) or step != 1:
         raise Unsupported("arange with a non-integer start or a step")
-    axis = (Dim.fresh(n),)
-    body: Expr = Iota(axis)
+    axis = (Dim.fresh(n),) if n != 1 else ()  # a unit axis, like every size-1 axis here
+    body: Expr = Iota(axis) if axis else Const(0, torch.int64)
     if start:
         body = Pointwise("add", (body, Const(start, torch.int64)), torch.int64)
     if dtype != torch.int64:
@@ -372,6 +374,53 @@ def _softmax(lw: _Lowerer, node: fx.Node) -> Access:
     return lw.add_nest(axes3, out, dtype, "softmax")
 
 
+def _log_softmax(lw: _Lowerer, node: fx.Node) -> Access:
+    """log_softmax(x) = (x - max(x)) - log(sum(exp(x - max(x)))), as separate nests."""
+    dtype = meta_val(node).dtype
+    src = lw.value(node.args[0], dtype)
+    if not isinstance(src, Access):
+        raise Unsupported("log_softmax of a constant")
+    compute = torch.float32 if node.args[2] else dtype
+    in_axes, keep_axes, reduced = _reduce_axes(lw, _KeepdimShape(node), src, [node.args[1]], True)
+    m = lw.add_nest(keep_axes, reduce_over("max", lw.read(src, in_axes), reduced, compute), compute, "amax")
+    axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
+    shifted = lw.add_nest(axes, Pointwise("sub", (lw.read(src, axes), lw.read(m, axes)), compute), compute, "shift")
+    in2, keep2, red2 = _reduce_axes(lw, _KeepdimShape(node), shifted, [node.args[1]], True)
+    s = lw.add_nest(keep2, reduce_over("sum", Pointwise("exp", (lw.read(shifted, in2),), compute), red2, compute),
+                    compute, "sum")
+    axes3 = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
+    out = Pointwise("sub", (lw.read(shifted, axes3), Pointwise("log", (lw.read(s, axes3),), compute)), compute)
+    if compute != dtype:
+        out = Pointwise("cast", (out,), dtype)
+    return lw.add_nest(axes3, out, dtype, "log_softmax")
+
+
+def _logsumexp(lw: _Lowerer, node: fx.Node) -> Access:
+    """logsumexp(x) = log(sum(exp(x - max(x)))) + max(x), as separate nests.
+
+    Fused, the sum runs online with a safe max ([Note: online reduction]): a row of
+    ``-inf`` gives ``log(0) + -inf = -inf`` as PyTorch does. (A ``+inf`` score gives
+    NaN, where PyTorch gives ``inf``.)"""
+    dtype = meta_val(node).dtype
+    if not dtype.is_floating_point:
+        raise Unsupported("logsumexp of integers")
+    src = lw.value(node.args[0], dtype)
+    if not isinstance(src, Access):
+        raise Unsupported("logsumexp of a constant")
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", [])
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    in_axes, out_axes, reduced = _reduce_axes(lw, node, src, dims, keepdim)
+    m = lw.add_nest(out_axes, reduce_over("max", lw.read(src, in_axes), reduced, dtype), dtype, "amax")
+    # out2: the axes of in2 the reduction keeps, i.e. where the max is read back
+    in2, out2, red2 = _reduce_axes(lw, node, src, dims, keepdim)
+    shifted = Pointwise("exp", (Pointwise("sub", (lw.read(src, in2), lw.read(m, out2)), dtype),), dtype)
+    s = lw.add_nest(out2, reduce_over("sum", shifted, red2, dtype), dtype, "sum")
+    axes3 = tuple(tuple(Dim.fresh(d.size) for d in a) for a in out2)
+    out = Pointwise("add", (Pointwise("log", (lw.read(s, axes3),), dtype), lw.read(m, axes3)), dtype)
+    return lw.add_nest(axes3, out, dtype, "logsumexp")
+
+
 class _KeepdimShape:
     """A node seen with the shape of ``x.amax(dim, keepdim=True)`` (for softmax)."""
 
@@ -429,6 +478,9 @@ LOWERINGS: dict[Any, Callable[[_Lowerer, fx.Node], Access]] = {
     aten.full.default: _full,
     aten.ones.default: _full,
     aten.zeros.default: _full,
+    aten.full_like.default: _full,
+    aten.ones_like.default: _full,
+    aten.zeros_like.default: _full,
     aten.scalar_tensor.default: _scalar_tensor,
     aten.arange.default: _arange,
     aten.arange.start: _arange,
@@ -436,6 +488,8 @@ LOWERINGS: dict[Any, Callable[[_Lowerer, fx.Node], Access]] = {
     aten.sum.dim_IntList: _reduction("sum"),
     aten.amax.default: _reduction("max"),
     aten._softmax.default: _softmax,
+    aten._log_softmax.default: _log_softmax,
+    aten.logsumexp.default: _logsumexp,
     aten.bmm.default: _contraction,
     aten.mm.default: _contraction,
 }

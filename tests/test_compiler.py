@@ -237,6 +237,58 @@ def test_ieee_fp32_kernels_also_autotune_over_tiles_that_fit_in_registers():
     assert least_extra < 512 and 16 * least_extra < least_base, (least_extra, least_base)
 
 
+def test_log_space_softmax_and_logsumexp_fuse_by_algebra():
+    """``exp(log_softmax(s)) @ v`` is one kernel (``exp(a - log b) = exp(a) / b``), and
+    ``logsumexp`` of the scores runs as an online max/sum: next to the attention output
+    it is a second kernel recomputing the scores instead of materialising them. A row
+    whose scores are all ``-inf`` gives ``-inf``, as in PyTorch."""
+    q, k, v, _ = _inputs(31, L=45)
+
+    def log_space(q, k, v):
+        return torch.exp(torch.log_softmax(q @ k.transpose(-1, -2), dim=-1)) @ v
+
+    def with_lse(q, k, v):
+        s = q @ k.transpose(-1, -2)
+        L = s.shape[-1]
+        keep = torch.arange(L)[None, :] < torch.arange(L)[:, None] - 20  # rows 0..20: no key
+        s = s.masked_fill(~keep, float("-inf"))
+        return torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
+
+    report = flashlight.explain(log_space, q, k, v)
+    assert len(report.kernels) == 1 and report.fallback_ops == [], report
+    torch.testing.assert_close(flashlight.compile(log_space)(q, k, v).double(),
+                               log_space(q.double(), k.double(), v.double()), rtol=1e-5, atol=1e-5)
+    report = flashlight.explain(with_lse, q, k, v)
+    assert len(report.kernels) == 2 and report.fallback_ops == [], report
+    out, lse = flashlight.compile(with_lse)(q, k, v)
+    ref_out, ref_lse = with_lse(q.double(), k.double(), v.double())
+    assert torch.isneginf(ref_lse[..., :21]).all() and torch.isneginf(lse[..., :21]).all()
+    assert torch.isnan(ref_out[..., :21, :]).all() and torch.isnan(out[..., :21, :]).all()  # 0 / 0
+    torch.testing.assert_close(lse[..., 21:].double(), ref_lse[..., 21:], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[..., 21:, :].double(), ref_out[..., 21:, :], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("lq, lkv", [(1, 1), (1, 6), (6, 1)])
+def test_masks_on_length_one_axes_fuse(lq, lkv):
+    """Dynamo specialises size-1 lengths: ``arange(1)`` and ``tril`` over a unit axis
+    still lower (index 0), so a causal mask at length 1 stays inside the kernel."""
+    g = torch.Generator().manual_seed(lq * 10 + lkv)
+    q, k, v = torch.randn(2, lq, 8, generator=g), torch.randn(2, lkv, 8, generator=g), torch.randn(2, lkv, 8, generator=g)
+
+    def fn(q, k, v):
+        s = q @ k.transpose(-1, -2)
+        i, j = torch.arange(s.shape[-2]), torch.arange(s.shape[-1])
+        s = s.masked_fill(j[None, :] > i[:, None] + (s.shape[-1] - s.shape[-2]), float("-inf"))
+        keep = torch.tril(torch.ones_like(s, dtype=torch.bool), s.shape[-1] - s.shape[-2])  # the same mask
+        return torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1) @ v
+
+    report = flashlight.explain(fn, q, k, v)
+    assert len(report.kernels) == 1 and report.fallback_ops == [], report
+    ref = fn(q.double(), k.double(), v.double())  # rows with no key (lq > lkv) are NaN, as in eager
+    torch.testing.assert_close(flashlight.compile(fn)(q, k, v).double(), ref, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert torch.isfinite(ref[:, -1]).all()
+
+
 def test_scalar_constants_print_exactly():
     from flashlight.codegen import _literal
 

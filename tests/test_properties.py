@@ -13,8 +13,8 @@ Hypothesis draws a program, the way users compose attention by hand:
   applied with ``masked_fill``, ``torch.where`` or an additive ``-inf`` bias; when the
   combination leaves a row with no key, the program also keeps key 0 (an attention sink)
   so every row has one;
-- the softmax as ``torch.softmax``, the method, ``F.softmax``, or written out with
-  ``amax``/``max``.
+- the softmax as ``torch.softmax``, the method, ``F.softmax``, written out with
+  ``amax``/``max``, or in log space (``exp(log_softmax(s))``, ``exp(s - logsumexp(s))``).
 
 Each program must become exactly one Flashlight kernel with no fallback op, and match
 the program evaluated in float64 on the same float32 inputs.
@@ -46,7 +46,7 @@ class Program:
     mods: tuple  # ("scale", c) | ("cap", c) | ("bias", shape) | ("mul", shape) | ("alibi", slope, per_head) | ("alibi_abs", slope, per_head)
     masks: tuple  # ("causal", form) | ("window", w) | ("bool", shape)
     mask_form: str  # masked_fill | where | additive
-    softmax_form: str  # torch | method | functional | amax | max
+    softmax_form: str  # torch | method | functional | amax | max | log_softmax | logsumexp
     seed: int
 
     @property
@@ -90,7 +90,8 @@ def programs(draw) -> Program:
         mods=tuple(draw(st.lists(mod, max_size=3))),
         masks=tuple(draw(st.lists(mask, max_size=2))),
         mask_form=draw(st.sampled_from(["masked_fill", "where", "additive"])),
-        softmax_form=draw(st.sampled_from(["torch", "method", "functional", "amax", "max"])),
+        softmax_form=draw(st.sampled_from(["torch", "method", "functional", "amax", "max", "log_softmax",
+                                           "logsumexp"])),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
 
@@ -186,6 +187,10 @@ def make_fn(prog: Program, sink: bool):
             p = s.softmax(-1)
         elif prog.softmax_form == "functional":
             p = F.softmax(s, dim=-1)
+        elif prog.softmax_form == "log_softmax":
+            p = torch.exp(torch.log_softmax(s, dim=-1))
+        elif prog.softmax_form == "logsumexp":
+            p = torch.exp(s - torch.logsumexp(s, dim=-1, keepdim=True))
         else:
             m = s.amax(dim=-1, keepdim=True) if prog.softmax_form == "amax" else s.max(dim=-1, keepdim=True).values
             e = torch.exp(s - m)

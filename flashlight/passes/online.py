@@ -16,7 +16,10 @@ over ``j``, without the intermediate ``exp(b - M)`` in memory. Nothing here look
 the word softmax: a chain qualifies by this algebra alone (``torch.softmax``,
 a hand-written ``exp(s - s.amax()) / sum``, two softmaxes sharing a loop).
 
-Two rewrites prepare the chain. *Invariant factoring* uses linearity:
+Three rewrites prepare the chain. *Leaving log space* turns ``exp(a - log b)`` into
+``exp(a) / b`` (and ``exp(a + log b)`` into ``exp(a) * b``), for every ``log`` term of
+the exponent: ``exp(log_softmax(s))`` and ``exp(s - logsumexp(s))`` become the softmax
+quotient. *Invariant factoring* uses linearity:
 ``sum_j (c * x_j) = c * sum_j x_j`` when ``c`` does not depend on ``j``; it moves the
 softmax denominator out of ``sum_j p_j v_j``. *Hoisting* lifts reductions that do not
 depend on an enclosing reduction's dim to the loop level (the row max inside
@@ -108,6 +111,45 @@ def factor_invariants(expr: Expr) -> Expr:
     return rebuild(expr, fn)
 
 
+def leave_log_space(expr: Expr) -> Expr:
+    """``exp(a - log b + ...) -> exp(a + ...) / b`` (``* b`` for ``+ log b``), for every
+    ``log`` term of the exponent's sum: ``exp(s - logsumexp(s))``, ``exp(log_softmax(s))``."""
+
+    def fn(node: Expr) -> Expr | None:
+        if not (isinstance(node, Pointwise) and node.op == "exp"):
+            return None
+        terms = _signed_terms(node.args[0], 1)
+        logs = [(sign, t.args[0]) for sign, t in terms if isinstance(t, Pointwise) and t.op == "log"]
+        rest = [(sign, t) for sign, t in terms if not (isinstance(t, Pointwise) and t.op == "log")]
+        if not logs:
+            return None
+        out: Expr = Pointwise("exp", (_signed_sum(rest, node.dtype),), node.dtype)
+        for sign, b in logs:
+            out = Pointwise("mul" if sign > 0 else "div", (out, b), node.dtype)
+        return out
+
+    return rebuild(expr, fn)
+
+
+def _signed_terms(expr: Expr, sign: int) -> list[tuple[int, Expr]]:
+    """``a - (b + c)`` -> ``[(+1, a), (-1, b), (-1, c)]``."""
+    if isinstance(expr, Pointwise) and expr.op in ("add", "sub"):
+        a, b = expr.args
+        return _signed_terms(a, sign) + _signed_terms(b, sign if expr.op == "add" else -sign)
+    return [(sign, expr)]
+
+
+def _signed_sum(terms: list[tuple[int, Expr]], dtype) -> Expr:
+    if not terms:
+        return Const(0.0, dtype)
+    sign, out = terms[0]
+    if sign < 0:
+        out = Pointwise("neg", (out,), dtype)
+    for sign, t in terms[1:]:
+        out = Pointwise("add" if sign > 0 else "sub", (out, t), dtype)
+    return out
+
+
 # -------------------------------------------------------------------------- hoisting
 
 
@@ -185,7 +227,7 @@ def exp_power(expr: Expr, target: Expr) -> int | None:
 
 def make_online(nest: Nest) -> Kernel:
     """Rewrite a fused nest into one online loop of reductions plus an epilogue."""
-    body = factor_invariants(nest.body)
+    body = factor_invariants(leave_log_space(nest.body))
     loop = _loop_reductions(body)
     if not loop:
         raise NotOnline("no reduction to run as a loop")
