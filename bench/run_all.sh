@@ -42,7 +42,7 @@ PARTS=(
     "kernels-evoformer-bf16|$K --variants evoformer --shapes all --dtypes bf16 --out $R/kernels_evoformer.json"
     "kernels-lm-bf16-1k|$K --variants lm --shapes 1 --dtypes bf16 --out $R/kernels_lm.json"
     "evoformer-512|$E --retry --n-res 512 --scopes stack,model --out $R/evoformer.json"
-    "kernels-lm-masked|$K --variants causal_tril,causal_triu,causal_index,alibi,sliding_window,prefix_lm --shapes all --dtypes bf16 --impls flashlight --out $R/kernels_lm_masked.json"
+    "kernels-lm-masked|$K --variants causal_tril,causal_triu,causal_index,alibi,sliding_window,prefix_lm,document_mask,gqa,differential,cross_attention --shapes all --dtypes bf16 --impls flashlight --out $R/kernels_lm_masked.json"
     "kernels-evoformer-fma|$K --variants msa_row_pair_bias --shapes all --dtypes fp32 --impls flashlight --out $R/kernels_evoformer_fma.json"
     "kernels-lm-bf16|$K --variants lm --shapes all --dtypes bf16 --out $R/kernels_lm.json"
     "kernels-evoformer-fp32|$K --variants evoformer --shapes all --dtypes tf32,fp32 --out $R/kernels_evoformer.json"
