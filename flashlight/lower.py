@@ -436,8 +436,25 @@ class _KeepdimShape:
 
 def _contraction(lw: _Lowerer, node: fx.Node) -> Access:
     """mm / bmm: out[..., m, n] = sum_k a[..., m, k] * b[..., k, n]."""
+    return _contract(lw, node, *node.args[:2])
+
+
+def _baddbmm(lw: _Lowerer, node: fx.Node) -> Access:
+    """baddbmm(c, a, b, beta, alpha) = beta * c + alpha * (a @ b)."""
     dtype = meta_val(node).dtype
-    a, b = (lw.value(x, dtype) for x in node.args[:2])
+    c = lw.value(node.args[0], dtype)
+    product = _contract(lw, node, node.args[1], node.args[2])
+    beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+    axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in product.axes)
+    scaled = Pointwise("mul", (Const(alpha, dtype), lw.read(product, axes)), dtype)
+    body = scaled if beta == 0 else Pointwise("add", (Pointwise("mul", (Const(beta, dtype), lw.read(c, axes)), dtype),
+                                                      scaled), dtype)
+    return lw.add_nest(axes, body, dtype, "baddbmm")
+
+
+def _contract(lw: _Lowerer, node: fx.Node, a_arg, b_arg) -> Access:
+    dtype = meta_val(node).dtype
+    a, b = (lw.value(x, dtype) for x in (a_arg, b_arg))
     if not isinstance(a, Access) or not isinstance(b, Access):
         raise Unsupported("matmul with a constant")
     out_shape = node_shape(node)
@@ -491,6 +508,7 @@ LOWERINGS: dict[Any, Callable[[_Lowerer, fx.Node], Access]] = {
     aten._log_softmax.default: _log_softmax,
     aten.logsumexp.default: _logsumexp,
     aten.bmm.default: _contraction,
+    aten.baddbmm.default: _baddbmm,
     aten.mm.default: _contraction,
 }
 

@@ -268,6 +268,26 @@ def test_log_space_softmax_and_logsumexp_fuse_by_algebra():
     torch.testing.assert_close(out[..., 21:, :].double(), ref_out[..., 21:, :], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("beta", [1.0, 0.0])
+def test_baddbmm_scores_fuse(beta):
+    """``baddbmm(bias, q, k^T, beta, alpha)`` (older Hugging Face attention) is a
+    contraction plus a scaled bias, so the scores never leave the kernel."""
+    g = torch.Generator().manual_seed(17)
+    q, k, v = (torch.randn(6, 37, 8, generator=g) for _ in range(3))
+    bias = torch.randn(6, 37, 37, generator=g)
+    if beta == 0.0:
+        bias[0, 0, 0] = float("nan")  # beta = 0 ignores the input, NaN included
+
+    def fn(q, k, v, bias):
+        s = torch.baddbmm(bias, q, k.transpose(1, 2), beta=beta, alpha=0.35)
+        return torch.bmm(torch.softmax(s, dim=-1), v)
+
+    report = flashlight.explain(fn, q, k, v, bias)
+    assert len(report.kernels) == 1 and report.fallback_ops == [], report
+    ref = fn(q.double(), k.double(), v.double(), bias.double())
+    torch.testing.assert_close(flashlight.compile(fn)(q, k, v, bias).double(), ref, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("lq, lkv", [(1, 1), (1, 6), (6, 1)])
 def test_masks_on_length_one_axes_fuse(lq, lkv):
     """Dynamo specialises size-1 lengths: ``arange(1)`` and ``tril`` over a unit axis
