@@ -268,6 +268,20 @@ def test_log_space_softmax_and_logsumexp_fuse_by_algebra():
     torch.testing.assert_close(out[..., 21:, :].double(), ref_out[..., 21:, :], rtol=1e-5, atol=1e-5)
 
 
+def test_leaving_log_space_only_where_the_log_is_of_a_sum_of_exps():
+    from flashlight.passes.online import leave_log_space
+
+    j = Dim.fresh(8, "j")
+    f32 = torch.float32
+    x, y = Load("x", ((j,),), f32), Load("y", ((j,),), f32)
+    total = Reduce("sum", Pointwise("exp", (x,), f32), (j,), f32)
+    rewritten = leave_log_space(Pointwise("exp", (Pointwise("sub", (x, Pointwise("log", (total,), f32)), f32),), f32))
+    assert rewritten == Pointwise("div", (Pointwise("exp", (x,), f32), total), f32)
+    # log of a value that may be negative: NaN in eager, so the exponent stays as written
+    kept = Pointwise("exp", (Pointwise("sub", (x, Pointwise("log", (y,), f32)), f32),), f32)
+    assert leave_log_space(kept) == kept
+
+
 @pytest.mark.parametrize("beta", [1.0, 0.0])
 def test_baddbmm_scores_fuse(beta):
     """``baddbmm(bias, q, k^T, beta, alpha)`` (older Hugging Face attention) is a

@@ -113,14 +113,16 @@ def factor_invariants(expr: Expr) -> Expr:
 
 def leave_log_space(expr: Expr) -> Expr:
     """``exp(a - log b + ...) -> exp(a + ...) / b`` (``* b`` for ``+ log b``), for every
-    ``log`` term of the exponent's sum: ``exp(s - logsumexp(s))``, ``exp(log_softmax(s))``."""
+    ``log`` term of the exponent's sum whose argument is provably non-negative (a sum of
+    exps): ``exp(s - logsumexp(s))``, ``exp(log_softmax(s))``."""
 
     def fn(node: Expr) -> Expr | None:
         if not (isinstance(node, Pointwise) and node.op == "exp"):
             return None
         terms = _signed_terms(node.args[0], 1)
-        logs = [(sign, t.args[0]) for sign, t in terms if isinstance(t, Pointwise) and t.op == "log"]
-        rest = [(sign, t) for sign, t in terms if not (isinstance(t, Pointwise) and t.op == "log")]
+        is_log = [isinstance(t, Pointwise) and t.op == "log" and _nonnegative(t.args[0]) for _, t in terms]
+        logs = [(sign, t.args[0]) for (sign, t), log in zip(terms, is_log) if log]
+        rest = [term for term, log in zip(terms, is_log) if not log]
         if not logs:
             return None
         out: Expr = Pointwise("exp", (_signed_sum(rest, node.dtype),), node.dtype)
@@ -129,6 +131,19 @@ def leave_log_space(expr: Expr) -> Expr:
         return out
 
     return rebuild(expr, fn)
+
+
+def _nonnegative(expr: Expr) -> bool:
+    """Provably >= 0 (exps and their sums and products), where ``exp(-log b) = 1 / b``
+    holds exactly; a ``log`` of anything else may be NaN, which eager keeps."""
+    if isinstance(expr, Reduce):
+        return expr.op in ("sum", "max") and _nonnegative(expr.body)
+    if isinstance(expr, Pointwise):
+        if expr.op == "exp":
+            return True
+        if expr.op in ("mul", "add", "div") or _float_cast(expr):
+            return all(_nonnegative(a) for a in expr.args)
+    return False
 
 
 def _signed_terms(expr: Expr, sign: int) -> list[tuple[int, Expr]]:
