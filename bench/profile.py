@@ -20,30 +20,20 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import flashlight
-from bench.gpu_smoke import DTYPES
+from bench.common import set_precision
+from bench.kernels import applicable, make_impl
 from bench.variants import VARIANTS
 
 CALLS = 20
 
 
-def _impl(variant, name: str):
-    if name == "flashlight":
-        return flashlight.compile(variant.fn)
-    if name == "flex":
-        return torch.compile(variant.flex) if variant.flex is not None else None
-    if name == "torch_compile":
-        return torch.compile(variant.fn)
-    return variant.fn
-
-
 def profile_one(variant, shape: dict, dtype_name: str, impl: str, host: bool = False) -> None:
-    torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    args = variant.make_inputs(shape, DTYPES[dtype_name], "cuda", gen)
-    fn = _impl(variant, impl)
-    if fn is None:
+    if not applicable(variant, impl):
         return
+    dtype = set_precision(dtype_name)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    args = variant.make_inputs(shape, dtype, "cuda", gen)
+    fn = make_impl(variant, impl, "cuda", None)
     for _ in range(3):  # compile, autotune, warm up
         fn(*args)
     torch.cuda.synchronize()

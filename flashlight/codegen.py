@@ -370,24 +370,22 @@ class _Printer:
             self.pre.append(f"m{k} = tl.full({self.shape(lay)}, float(\"-inf\"), tl.float32)")
         for k in sums:
             self.pre.append(f"acc{k} = tl.zeros({self.shape(self.layouts.loop_layouts[k])}, tl.float32)")
-        self.emit_loop_body(kernel.loop)
+        masked = self.emit_loop_step(kernel.loop, full_tiles=False)
         if kernel.unmasked is not None:
-            # the same step without masks, for tiles every mask keeps whole; its values
-            # live in another loop, so nothing computed inside the first one is reused
-            # (full tiles end inside the loop extent: no bounds masks along it either)
-            masked = self.loop
-            self.loop, self.memo = [], {key: v for key, v in self.memo.items() if key[0] != "loop"}
-            self.full_tiles = True
-            self.emit_loop_body(kernel.unmasked)
-            self.full_tiles = False
-            self.loop_unmasked, self.loop = self.loop, masked
+            # the same step without masks, for tiles every mask keeps whole
+            self.loop_unmasked = self.emit_loop_step(kernel.unmasked, full_tiles=True)
+        self.loop = masked
         for k in maxes:
             self.post.append(f"res{k} = m{k}")
         for k in sums:
             self.post.append(f"res{k} = acc{k}")
 
-    def emit_loop_body(self, loop) -> None:
-        """One step of the online loop over ``loop``'s reductions, into ``self.loop``."""
+    def emit_loop_step(self, loop, full_tiles: bool) -> list[str]:
+        """The lines of one step of an online loop over ``loop``'s reductions. Each step
+        is printed in a loop of its own: nothing computed inside another is reused. On
+        ``full_tiles`` every loop position is in range (no bounds masks along it)."""
+        self.loop, self.full_tiles = [], full_tiles
+        self.memo = {key: v for key, v in self.memo.items() if key[0] != "loop"}
         maxes = [k for k, r in enumerate(loop) if r.op == "max"]
         sums = [k for k, r in enumerate(loop) if r.op == "sum"]
         for k in maxes:
@@ -414,6 +412,8 @@ class _Printer:
             self.loop.append(f"acc{k} = acc{k}{scale} + {self.broadcast(part, lay, acc_lay)}")
         for k in maxes:
             self.loop.append(f"m{k} = m_new{k}")
+        self.full_tiles = False
+        return self.loop
 
     def emit_store(self) -> None:
         var, lay = self.emit(self.kernel.epilogue, "post")

@@ -1,8 +1,8 @@
 """Lowering: an ATen-level FX graph to the loop-nest IR.
 
 Every compute node becomes one :class:`~flashlight.ir.Nest` with fresh dims for its
-output axes (``_softmax`` becomes the nests of its definition: max, shift, exp, sum,
-divide). View-like nodes (view, permute, transpose, expand, unsqueeze, ...) produce no
+output axes (``_softmax`` becomes the nests of its definition: max, shift, sum of exps,
+quotient). View-like nodes (view, permute, transpose, expand, unsqueeze, ...) produce no
 nest: they change the index map through which consumers read their base. Nodes with
 no lowering become *opaque*: they run outside Flashlight, and Flashlight kernels read
 their results as inputs.
@@ -352,47 +352,37 @@ def _reduction(op: str):
     return rule
 
 
-def _softmax(lw: _Lowerer, node: fx.Node) -> Access:
-    """softmax(x) = exp(x - max(x)) / sum(exp(x - max(x))), as separate nests."""
-    dtype = meta_val(node).dtype
-    src = lw.value(node.args[0], dtype)
-    if not isinstance(src, Access):
-        raise Unsupported("softmax of a constant")
-    dim = node.args[1]
-    compute = torch.float32 if node.args[2] else dtype
-    in_axes, keep_axes, reduced = _reduce_axes(lw, _KeepdimShape(node), src, [dim], True)
-    m = lw.add_nest(keep_axes, reduce_over("max", lw.read(src, in_axes), reduced, compute), compute, "amax")
-    axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
-    shifted = Pointwise("sub", (lw.read(src, axes), lw.read(m, axes)), compute)
-    e = lw.add_nest(axes, Pointwise("exp", (shifted,), compute), compute, "exp")
-    in2, keep2, red2 = _reduce_axes(lw, _KeepdimShape(node), e, [dim], True)
-    s = lw.add_nest(keep2, reduce_over("sum", lw.read(e, in2), red2, compute), compute, "sum")
-    axes3 = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
-    out = Pointwise("div", (lw.read(e, axes3), lw.read(s, axes3)), compute)
-    if compute != dtype:
-        out = Pointwise("cast", (out,), dtype)
-    return lw.add_nest(axes3, out, dtype, "softmax")
+def _softmax_family(log: bool):
+    """softmax(x) = exp(x - m) / sum(exp(x - m)), log_softmax(x) = (x - m) - log(sum(exp(x - m)))
+    with m = max(x), as separate nests (``aten._softmax`` / ``aten._log_softmax``)."""
+    name = "log_softmax" if log else "softmax"
 
+    def rule(lw: _Lowerer, node: fx.Node) -> Access:
+        dtype = meta_val(node).dtype
+        src = lw.value(node.args[0], dtype)
+        if not isinstance(src, Access):
+            raise Unsupported(f"{name} of a constant")
+        dim = node.args[1]
+        compute = torch.float32 if node.args[2] else dtype
+        in_axes, keep_axes, reduced = _reduce_axes(lw, _KeepdimShape(node), src, [dim], True)
+        m = lw.add_nest(keep_axes, reduce_over("max", lw.read(src, in_axes), reduced, compute), compute, "amax")
+        axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
+        shifted = lw.add_nest(axes, Pointwise("sub", (lw.read(src, axes), lw.read(m, axes)), compute), compute,
+                              "shift")
+        in2, keep2, red2 = _reduce_axes(lw, _KeepdimShape(node), shifted, [dim], True)
+        total = reduce_over("sum", Pointwise("exp", (lw.read(shifted, in2),), compute), red2, compute)
+        s = lw.add_nest(keep2, total, compute, "sum")
+        axes3 = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
+        x, s3 = lw.read(shifted, axes3), lw.read(s, axes3)
+        if log:
+            out = Pointwise("sub", (x, Pointwise("log", (s3,), compute)), compute)
+        else:
+            out = Pointwise("div", (Pointwise("exp", (x,), compute), s3), compute)
+        if compute != dtype:
+            out = Pointwise("cast", (out,), dtype)
+        return lw.add_nest(axes3, out, dtype, name)
 
-def _log_softmax(lw: _Lowerer, node: fx.Node) -> Access:
-    """log_softmax(x) = (x - max(x)) - log(sum(exp(x - max(x)))), as separate nests."""
-    dtype = meta_val(node).dtype
-    src = lw.value(node.args[0], dtype)
-    if not isinstance(src, Access):
-        raise Unsupported("log_softmax of a constant")
-    compute = torch.float32 if node.args[2] else dtype
-    in_axes, keep_axes, reduced = _reduce_axes(lw, _KeepdimShape(node), src, [node.args[1]], True)
-    m = lw.add_nest(keep_axes, reduce_over("max", lw.read(src, in_axes), reduced, compute), compute, "amax")
-    axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
-    shifted = lw.add_nest(axes, Pointwise("sub", (lw.read(src, axes), lw.read(m, axes)), compute), compute, "shift")
-    in2, keep2, red2 = _reduce_axes(lw, _KeepdimShape(node), shifted, [node.args[1]], True)
-    s = lw.add_nest(keep2, reduce_over("sum", Pointwise("exp", (lw.read(shifted, in2),), compute), red2, compute),
-                    compute, "sum")
-    axes3 = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
-    out = Pointwise("sub", (lw.read(shifted, axes3), Pointwise("log", (lw.read(s, axes3),), compute)), compute)
-    if compute != dtype:
-        out = Pointwise("cast", (out,), dtype)
-    return lw.add_nest(axes3, out, dtype, "log_softmax")
+    return rule
 
 
 def _logsumexp(lw: _Lowerer, node: fx.Node) -> Access:
@@ -504,8 +494,8 @@ LOWERINGS: dict[Any, Callable[[_Lowerer, fx.Node], Access]] = {
     aten.arange.start_step: _arange,
     aten.sum.dim_IntList: _reduction("sum"),
     aten.amax.default: _reduction("max"),
-    aten._softmax.default: _softmax,
-    aten._log_softmax.default: _log_softmax,
+    aten._softmax.default: _softmax_family(log=False),
+    aten._log_softmax.default: _softmax_family(log=True),
     aten.logsumexp.default: _logsumexp,
     aten.bmm.default: _contraction,
     aten.baddbmm.default: _baddbmm,

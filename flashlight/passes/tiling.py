@@ -211,18 +211,17 @@ def tile(kernel: Kernel) -> TiledKernel:
         if best_score is None or score > best_score:
             padded = tuple((d, padded_size(int(d.size))) for d in [*inner, *([feature] if feature else [])])
             best = Tiling(row, feature, tuple(grid), tuple(inner), padded, layouts.dots)
-            best_score = score
+            best_score, best_layouts = score, layouts
     if best is None:
         raise NotTileable(last_error)
-    if kernel.unmasked is not None and not _unmasked_loop_tiles_alike(kernel, best):
+    if kernel.unmasked is not None and not _unmasked_loop_tiles_alike(kernel, best_layouts):
         kernel = dataclasses.replace(kernel, full=None, unmasked=None)
     return TiledKernel(kernel, best)
 
 
-def _unmasked_loop_tiles_alike(kernel: Kernel, tiling: Tiling) -> bool:
-    """Whether the loop without its masks ([Note: tile skipping]) tiles like the loop,
-    so the two can run on the same accumulators."""
-    layouts = Layouts(kernel, roles_of(tiling, kernel), set(tiling.grid))
+def _unmasked_loop_tiles_alike(kernel: Kernel, layouts: Layouts) -> bool:
+    """Whether the loop without its masks ([Note: tile skipping]) tiles like the loop
+    (under the chosen tiling's ``layouts``), so the two can run on the same accumulators."""
     for k, (red, plain) in enumerate(zip(kernel.loop, kernel.unmasked)):
         try:
             if layouts.reduction_layout(plain) != layouts.loop_layouts[k]:
