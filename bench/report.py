@@ -125,21 +125,25 @@ def hypothesis(variant: str, dtype: str, winner: str) -> str:
     """A likely cause for Flashlight losing this case. A hypothesis to check (with
     FLASHLIGHT_DEBUG=2 and a profiler), not a measured fact."""
     if dtype == "fp32" and winner in ("flex", "torch_compile", "sdpa"):
-        return ("IEEE float32 runs its dot products on CUDA cores with the operand tiles in "
-                "registers: at head widths 64-128 the tensor-core tile shapes spill kilobytes per "
-                "thread on sm_90 (`KernelReport.aot_compile(...).stack`); the smaller tiles added for "
-                "such kernels are re-measured by `kernels-evoformer-fma` (bench/README.md)")
+        return ("IEEE float32 dot products run on CUDA cores, where Triton's code for `tl.dot` "
+                "reaches a quarter to a third of the measured SGEMM rate where it loses (FL % roofline), "
+                "while torch.compile and "
+                "SDPA hand the two matmuls to cuBLAS / CUTLASS float32 kernels (materialising the "
+                "scores, which at these sizes costs less than the slower dots); the smaller tiles "
+                "for such kernels removed the register spills (c 128: 7.02 -> 2.89 ms) but not this gap")
     if variant in ("triangle_end", "msa_column") and winner in ("flex", "sdpa", "cuequivariance", "trifast"):
         return ("this variant attends along a strided dim of its inputs (the transposed pair "
                 "representation / the MSA's sequence dim): the winner's wrapper first copies q, k, v "
                 "into a contiguous layout, while a kernel reading the strided views directly makes "
                 "uncoalesced loads")
     if winner == "flex" and variant in BLOCK_MASK:
-        return ("both skip dead key tiles, but Flashlight's loop runs over every tile between the "
-                "first and the last live one (after a scan over all key tiles per program) and, in "
-                "kernels built before its full-tile loop, evaluated the mask on every element of "
-                "each; FlexAttention's block mask, built once per mask input and not timed, lists "
-                "live and full tiles")
+        return ("both skip dead key tiles, but each Flashlight program first bounds the mask "
+                "over its key tiles one tile per step (a serial chain of small loads: 256 steps at 16k "
+                "keys with 64-key tiles, which dominates where few tiles are live, as with document "
+                "masks and sliding windows) and then runs every tile between the first and the last "
+                "live one; FlexAttention's block mask, built once per mask input and not timed, lists "
+                "live and full tiles. The scan's coarse step (16 tiles per step, then tile by tile "
+                "only where needed) is measured by `kernels-lm-masked-scan`")
     if winner == "flex":
         return "FlexAttention's template is autotuned per shape (tile sizes, warps, stages)"
     if winner == "sdpa":

@@ -34,8 +34,9 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # attentions at AlphaFold2's sizes, OpenFold end to end at 256 residues, then the rest.
 # Parts writing to their own file re-measure cells of an earlier part after a compiler
 # change (the report keeps the newest cell of each implementation): the masked LM
-# variants after full-tile loops (and ALiBi's tile skipping), IEEE float32 MSA row
-# attention after the smaller-tile configurations.
+# variants after full-tile loops (and ALiBi's tile skipping) and again after the coarse
+# step of the liveness scan, IEEE float32 MSA row attention after the smaller-tile
+# configurations.
 PARTS=(
     "kernels-evoformer-main|$K --variants evoformer --shapes 0 --dtypes bf16,tf32,fp32 --out $R/kernels_evoformer.json"
     "evoformer-256|$E --retry --n-res 256 --scopes stack,model --out $R/evoformer.json"
@@ -44,6 +45,7 @@ PARTS=(
     "evoformer-512|$E --retry --n-res 512 --scopes stack,model --out $R/evoformer.json"
     "kernels-lm-masked|$K --variants causal_tril,causal_triu,causal_index,alibi,sliding_window,prefix_lm,document_mask,gqa,differential,cross_attention --shapes all --dtypes bf16 --impls flashlight --out $R/kernels_lm_masked.json"
     "kernels-evoformer-fma|$K --variants msa_row_pair_bias --shapes all --dtypes fp32 --impls flashlight --out $R/kernels_evoformer_fma.json"
+    "kernels-lm-masked-scan|$K --variants causal_tril,causal_triu,causal_index,alibi,sliding_window,prefix_lm,document_mask,gqa,cross_attention --shapes all --dtypes bf16 --impls flashlight --out $R/kernels_lm_masked_scan.json"
     "kernels-lm-bf16|$K --variants lm --shapes all --dtypes bf16 --out $R/kernels_lm.json"
     "kernels-evoformer-fp32|$K --variants evoformer --shapes all --dtypes tf32,fp32 --out $R/kernels_evoformer.json"
     "evoformer-1024|$E --n-res 1024 --scopes stack,model --out $R/evoformer.json"

@@ -109,8 +109,11 @@ class _Printer:
         self.loop_unmasked: list[str] = []  # the loop step on full tiles (kernel.unmasked)
         self.full_tiles = False  # printing that step: every loop position is in range
         self.scan: list[str] = []  # the tile-liveness scan's body (see codegen_live)
+        # keys in one tile of the loop dim and their offsets (other in the coarse scan)
+        self.n_width, self.n_offs = "BLOCK_N", "offs_n"
         self.post: list[str] = []
         self.memo: dict[tuple[str, Expr], tuple[str, tuple]] = {}
+        self.stored_as: dict[str, tuple[str, str]] = {}  # float32 tile -> (as loaded, its tl dtype)
         self.counter = 0
         self.loop_dims = {red.dim for red in self.kernel.loop}
 
@@ -130,7 +133,7 @@ class _Printer:
         if role == "m":
             return "BLOCK_M"
         if role == "n":
-            return "BLOCK_N"
+            return self.n_width
         for d, r in self.roles.items():
             if r == role:
                 return str(self.padded[d])
@@ -140,7 +143,7 @@ class _Printer:
         return "[" + ", ".join(self.role_size(r) for r in layout) + "]"
 
     def offs(self, role: str, layout) -> str:
-        var = f"offs_{role}"
+        var = self.n_offs if role == "n" else f"offs_{role}"
         if len(layout) <= 1:
             return var
         return f"{var}[:, None]" if layout[0] == role else f"{var}[None, :]"

@@ -1,7 +1,9 @@
 """Prints the tile-liveness scan of a kernel with a ``live`` predicate.
 
 Before the online loop, a cheap scalar loop visits every key tile and bounds ``live``
-over the ``BLOCK_M x BLOCK_N`` tile by interval arithmetic; the online loop then runs
+over the ``BLOCK_M x BLOCK_N`` tile by interval arithmetic (after a coarse step that
+does the same ``Tiling.scan_tiles`` key tiles at a time and limits the fine step to
+the keys it cannot rule out); the online loop then runs
 from the first to the last tile that may be live ([Note: tile skipping] in
 :mod:`flashlight.passes.skipping`, which also says which values can be bounded).
 Tiles between those two still run, masked as usual, so the result is exact whatever
@@ -40,6 +42,9 @@ class LiveScan:
         if p.tiling.row is not None:
             p.pre.append("row_lo = pid_m * BLOCK_M")
             p.pre.append(f"row_hi = tl.minimum(row_lo + BLOCK_M, {p.size(p.tiling.row)}) - 1")
+        scan_range = ("0", "N_SIZE")
+        if p.tiling.scan_tiles > 1:
+            scan_range = self.emit_coarse(f"(BLOCK_N * {p.tiling.scan_tiles})")
         p.pre.append("tiles_first = N_SIZE + tl.zeros([], tl.int32)")
         p.pre.append("tiles_end = tl.zeros([], tl.int32)")
         may_live, _ = self.bound(self.live)
@@ -55,10 +60,8 @@ class LiveScan:
                     "run_grows = is_full & (full_end == start_n)",
                     "full_first = tl.where(run_starts, start_n, full_first)",
                     "full_end = tl.where(run_starts | run_grows, start_n + BLOCK_N, full_end)"]
-        p.pre.append("for start_n in range(0, N_SIZE, BLOCK_N):")
-        scan = ["offs_n = start_n + tl.arange(0, BLOCK_N)",
-                "col_lo = start_n",
-                "col_hi = tl.minimum(start_n + BLOCK_N, N_SIZE) - 1",
+        p.pre.append(f"for start_n in range({scan_range[0]}, {scan_range[1]}, BLOCK_N):")
+        scan = [*self.tile_header("BLOCK_N", "offs_n"),
                 *p.scan,
                 f"tiles_first = tl.minimum(tiles_first, tl.where({may_live}, start_n, N_SIZE))",
                 f"tiles_end = tl.where({may_live}, start_n + BLOCK_N, tiles_end)",
@@ -70,6 +73,31 @@ class LiveScan:
             p.pre.append("full_end = tl.maximum(tl.minimum(full_end, tiles_end), full_first)")
             self.full_range = ("full_first", "full_end")
         return "tiles_first", "tiles_end"
+
+    def emit_coarse(self, width: str) -> tuple[str, str]:
+        """The coarse step: bound ``live`` over ``width`` keys at a time; returns the range
+        of keys, aligned to ``width``, outside which no key tile may be live (bounds
+        over a wider tile contain those over any tile inside it)."""
+        p, fine_scan = self.p, self.p.scan
+        p.scan, p.n_width, p.n_offs = [], width, "offs_coarse"
+        may_live, _ = self.bound(self.live)
+        p.pre.append("coarse_first = N_SIZE + tl.zeros([], tl.int32)")
+        p.pre.append("coarse_end = tl.zeros([], tl.int32)")
+        p.pre.append(f"for start_n in range(0, N_SIZE, {width}):")
+        steps = [*self.tile_header(width, "offs_coarse"), *p.scan,
+                 f"coarse_first = tl.minimum(coarse_first, tl.where({may_live}, start_n, N_SIZE))",
+                 f"coarse_end = tl.where({may_live}, tl.minimum(start_n + {width}, N_SIZE), coarse_end)"]
+        p.pre.extend("    " + line for line in steps)
+        p.scan, p.n_width, p.n_offs = fine_scan, "BLOCK_N", "offs_n"
+        # bounds of values along the keys were for the coarse width; those of the rest stay
+        self.memo = {node: b for node, b in self.memo.items() if self.scope(node) == "pre"}
+        return "coarse_first", "coarse_end"
+
+    @staticmethod
+    def tile_header(width: str, offs: str) -> list[str]:
+        return [f"{offs} = start_n + tl.arange(0, {width})",
+                "col_lo = start_n",
+                f"col_hi = tl.minimum(start_n + {width}, N_SIZE) - 1"]
 
     # ------------------------------------------------------------------ bounds
     def scope(self, node: Expr) -> str:

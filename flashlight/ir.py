@@ -447,6 +447,8 @@ class Tiling:
     ``row`` is tiled by ``BLOCK_M``; loop dims by ``BLOCK_N``; ``feature`` and the
     ``eliminated`` reduction dims fit one padded tile each (size in ``padded``) and
     disappear as loops; ``grid`` dims are the logical launch grid, one program each.
+    ``scan_tiles``: key tiles bounded at once by the coarse step of the tile-liveness
+    scan (1: no coarse step; [Note: tile skipping]).
     """
 
     row: Dim | None
@@ -455,6 +457,7 @@ class Tiling:
     eliminated: tuple[Dim, ...]
     padded: tuple[tuple[Dim, int], ...]
     dots: int  # how many contractions map to tl.dot
+    scan_tiles: int = 1
 
 
 @dataclasses.dataclass(frozen=True)

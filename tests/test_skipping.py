@@ -146,11 +146,60 @@ def test_masked_kernels_get_an_unmasked_loop_for_full_tiles(name):
 def test_the_full_tile_loop_is_printed_without_masks_between_two_masked_ones():
     report = flashlight.explain(VARIANTS["causal_index"].fn, *_inputs("causal_index"))
     source = report.kernels[0].source
-    loops = source.split("for start_n in range(")[1:]  # the scan, then the online loops
-    assert len(loops) == 4 and loops[2].startswith("full_first, full_end")
-    masked, full = loops[1], loops[2]
+    # the scan's coarse and fine steps, then the online loops
+    loops = source.split("for start_n in range(")[1:]
+    assert len(loops) == 5 and loops[3].startswith("full_first, full_end")
+    masked, full = loops[2], loops[3]
     assert "float(\"-inf\"), " in masked  # where(not keep, -inf, s)
     assert "< N_SIZE" in masked and "< N_SIZE" not in full and "<= 0" not in full
+
+
+def _tiling_of(fn, *args):
+    plan = compile_graph(lower(capture(fn, *args)), check=True)
+    (tiled,) = plan.kernels.values()
+    return tiled.tiling
+
+
+def test_the_scan_has_a_coarse_step_unless_the_mask_reads_key_by_row_tiles():
+    from flashlight.passes.tiling import SCAN_TILES
+
+    # causal: indices only; document mask: one id per key
+    for name in ("causal_index", "document_mask"):
+        assert _tiling_of(VARIANTS[name].fn, *_inputs(name)).scan_tiles == SCAN_TILES, name
+    source = flashlight.explain(VARIANTS["document_mask"].fn, *_inputs("document_mask")).kernels[0].source
+    coarse, fine = source.split("for start_n in range(")[1:3]
+    assert coarse.startswith(f"0, N_SIZE, (BLOCK_N * {SCAN_TILES})") and "offs_coarse" in coarse
+    assert fine.startswith("coarse_first, coarse_end, BLOCK_N")
+
+    def boolean_mask(q, k, v, keep):  # keep: [L, L], a [rows, keys] tile per step
+        return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~keep, -math.inf), dim=-1) @ v
+
+    q, k, v = _qkv()
+    keep = torch.rand(q.shape[-2], k.shape[-2], generator=torch.Generator().manual_seed(1)) < 0.5
+    assert _tiling_of(boolean_mask, q, k, v, keep).scan_tiles == 1
+
+
+def test_the_coarse_scan_step_narrows_the_range_exactly():
+    """Segment ids where a coarse step's bounds overlap a query tile's but no key tile's
+    inside does (ids 1 and 5 around queries' 2 and 4), with live keys in three coarse
+    steps apart and a length that is not a multiple of a coarse step."""
+    def fn(q, k, v, q_seg, k_seg):
+        keep = q_seg[:, None] == k_seg[None, :]
+        s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return torch.softmax(s.masked_fill(~keep, -math.inf), dim=-1) @ v
+
+    g = torch.Generator().manual_seed(2)
+    Lq, Lk = 96, 1000
+    tiles = torch.randint(0, 2, (Lk // 8,), generator=g) * 4 + 1  # ids 1 or 5, constant over 8 keys
+    k_seg = tiles.repeat_interleave(8)
+    k_seg[100:120] = 4
+    k_seg[530:560] = 2
+    k_seg[900:990] = torch.randint(2, 5, (90,), generator=g)
+    q_seg = torch.full((Lq,), 4)
+    q_seg[40:] = torch.randint(1, 3, (Lq - 40,), generator=g) * 2  # 2 or 4
+    q, k, v = torch.randn(2, Lq, 16, generator=g), torch.randn(2, Lk, 16, generator=g), torch.randn(2, Lk, 16, generator=g)
+    assert _tiling_of(fn, q, k, v, q_seg, k_seg).scan_tiles > 1
+    _assert_close_to_float64(fn, (q, k, v, q_seg, k_seg), "segment ids")
 
 
 def test_a_loop_body_that_is_not_neutral_blocks_skipping():

@@ -37,6 +37,7 @@ from flashlight.ir import (
 
 MAX_TILE = 256  # largest dim eliminated into one tile
 MIN_DOT = 16  # tl.dot needs every tile dim >= 16
+SCAN_TILES = 16  # key tiles per coarse step of the tile-liveness scan
 
 
 class NotTileable(Exception):
@@ -216,7 +217,24 @@ def tile(kernel: Kernel) -> TiledKernel:
         raise NotTileable(last_error)
     if kernel.unmasked is not None and not _unmasked_loop_tiles_alike(kernel, best_layouts):
         kernel = dataclasses.replace(kernel, full=None, unmasked=None)
+    best = dataclasses.replace(best, scan_tiles=_scan_tiles(kernel, best_layouts))
     return TiledKernel(kernel, best)
+
+
+def _scan_tiles(kernel: Kernel, layouts: Layouts) -> int:
+    """Key tiles per coarse step of the liveness scan ([Note: tile skipping]).
+
+    A coarse step loads ``SCAN_TILES`` key tiles of every value the predicate reads
+    along the loop dim at once; that fits in registers only when those values are
+    vectors over the keys alone (document ids, key lengths), not ``[rows, keys]`` tiles.
+    """
+    if kernel.live is None:
+        return 1
+    loop_dim = kernel.loop[0].dim
+    for node in walk(kernel.live):
+        if isinstance(node, Load) and loop_dim in free_dims(node) and layouts.of(node) != ("n",):
+            return 1
+    return SCAN_TILES
 
 
 def _unmasked_loop_tiles_alike(kernel: Kernel, layouts: Layouts) -> bool:
