@@ -247,7 +247,14 @@ class _Printer:
         return f"tl.load(in{k} + {offset}{masked})", mask
 
     def emit_load(self, load: Load, layout, scope: str) -> str:
+        """The loaded tile as computed on: float32 for floats, ``tl.int1`` for booleans.
+        A 16-bit float tile is also kept as loaded (``stored_as``), for ``tl.dot``."""
         value, _ = self.load_text(load, layout, scope)
+        if load.dtype in (torch.bfloat16, torch.float16):
+            stored = self.assign(scope, "x", value)
+            var = self.assign(scope, "x", f"{stored}.to(tl.float32)")
+            self.stored_as[var] = (stored, TL_DTYPES[load.dtype])
+            return var
         if load.dtype.is_floating_point:
             value += ".to(tl.float32)"
         elif load.dtype == torch.bool:
@@ -322,13 +329,16 @@ class _Printer:
         if mask_n:
             a = self.mask_loop(a, la, body.args[0], "0.0")
             b = self.mask_loop(b, lb, body.args[1], "0.0")
+        a = self.pad_to_zero(a, la, reduced, body.args)
         x = [r for r in la if r != reduced][0]
         y = [r for r in lb if r != reduced][0]
-        a = a if la == (x, reduced) else f"tl.trans({a})"
-        b = b if lb == (reduced, y) else f"tl.trans({b})"
         low = body.dtype in (torch.bfloat16, torch.float16) and not self.interpret
         # the Triton interpreter multiplies 16-bit floats wrongly: it gets fp32 operands
         dtype = TL_DTYPES[body.dtype] if low else "tl.float32"
+        # a loaded 16-bit operand goes in as loaded, not converted to float32 and back
+        a, b = (self.stored_as[v][0] if self.stored_as.get(v, ("", ""))[1] == dtype else v for v in (a, b))
+        a = a if la == (x, reduced) else f"tl.trans({a})"
+        b = b if lb == (reduced, y) else f"tl.trans({b})"
         precision = f', input_precision="{self.fp32_precision}"' if dtype == "tl.float32" else ""
         self.fma_dots |= dtype == "tl.float32" and self.fp32_precision == "ieee"
         text = f"tl.dot({a}.to({dtype}), {b}.to({dtype}){precision})"
@@ -337,6 +347,15 @@ class _Printer:
         if out != (x, y):
             var = self.assign(scope, "dot", f"tl.trans({var})")
         return var, out
+
+    def pad_to_zero(self, var: str, layout, reduced: str, operands) -> str:
+        """A contraction over a padded tile dim adds the product of the padding lanes:
+        zero when an operand is loaded (masked loads read 0 there), else ``var`` (the
+        first operand, computed) gets 0 on those lanes."""
+        dims = [d for d, role in self.roles.items() if role == reduced and self.padded.get(d, d.size) != d.size]
+        if not dims or any(isinstance(x, Load) for x in operands):
+            return var
+        return f"tl.where({self.offs(reduced, layout)} < {self.size(dims[0])}, {var}, 0.0)"
 
     def mask_loop(self, var: str, layout, expr: Expr, neutral: str) -> str:
         """Neutralise out-of-range loop positions of a computed (non-load) value."""

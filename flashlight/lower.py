@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 from typing import Any, Callable
 
 import torch
@@ -43,10 +42,11 @@ from flashlight.ir import (
     Load,
     Nest,
     Pointwise,
-    Reduce,
     Ref,
     axis_dims,
 )
+
+from flashlight.lower_reductions import REDUCTION_LOWERINGS, reduce_over
 
 aten = torch.ops.aten
 
@@ -259,6 +259,24 @@ def _clamp(lw: _Lowerer, node: fx.Node) -> Access:
     return lw.add_nest(axes, body, dtype, "clamp")
 
 
+def _clamp_one_side(side: str):
+    """``clamp_min(x, lo)`` / ``clamp_max(x, hi)``: a clamp with one bound."""
+
+    def rule(lw: _Lowerer, node: fx.Node) -> Access:
+        bound = node.args[1]
+        args = (node.args[0], bound, None) if side == "min" else (node.args[0], None, bound)
+        return _clamp(lw, _WithArgs(node, args))
+
+    return rule
+
+
+class _WithArgs:
+    """A node seen with other arguments."""
+
+    def __init__(self, node: fx.Node, args: tuple):
+        self.args, self.kwargs, self.meta, self.name = args, {}, node.meta, node.name
+
+
 def _tri(keep_lower: bool):
     def rule(lw: _Lowerer, node: fx.Node) -> Access:
         dtype = meta_val(node).dtype
@@ -306,122 +324,6 @@ def _arange(lw: _Lowerer, node: fx.Node) -> Access:
     if dtype != torch.int64:
         body = Pointwise("cast", (body,), dtype)
     return lw.add_nest((axis,), body, dtype, "arange")
-
-
-# ------------------------------------------------------------------------ reductions
-
-
-def _reduce_axes(lw: _Lowerer, node: fx.Node, src: Access, dims: list[int], keepdim: bool):
-    n = len(src.axes)
-    dims = [d % n for d in dims] if dims else list(range(n))
-    out_shape = node_shape(node)
-    in_axes = tuple(() if not a else tuple(Dim.fresh(d.size) for d in a) for a in src.axes)
-    out_axes = []
-    for k, a in enumerate(in_axes):
-        if k in dims:
-            if keepdim:
-                out_axes.append(())
-        else:
-            out_axes.append(a)
-    if len(out_axes) != len(out_shape):
-        raise Unsupported("reduction result rank mismatch")
-    reduced = tuple(d for k in dims for d in in_axes[k])
-    return in_axes, tuple(out_axes), reduced
-
-
-def reduce_over(op: str, body: Expr, dims: tuple[Dim, ...], dtype: torch.dtype) -> Expr:
-    """A reduction; over no dims (a size-1 axis, which Dynamo specializes) it is the body."""
-    return Reduce(op, body, dims, dtype) if dims else body
-
-
-def _reduction(op: str):
-    def rule(lw: _Lowerer, node: fx.Node) -> Access:
-        dtype = meta_val(node).dtype
-        src = lw.value(node.args[0], dtype)
-        if not isinstance(src, Access):
-            raise Unsupported("reduction of a constant")
-        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", [])
-        dims = [dims] if isinstance(dims, int) else list(dims or [])
-        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-        if node.kwargs.get("dtype") not in (None, dtype):
-            raise Unsupported("reduction with a dtype argument")
-        in_axes, out_axes, reduced = _reduce_axes(lw, node, src, dims, keepdim)
-        body = reduce_over(op, lw.read(src, in_axes), reduced, dtype)
-        return lw.add_nest(out_axes, body, dtype, op)
-
-    return rule
-
-
-def _softmax_family(log: bool):
-    """softmax(x) = exp(x - m) / sum(exp(x - m)), log_softmax(x) = (x - m) - log(sum(exp(x - m)))
-    with m = max(x), as separate nests (``aten._softmax`` / ``aten._log_softmax``)."""
-    name = "log_softmax" if log else "softmax"
-
-    def rule(lw: _Lowerer, node: fx.Node) -> Access:
-        dtype = meta_val(node).dtype
-        src = lw.value(node.args[0], dtype)
-        if not isinstance(src, Access):
-            raise Unsupported(f"{name} of a constant")
-        dim = node.args[1]
-        compute = torch.float32 if node.args[2] else dtype
-        in_axes, keep_axes, reduced = _reduce_axes(lw, _KeepdimShape(node), src, [dim], True)
-        m = lw.add_nest(keep_axes, reduce_over("max", lw.read(src, in_axes), reduced, compute), compute, "amax")
-        axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
-        shifted = lw.add_nest(axes, Pointwise("sub", (lw.read(src, axes), lw.read(m, axes)), compute), compute,
-                              "shift")
-        in2, keep2, red2 = _reduce_axes(lw, _KeepdimShape(node), shifted, [dim], True)
-        total = reduce_over("sum", Pointwise("exp", (lw.read(shifted, in2),), compute), red2, compute)
-        s = lw.add_nest(keep2, total, compute, "sum")
-        axes3 = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
-        x, s3 = lw.read(shifted, axes3), lw.read(s, axes3)
-        if log:
-            out = Pointwise("sub", (x, Pointwise("log", (s3,), compute)), compute)
-        else:
-            out = Pointwise("div", (Pointwise("exp", (x,), compute), s3), compute)
-        if compute != dtype:
-            out = Pointwise("cast", (out,), dtype)
-        return lw.add_nest(axes3, out, dtype, name)
-
-    return rule
-
-
-def _logsumexp(lw: _Lowerer, node: fx.Node) -> Access:
-    """logsumexp(x) = log(sum(exp(x - max(x)))) + max(x), as separate nests.
-
-    Fused, the sum runs online with a safe max ([Note: online reduction]): a row of
-    ``-inf`` gives ``log(0) + -inf = -inf`` as PyTorch does. (A ``+inf`` score gives
-    NaN, where PyTorch gives ``inf``.)"""
-    dtype = meta_val(node).dtype
-    if not dtype.is_floating_point:
-        raise Unsupported("logsumexp of integers")
-    src = lw.value(node.args[0], dtype)
-    if not isinstance(src, Access):
-        raise Unsupported("logsumexp of a constant")
-    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", [])
-    dims = [dims] if isinstance(dims, int) else list(dims)
-    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-    in_axes, out_axes, reduced = _reduce_axes(lw, node, src, dims, keepdim)
-    m = lw.add_nest(out_axes, reduce_over("max", lw.read(src, in_axes), reduced, dtype), dtype, "amax")
-    # out2: the axes of in2 the reduction keeps, i.e. where the max is read back
-    in2, out2, red2 = _reduce_axes(lw, node, src, dims, keepdim)
-    shifted = Pointwise("exp", (Pointwise("sub", (lw.read(src, in2), lw.read(m, out2)), dtype),), dtype)
-    s = lw.add_nest(out2, reduce_over("sum", shifted, red2, dtype), dtype, "sum")
-    axes3 = tuple(tuple(Dim.fresh(d.size) for d in a) for a in out2)
-    out = Pointwise("add", (Pointwise("log", (lw.read(s, axes3),), dtype), lw.read(m, axes3)), dtype)
-    return lw.add_nest(axes3, out, dtype, "logsumexp")
-
-
-class _KeepdimShape:
-    """A node seen with the shape of ``x.amax(dim, keepdim=True)`` (for softmax)."""
-
-    def __init__(self, node: fx.Node):
-        self.node = node
-        self.name = node.name
-        self.meta = {"val": meta_val(node.args[0])}
-        dim = node.args[1] % len(self.meta["val"].shape)
-        shape = list(self.meta["val"].shape)
-        shape[dim] = 1
-        self.meta = {"val": self.meta["val"].new_empty(shape)}
 
 
 def _contraction(lw: _Lowerer, node: fx.Node) -> Access:
@@ -480,6 +382,8 @@ LOWERINGS: dict[Any, Callable[[_Lowerer, fx.Node], Access]] = {
     aten.masked_fill.Scalar: _where_scalar_fill,
     aten.masked_fill.Tensor: _where_scalar_fill,
     aten.clamp.default: _clamp,
+    aten.clamp_min.default: _clamp_one_side("min"),
+    aten.clamp_max.default: _clamp_one_side("max"),
     aten.tril.default: _tri(True),
     aten.triu.default: _tri(False),
     aten.full.default: _full,
@@ -492,14 +396,10 @@ LOWERINGS: dict[Any, Callable[[_Lowerer, fx.Node], Access]] = {
     aten.arange.default: _arange,
     aten.arange.start: _arange,
     aten.arange.start_step: _arange,
-    aten.sum.dim_IntList: _reduction("sum"),
-    aten.amax.default: _reduction("max"),
-    aten._softmax.default: _softmax_family(log=False),
-    aten._log_softmax.default: _softmax_family(log=True),
-    aten.logsumexp.default: _logsumexp,
     aten.bmm.default: _contraction,
     aten.baddbmm.default: _baddbmm,
     aten.mm.default: _contraction,
+    **REDUCTION_LOWERINGS,
 }
 
 _BINARY = {
@@ -553,38 +453,6 @@ class _SwappedNode:
 
 
 LOWERINGS[aten.rsub.Scalar] = _rsub
-
-
-def _max_dim(lw: _Lowerer, node: fx.Node) -> Access:
-    """``x.max(dim, keepdim)``: its values are an amax; its indices have no lowering.
-
-    The node's value is a tuple, so the nest is registered for ``getitem(node, 0)``
-    (see :func:`_getitem`), never for the tuple node itself.
-    """
-    values = _reduction("max")(lw, _FirstOutput(node))
-    lw.tuple_values[node.name] = values
-    return values
-
-
-class _FirstOutput:
-    """A tuple-valued node seen as its first output."""
-
-    def __init__(self, node: fx.Node):
-        self.args, self.kwargs, self.name = node.args, node.kwargs, node.name
-        self.meta = {"val": node.meta["val"][0]}
-
-
-def _getitem(lw: _Lowerer, node: fx.Node) -> Access:
-    source, index = node.args
-    values = lw.tuple_values.get(getattr(source, "name", None))
-    if values is None or index != 0:
-        raise Unsupported("only the values of max(dim) are lowered")
-    lw.nest_of_node[node.name] = values.name
-    return values
-
-
-LOWERINGS[aten.max.dim] = _max_dim
-LOWERINGS[operator.getitem] = _getitem
 
 
 def _scalar_pow(lw: _Lowerer, node: fx.Node) -> Access:

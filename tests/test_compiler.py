@@ -110,10 +110,10 @@ def test_hand_written_softmax_fuses_like_torch_softmax():
 
 
 def test_a_sum_that_is_not_exp_shifted_is_not_made_online():
-    # sum_j (s - max_j s) depends on the max linearly: no single online pass exists
+    # sum_j tanh(s - max_j s) depends on the max through tanh: no single online pass exists
     def shifted_sum(q, k):
         s = q @ k.transpose(-1, -2)
-        return (s - s.amax(-1, keepdim=True)).sum(-1)
+        return torch.tanh(s - s.amax(-1, keepdim=True)).sum(-1)
 
     q, k = rand(2, 9, 8, seed=3), rand(2, 9, 8, seed=4)
     report = flashlight.explain(shifted_sum, q, k)
@@ -121,6 +121,16 @@ def test_a_sum_that_is_not_exp_shifted_is_not_made_online():
     assert any("exp(x - max)" in op.reason for op in report.fallback_ops)
     out = flashlight.compile(shifted_sum)(q, k)
     torch.testing.assert_close(out, shifted_sum(q, k))
+
+
+def test_a_sum_linear_in_the_max_splits_into_online_terms():
+    # sum_j (s_j - max s) = sum_j s_j - L * max s: a loop max and two loop sums
+    def shifted_sum(q, k):
+        s = q @ k.transpose(-1, -2)
+        return (s - s.amax(-1, keepdim=True)).sum(-1)
+
+    q, k = rand(2, 9, 8, seed=3), rand(2, 9, 8, seed=4)
+    _one_exact_kernel(shifted_sum, q, k)
 
 
 def test_projection_feeding_attention_backs_off_and_stays_separate():
@@ -358,3 +368,57 @@ def test_bounds_checking_mode_asserts_every_offset(monkeypatch):
         with pytest.raises(Exception, match="out of bounds"):
             flashlight.compile(attention)(*args)
     torch.compiler.reset()
+
+
+def _one_exact_kernel(fn, *inputs, rtol=1e-5):
+    report = flashlight.explain(fn, *inputs)
+    assert len(report.kernels) == 1 and report.fallback_ops == [], report
+    ref = fn(*[x.double() for x in inputs])
+    torch.testing.assert_close(flashlight.compile(fn)(*inputs).double(), ref, rtol=rtol, atol=rtol)
+
+
+def _prior_mix(q, k, v):  # a softmax mixed with a uniform prior
+    return (0.8 * torch.softmax(q @ k.transpose(-1, -2), dim=-1) + 0.2 / k.shape[-2]) @ v
+
+
+def _difference_inline(q, k, v):  # differential attention written as (p1 - lam * p2) @ v
+    p1 = torch.softmax(q @ k.transpose(-1, -2), dim=-1)
+    p2 = torch.softmax((q * 0.5) @ (k - 1.0).transpose(-1, -2), dim=-1)
+    return (p1 - 0.7 * p2) @ v
+
+
+def _two_softmaxes_masked(q, k, v):
+    s = q @ k.transpose(-1, -2)
+    future = torch.ones(s.shape[-2:], dtype=torch.bool).triu(1)
+    return (torch.softmax(s.masked_fill(future, float("-inf")), -1) + torch.softmax(-s, -1)) @ v
+
+
+@pytest.mark.parametrize("fn", [_prior_mix, _difference_inline, _two_softmaxes_masked])
+def test_sums_over_combined_probabilities_split_by_linearity(fn):
+    """``sum_j (x_j + y_j) = sum_j x_j + sum_j y_j`` ([Note: online reduction]): each
+    term of the expanded body is rescaled by its own max or by none."""
+    q, k, v, _ = _inputs(41, L=37)
+    _one_exact_kernel(fn, q, k, v)
+
+
+def test_a_sum_that_qualifies_as_written_is_not_split():
+    (nest,) = [tk.kernel for tk in compile_graph(lower(capture(attention, *_inputs(0))), check=True).kernels.values()]
+    assert sorted(red.op for red in nest.loop) == ["max", "sum", "sum"]
+
+
+def test_contractions_over_padded_tile_dims_add_nothing_from_the_padding():
+    """A head width of 24 is padded to a 32-wide tile; where neither operand of the
+    contraction is a masked load (both are computed), the padding lanes must still
+    contribute 0. Mixing 3 heads (a contraction over a 16-wide tile of heads) likewise."""
+    g = torch.Generator().manual_seed(43)
+    q, k, v = (torch.randn(2, 40, 24, generator=g) for _ in range(3))
+    _one_exact_kernel(lambda q, k, v: torch.sigmoid((q + 1.0) @ k.exp().transpose(-1, -2) * 0.1) @ v, q, k, v)
+    q, k, v = (torch.randn(2, 3, 40, 16, generator=g) for _ in range(3))
+    mix = (torch.eye(3) + 0.1 * torch.rand(3, 3, generator=g)).float()
+
+    def talking_heads(q, k, v, mix):
+        p = torch.softmax(q @ k.transpose(-1, -2), dim=-1)  # [B, H, L, L]
+        return torch.einsum("gh,bhij->bgij", mix, p) @ v
+
+    ref = talking_heads(q.double(), k.double(), v.double(), mix.double())
+    torch.testing.assert_close(flashlight.compile(talking_heads)(q, k, v, mix).double(), ref, rtol=1e-5, atol=1e-5)

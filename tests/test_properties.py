@@ -4,7 +4,9 @@ Hypothesis draws a program, the way users compose attention by hand:
 
 - shapes: 0-2 batch dims, query and key lengths 1-40 (independent), head dims 4-32
   (value head dim independent of the key's);
-- the scale applied to q before the product or to the scores after it;
+- the scale applied to q before the product or to the scores after it; q and k as given
+  or first shifted / squashed elementwise (so neither operand of ``q @ k^T`` is a plain
+  load, and head dims that are not powers of two leave padding lanes to keep at zero);
 - score modifications in random order: scaling, tanh soft-capping, additive and
   multiplicative tensors of random broadcast shapes, ALiBi-like index terms
   (``slope * (j - i)``, ``-slope * |i - j|``, slopes a constant or per head);
@@ -14,7 +16,9 @@ Hypothesis draws a program, the way users compose attention by hand:
   combination leaves a row with no key, the program also keeps key 0 (an attention sink)
   so every row has one;
 - the softmax as ``torch.softmax``, the method, ``F.softmax``, written out with
-  ``amax``/``max``, or in log space (``exp(log_softmax(s))``, ``exp(s - logsumexp(s))``).
+  ``amax``/``max``, or in log space (``exp(log_softmax(s))``, ``exp(s - logsumexp(s))``);
+- the probabilities used as they are or mixed with a uniform prior
+  (``(1 - a) * p + a / L_kv``) before ``@ v``.
 
 Each program must become exactly one Flashlight kernel with no fallback op, and match
 the program evaluated in float64 on the same float32 inputs.
@@ -48,6 +52,8 @@ class Program:
     mask_form: str  # masked_fill | where | additive
     softmax_form: str  # torch | method | functional | amax | max | log_softmax | logsumexp
     seed: int
+    qk_form: str = "plain"  # plain | shift_q | shift_both | tanh_k
+    prior: float = 0.0  # weight of the uniform prior mixed into the probabilities
 
     @property
     def score_shape(self) -> tuple[int, ...]:
@@ -93,6 +99,8 @@ def programs(draw) -> Program:
         softmax_form=draw(st.sampled_from(["torch", "method", "functional", "amax", "max", "log_softmax",
                                            "logsumexp"])),
         seed=draw(st.integers(0, 2**31 - 1)),
+        qk_form=draw(st.sampled_from(["plain", "shift_q", "shift_both", "tanh_k"])),
+        prior=draw(st.sampled_from([0.0, 0.0, 0.1, 0.5])),
     )
 
 
@@ -153,6 +161,12 @@ def make_fn(prog: Program, sink: bool):
 
     def attention(q, k, v, *extras):
         mod_tensors, mask_tensors = list(extras[:n_mod_tensors]), list(extras[n_mod_tensors:])
+        if prog.qk_form in ("shift_q", "shift_both"):
+            q = q + 0.5
+        if prog.qk_form == "shift_both":
+            k = k - 0.25
+        elif prog.qk_form == "tanh_k":
+            k = 2.0 * torch.tanh(k)
         if prog.prescale:
             q = q * prog.scale
         s = q @ k.transpose(-2, -1)
@@ -195,6 +209,8 @@ def make_fn(prog: Program, sink: bool):
             m = s.amax(dim=-1, keepdim=True) if prog.softmax_form == "amax" else s.max(dim=-1, keepdim=True).values
             e = torch.exp(s - m)
             p = e / e.sum(dim=-1, keepdim=True)
+        if prog.prior:
+            p = (1.0 - prog.prior) * p + prog.prior / prog.lkv
         return p @ v
 
     return attention

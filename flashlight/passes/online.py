@@ -16,12 +16,17 @@ over ``j``, without the intermediate ``exp(b - M)`` in memory. Nothing here look
 the word softmax: a chain qualifies by this algebra alone (``torch.softmax``,
 a hand-written ``exp(s - s.amax()) / sum``, two softmaxes sharing a loop).
 
-Three rewrites prepare the chain. *Leaving log space* turns ``exp(a - log b)`` into
+Four rewrites prepare the chain. *Leaving log space* turns ``exp(a - log b)`` into
 ``exp(a) / b`` (and ``exp(a + log b)`` into ``exp(a) * b``), for every ``log`` term of
 the exponent: ``exp(log_softmax(s))`` and ``exp(s - logsumexp(s))`` become the softmax
 quotient. *Invariant factoring* uses linearity:
 ``sum_j (c * x_j) = c * sum_j x_j`` when ``c`` does not depend on ``j``; it moves the
-softmax denominator out of ``sum_j p_j v_j``. *Hoisting* lifts reductions that do not
+softmax denominator out of ``sum_j p_j v_j``. *Splitting sums* uses linearity the other way:
+``sum_j (x_j + y_j) = sum_j x_j + sum_j y_j``. A sum whose body depends on a loop max
+other than through one ``exp(x - max)`` factor is expanded (``*`` and ``/`` distributed
+over ``+`` and ``-``) into terms that each qualify on their own: a softmax mixed with a
+uniform prior, ``(p1 - lam * p2) @ v`` over two softmaxes, each term rescaled by its own
+max. *Hoisting* lifts reductions that do not
 depend on an enclosing reduction's dim to the loop level (the row max inside
 ``exp(s - max)``).
 
@@ -34,10 +39,13 @@ A row that stays empty ends with ``0 / 0 = nan`` where eager softmax also gives
 """
 from __future__ import annotations
 
+import torch
+
 from flashlight.ir import (
     Const,
     Dim,
     Expr,
+    Iota,
     Kernel,
     LoopReduction,
     LoopResult,
@@ -103,12 +111,20 @@ def factor_invariants(expr: Expr) -> Expr:
         dep_den = [f for f in den if free_dims(f) & bound]
         if len(dep_num) == len(num) and len(dep_den) == len(den):
             return None
-        inner = Reduce("sum", _product(dep_num, dep_den, node.dtype), node.dims, node.dtype)
+        kept = _product(dep_num, dep_den, node.dtype) if dep_num or dep_den else _ones_over(node.dims, node.dtype)
+        inner = Reduce("sum", kept, node.dims, node.dtype)
         inv_num = [f for f in num if not free_dims(f) & bound]
         inv_den = [f for f in den if not free_dims(f) & bound]
         return _product([inner] + inv_num, inv_den, node.dtype)
 
     return rebuild(expr, fn)
+
+
+def _ones_over(dims, dtype) -> Expr:
+    """1 at every position of ``dims``, written as a value of those dims, so that
+    ``sum_j c = c * sum_j 1`` still reduces over ``j`` (counts every position)."""
+    index = Iota(tuple(dims))
+    return Pointwise("cast", (Pointwise("ge", (index, Const(0, index.dtype)), torch.bool),), dtype)
 
 
 def leave_log_space(expr: Expr) -> Expr:
@@ -163,6 +179,50 @@ def _signed_sum(terms: list[tuple[int, Expr]], dtype) -> Expr:
     for sign, t in terms[1:]:
         out = Pointwise("add" if sign > 0 else "sub", (out, t), dtype)
     return out
+
+
+# ------------------------------------------------------------------- splitting sums
+
+MAX_TERMS = 8  # expanding a body into more terms than this is not attempted
+
+
+def split_sums(expr: Expr) -> Expr:
+    """``sum_j (x_j + y_j) -> sum_j x_j + sum_j y_j`` where a sum's body depends on a
+    loop max other than through one ``exp(x - max)`` factor ([Note: online reduction])."""
+    maxes = [r for r in _loop_reductions(expr) if r.op == "max"]
+
+    def fn(node: Expr) -> Expr | None:
+        if not (isinstance(node, Reduce) and node.op == "sum"):
+            return None
+        if all(exp_power(node.body, m) in (0, 1) for m in maxes):
+            return None
+        terms = _expanded_terms(node.body)
+        if not 1 < len(terms) <= MAX_TERMS:
+            return None
+        return _signed_sum([(sign, Reduce("sum", t, node.dims, node.dtype)) for sign, t in terms], node.dtype)
+
+    return rebuild(expr, fn)
+
+
+def _expanded_terms(expr: Expr) -> list[tuple[int, Expr]]:
+    """``(a - b) * c / d`` -> ``[(+1, a * c / d), (-1, b * c / d)]``."""
+    if isinstance(expr, Pointwise):
+        op, dtype = expr.op, expr.dtype
+        if op in ("add", "sub"):
+            a, b = (_expanded_terms(x) for x in expr.args)
+            return a + [(s if op == "add" else -s, t) for s, t in b]
+        if op == "neg":
+            return [(-s, t) for s, t in _expanded_terms(expr.args[0])]
+        if op == "mul":
+            a, b = (_expanded_terms(x) for x in expr.args)
+            if len(a) * len(b) > MAX_TERMS:
+                return [(1, expr)]
+            return [(sa * sb, Pointwise("mul", (ta, tb), dtype)) for sa, ta in a for sb, tb in b]
+        if op == "div":
+            return [(s, Pointwise("div", (t, expr.args[1]), dtype)) for s, t in _expanded_terms(expr.args[0])]
+        if _float_cast(expr):
+            return [(s, Pointwise("cast", (t,), dtype)) for s, t in _expanded_terms(expr.args[0])]
+    return [(1, expr)]
 
 
 # -------------------------------------------------------------------------- hoisting
@@ -242,22 +302,45 @@ def exp_power(expr: Expr, target: Expr) -> int | None:
 
 def make_online(nest: Nest) -> Kernel:
     """Rewrite a fused nest into one online loop of reductions plus an epilogue."""
-    body = factor_invariants(leave_log_space(nest.body))
+    body = factor_invariants(split_sums(leave_log_space(nest.body)))
     loop = _loop_reductions(body)
     if not loop:
         raise NotOnline("no reduction to run as a loop")
     for red in loop:
         if len(red.dims) != 1:
             raise NotOnline(f"a loop reduction over {len(red.dims)} dims")
+    loop = _over_one_extent(loop)
     extent = loop[0].dims[0].size
-    if not all(sizes_equal(r.dims[0].size, extent) for r in loop):
-        raise NotOnline("loop reductions run over different extents")
 
     index_of = {red: k for k, red in enumerate(loop)}
     shared = Dim.fresh(extent, "j")  # one loop: every loop reduction binds the same dim
     reductions = tuple(_shared_dim(_loop_reduction(red, loop, index_of), shared) for red in loop)
     epilogue = replace_nodes(body, lambda n: LoopResult(index_of[n], n.dtype) if n in index_of else None)
     return Kernel(nest.name, nest.axes, nest.dtype, reductions, epilogue, nest.origins)
+
+
+def _over_one_extent(candidates: list[Reduce]) -> list[Reduce]:
+    """The reductions the loop runs, when the candidates reduce over different extents.
+
+    The loop runs over the extent of the outermost candidates (those inside no other's
+    body; among them, those that contain others: ``sum_j p_ij v_j`` over the softmax's
+    max and sum). A candidate over another extent that uses none of those stays a plain
+    reduction computed before the loop (a norm of the query row over its head dim).
+    """
+    if all(sizes_equal(r.dims[0].size, candidates[0].dims[0].size) for r in candidates):
+        return candidates
+    inside = {id(c): [o for o in candidates if o is not c and any(n == o for n in walk(c.body))] for c in candidates}
+    nested = {id(o) for c in candidates for o in inside[id(c)]}
+    outer = [c for c in candidates if id(c) not in nested]
+    outer = [c for c in outer if inside[id(c)]] or outer
+    extent = outer[0].dims[0].size
+    if not all(sizes_equal(c.dims[0].size, extent) for c in outer):
+        raise NotOnline("loop reductions run over different extents")
+    loop = [c for c in candidates if sizes_equal(c.dims[0].size, extent)]
+    for c in candidates:
+        if c not in loop and any(o in loop for o in inside[id(c)]):
+            raise NotOnline("a reduction over another extent depends on the loop's reductions")
+    return loop
 
 
 def _loop_reduction(red: Reduce, loop: list[Reduce], index_of: dict) -> LoopReduction:
