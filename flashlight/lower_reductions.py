@@ -187,6 +187,8 @@ REDUCTION_LOWERINGS: dict[Any, Callable[[Any, fx.Node], Access]] = {
     aten.sum.dim_IntList: _reduction("sum"),
     aten.amax.default: _reduction("max"),
     aten.mean.dim: _reduction("mean"),
+    aten.mean.default: _reduction("mean"),
+    aten.sum.default: _reduction("sum"),
     aten.linalg_vector_norm.default: _reduction("norm"),
     aten._softmax.default: _softmax_family(log=False),
     aten._log_softmax.default: _softmax_family(log=True),

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch._dynamo.backends.common import aot_autograd
 
 import flashlight
@@ -422,3 +423,30 @@ def test_contractions_over_padded_tile_dims_add_nothing_from_the_padding():
 
     ref = talking_heads(q.double(), k.double(), v.double(), mix.double())
     torch.testing.assert_close(flashlight.compile(talking_heads)(q, k, v, mix).double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def _rms(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def _qk_rms_norm(q, k, v, w):  # QK normalisation, the norm written out
+    return torch.softmax(_rms(q, w) @ _rms(k, w).transpose(-1, -2) * q.shape[-1] ** -0.5, -1) @ v
+
+
+def _cosine(q, k, v, w):  # F.normalize: a vector norm clamped away from 0
+    return torch.softmax(10.0 * F.normalize(q * w, dim=-1) @ F.normalize(k, dim=-1).transpose(-1, -2), -1) @ v
+
+
+def _neg_sq_distance(q, k, v, w):  # -|q - k|^2 = 2 q.k - |q|^2 - |k|^2
+    d2 = (q * q).sum(-1, keepdim=True) - 2 * q @ k.transpose(-1, -2) + (k * k).sum(-1)[..., None, :]
+    return torch.softmax(-d2 * w.mean(), -1) @ v
+
+
+@pytest.mark.parametrize("fn", [_qk_rms_norm, _cosine, _neg_sq_distance])
+def test_norms_of_query_rows_and_key_rows_fuse(fn):
+    """Reductions over the head dim: on the key side inside the loop, on the query side
+    (a reduction over another extent than the loop's, using none of its reductions)
+    once before the loop."""
+    q, k, v, _ = _inputs(47, L=33, D=24)
+    w = rand(24, seed=48).abs() + 0.5
+    _one_exact_kernel(fn, q, k, v, w)
