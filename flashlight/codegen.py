@@ -427,15 +427,19 @@ class _Printer:
                 var = self.in_loop_range(var, lay, "0.0")
                 part = self.assign("loop", "part", f"tl.sum({var}, axis={lay.index('n')})")
                 lay = tuple(r for r in lay if r != "n")
-            scale = "".join(
-                f" * {self.broadcast(f'alpha{j}', self.layouts.loop_layouts[j], acc_lay)}"
-                for j in red.rescaled_by
-            )
+            scale = "".join(f" * {self.rescale_factor(j, power, acc_lay)}" for j, power in red.rescaled_by)
             self.loop.append(f"acc{k} = acc{k}{scale} + {self.broadcast(part, lay, acc_lay)}")
         for k in maxes:
             self.loop.append(f"m{k} = m_new{k}")
         self.full_tiles = False
         return self.loop
+
+    def rescale_factor(self, k: int, power: float, layout) -> str:
+        """``exp(power * (m_old - m_new))`` of loop max ``k`` ([Note: online reduction])."""
+        alpha = f"alpha{k}"
+        if power != 1:
+            alpha = self.assign("loop", "alpha", f"tl.exp({_literal(float(power))} * (m{k} - m_safe{k}))")
+        return self.broadcast(alpha, self.layouts.loop_layouts[k], layout)
 
     def emit_store(self) -> None:
         var, lay = self.emit(self.kernel.epilogue, "post")
@@ -504,8 +508,15 @@ def _index_dims(node: Expr) -> tuple[Dim, ...]:
 
 
 def _pow(base: str, exponent) -> str:
-    return {2: f"({base} * {base})", 3: f"({base} * {base} * {base})", 0.5: f"tl.sqrt({base})",
-            -0.5: f"tl.rsqrt({base})", -1: f"(1.0 / {base})", 1: base}[exponent]
+    """``base ** exponent``: exact products for small integer exponents, else through
+    ``exp`` and ``log`` (NaN for a negative base, as ``torch.pow`` gives)."""
+    special = {0.5: f"tl.sqrt({base})", -0.5: f"tl.rsqrt({base})"}
+    if exponent in special:
+        return special[exponent]
+    if float(exponent).is_integer():  # at most MAX_POW_PRODUCT factors (the tiling checks)
+        product = "(" + " * ".join([base] * int(abs(exponent))) + ")"
+        return product if exponent > 0 else f"(1.0 / {product})"
+    return f"tl.exp({_literal(float(exponent))} * tl.log({base}))"
 
 
 def generate(tk: TiledKernel, name: str, fp32_precision: str = "ieee", interpret: bool = False,

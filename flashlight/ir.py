@@ -374,15 +374,16 @@ def format_graph(graph: Graph) -> str:
 class LoopReduction:
     """One reduction of a kernel's single online loop over the key-like dim.
 
-    ``body`` may read ``RunningMax(k)`` for each ``k`` in ``rescaled_by``: the online
-    pass proved the body scales by ``exp(-max_k)``, so partial results are rescaled
-    when the running max grows. See [Note: online reduction].
+    ``body`` may read ``RunningMax(k)`` for each ``(k, c)`` in ``rescaled_by``: the
+    online pass proved the body scales by ``exp(-c * max_k)``, so partial results are
+    rescaled by ``exp(c * (m_old - m_new))`` when the running max grows. See
+    [Note: online reduction].
     """
 
     op: str  # "sum" or "max"
     body: Expr
     dim: Dim
-    rescaled_by: tuple[int, ...]
+    rescaled_by: tuple[tuple[int, float], ...]  # (loop max k, power c)
     dtype: torch.dtype
 
 

@@ -12,7 +12,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 import flashlight
 from flashlight import settings
-from flashlight.ir import Dim, Load, Pointwise, Reduce, check_invariants, walk
+from flashlight.ir import Const, Dim, Load, Pointwise, Reduce, check_invariants, walk
 from flashlight.lower import lower
 from flashlight.passes.online import exp_power, factor_invariants
 from flashlight.pipeline import compile_graph
@@ -82,6 +82,12 @@ def test_online_rescaling_is_derived_from_the_algebra():
     assert exp_power(Pointwise("mul", (e, e), torch.float32), m) == 2
     assert exp_power(Pointwise("sub", (s, m), torch.float32), m) is None  # linear in max: not rescalable
     assert exp_power(Pointwise("exp", (Pointwise("add", (s, m), torch.float32),), torch.float32), m) == -1
+    f32, half = torch.float32, Const(0.5, torch.float32)
+    shifted = Pointwise("sub", (s, m), f32)
+    assert exp_power(Pointwise("exp", (Pointwise("mul", (shifted, half), f32),), f32), m) == 0.5
+    assert exp_power(Pointwise("exp", (Pointwise("div", (shifted, half), f32),), f32), m) == 2
+    assert exp_power(Pointwise("pow", (e, Const(3, f32)), f32), m) == 3
+    assert exp_power(Pointwise("div", (e, e), f32), m) == 0
 
 
 def test_invariant_factoring_moves_the_denominator_out():
@@ -119,7 +125,7 @@ def test_a_sum_that_is_not_exp_shifted_is_not_made_online():
     q, k = rand(2, 9, 8, seed=3), rand(2, 9, 8, seed=4)
     report = flashlight.explain(shifted_sum, q, k)
     assert report.kernels == []
-    assert any("exp(x - max)" in op.reason for op in report.fallback_ops)
+    assert any("exp(c * (x - max))" in op.reason for op in report.fallback_ops)
     out = flashlight.compile(shifted_sum)(q, k)
     torch.testing.assert_close(out, shifted_sum(q, k))
 
@@ -450,3 +456,37 @@ def test_norms_of_query_rows_and_key_rows_fuse(fn):
     q, k, v, _ = _inputs(47, L=33, D=24)
     w = rand(24, seed=48).abs() + 0.5
     _one_exact_kernel(fn, q, k, v, w)
+
+
+def _temperature_after_the_max(q, k, v):  # exp((s - max s) / T), normalised by hand
+    s = q @ k.transpose(-1, -2)
+    e = torch.exp((s - s.amax(-1, keepdim=True)) / 2.5)
+    return e / e.sum(-1, keepdim=True) @ v
+
+
+def _squared_softmax(q, k, v):  # p ** 2 renormalised: exp(2 (s - max)) / Z^2 / sum(...)
+    p = torch.softmax(q @ k.transpose(-1, -2), dim=-1) ** 2
+    return p / p.sum(-1, keepdim=True) @ v
+
+
+@pytest.mark.parametrize("fn", [_temperature_after_the_max, _squared_softmax])
+def test_sums_scaling_as_a_power_of_exp_of_the_max_run_online(fn):
+    """A body proportional to ``exp(-c * max)`` with a constant ``c > 0`` is rescaled by
+    ``exp(c * (m_old - m_new))`` ([Note: online reduction])."""
+    q, k, v, _ = _inputs(53, L=41)
+    _one_exact_kernel(fn, q, k, v)
+
+
+@pytest.mark.parametrize("exponent", [4, -2, 1.5, 0.25])
+def test_constant_powers_of_scores_fuse_with_the_sign_of_pytorch(exponent):
+    """Integer powers are products (a negative base keeps its sign); other exponents go
+    through exp(c * log x), NaN for a negative base as in PyTorch (the scores are taken
+    by absolute value first there)."""
+    q, k, v, _ = _inputs(59, L=23)
+
+    def fn(q, k, v):
+        s = q @ k.transpose(-1, -2) * 0.3
+        s = s if float(exponent).is_integer() else s.abs() + 0.1
+        return torch.softmax(torch.tanh(s ** exponent), dim=-1) @ v
+
+    _one_exact_kernel(fn, q, k, v)

@@ -2,17 +2,20 @@
 
 [Note: online reduction]
 Let ``M = max_j a_j`` and let a sum over the same extent have the form
-``R = sum_j g_j * exp(b_j - M)`` where ``g`` and ``b`` do not depend on ``M`` (the
-*exp-power* of the body in ``M`` is one). Because ``exp`` maps ``+`` to ``×``,
-``exp(b - M_new) = exp(b - M_old) * exp(M_old - M_new)``. So walking ``j`` in tiles
-with a running max ``m`` and a running sum ``r``::
+``R = sum_j g_j * exp(c * (b_j - M))`` with a constant ``c > 0``, where ``g`` and ``b``
+do not depend on ``M`` (the *exp-power* of the body in ``M`` is ``c``: one for a
+softmax, ``1 / T`` for a temperature applied after the max is subtracted, two for a
+squared softmax). Because ``exp`` maps ``+`` to ``×``,
+``exp(c (b - M_new)) = exp(c (b - M_old)) * exp(c (M_old - M_new))``. So walking ``j``
+in tiles with a running max ``m`` and a running sum ``r``::
 
     m_new = max(m, max_{j in tile} a_j)
-    r     = r * exp(m - m_new) + sum_{j in tile} g_j * exp(b_j - m_new)
+    r     = r * exp(c * (m - m_new)) + sum_{j in tile} g_j * exp(c * (b_j - m_new))
     m     = m_new
 
 ends with ``m = M`` and ``r = R``: every reduction of the chain is computed in one pass
-over ``j``, without the intermediate ``exp(b - M)`` in memory. Nothing here looks for
+over ``j``, without the intermediate ``exp(b - M)`` in memory (``c > 0`` keeps every
+factor at most one where ``b <= M``, as for a softmax). Nothing here looks for
 the word softmax: a chain qualifies by this algebra alone (``torch.softmax``,
 a hand-written ``exp(s - s.amax()) / sum``, two softmaxes sharing a loop).
 
@@ -82,6 +85,12 @@ def _factors(expr: Expr) -> tuple[list[Expr], list[Expr]]:
     if _float_cast(expr):
         # kernels compute in fp32; a cast between float types only marks a rounding
         return _factors(expr.args[0])
+    if isinstance(expr, Pointwise) and expr.op == "pow" and isinstance(expr.args[1], Const):
+        exponent = expr.args[1]
+        if float(exponent.value).is_integer():  # (a / b) ** n = a ** n / b ** n
+            num, den = _factors(expr.args[0])
+            raised = [[Pointwise("pow", (f, exponent), expr.dtype) for f in fs] for fs in (num, den)]
+            return raised[0], raised[1]
     return [expr], []
 
 
@@ -194,7 +203,7 @@ def split_sums(expr: Expr) -> Expr:
     def fn(node: Expr) -> Expr | None:
         if not (isinstance(node, Reduce) and node.op == "sum"):
             return None
-        if all(exp_power(node.body, m) in (0, 1) for m in maxes):
+        if all(_rescalable(exp_power(node.body, m)) for m in maxes):
             return None
         terms = _expanded_terms(node.body)
         if not 1 < len(terms) <= MAX_TERMS:
@@ -202,6 +211,10 @@ def split_sums(expr: Expr) -> Expr:
         return _signed_sum([(sign, Reduce("sum", t, node.dims, node.dtype)) for sign, t in terms], node.dtype)
 
     return rebuild(expr, fn)
+
+
+def _rescalable(power: float | None) -> bool:
+    return power is not None and power >= 0
 
 
 def _expanded_terms(expr: Expr) -> list[tuple[int, Expr]]:
@@ -251,7 +264,16 @@ def _loop_reductions(expr: Expr) -> list[Reduce]:
 # ------------------------------------------------------------------ exp-power check
 
 
-def _linear_coeff(expr: Expr, target: Expr) -> int | None:
+def _constant(expr: Expr) -> float | None:
+    """The value of a constant (through casts), else None."""
+    if isinstance(expr, Const) and not isinstance(expr.value, bool):
+        return float(expr.value)
+    if isinstance(expr, Pointwise) and expr.op == "cast":
+        return _constant(expr.args[0])
+    return None
+
+
+def _linear_coeff(expr: Expr, target: Expr) -> float | None:
     """``c`` such that ``expr = x + c * target`` with ``x`` free of ``target``."""
     if expr == target:
         return 1
@@ -268,20 +290,31 @@ def _linear_coeff(expr: Expr, target: Expr) -> int | None:
             return None if c is None else -c
         if expr.op == "cast":
             return _linear_coeff(expr.args[0], target)
+        if expr.op in ("mul", "div"):  # by a constant: a temperature
+            x, k = expr.args
+            c, value = _linear_coeff(x, target), _constant(k)
+            if expr.op == "mul" and value is None:
+                (k, x), value = expr.args, _constant(expr.args[0])
+                c = _linear_coeff(x, target)
+            if c is None or value is None or (expr.op == "div" and value == 0):
+                return None
+            return c * value if expr.op == "mul" else c / value
     return None
 
 
-def exp_power(expr: Expr, target: Expr) -> int | None:
+def exp_power(expr: Expr, target: Expr) -> float | None:
     """``p`` such that ``expr = exp(-p * target) * (expression free of target)``."""
     if not any(node == target for node in walk(expr)):
         return 0
     if isinstance(expr, Pointwise):
-        if expr.op == "mul":
+        if expr.op in ("mul", "div"):
             a, b = (exp_power(x, target) for x in expr.args)
-            return None if a is None or b is None else a + b
-        if expr.op == "div":
-            a, b = (exp_power(x, target) for x in expr.args)
-            return a if b == 0 else None
+            if a is None or b is None:
+                return None
+            return a + b if expr.op == "mul" else a - b
+        if expr.op == "pow":  # (exp(-p * t) * x) ** c = exp(-c * p * t) * x ** c
+            base, value = exp_power(expr.args[0], target), _constant(expr.args[1])
+            return None if base is None or value is None else base * value
         if expr.op == "cast":
             return exp_power(expr.args[0], target)
         if expr.op == "exp":
@@ -345,13 +378,14 @@ def _over_one_extent(candidates: list[Reduce]) -> list[Reduce]:
 
 def _loop_reduction(red: Reduce, loop: list[Reduce], index_of: dict) -> LoopReduction:
     used = [other for other in loop if other is not red and any(n == other for n in walk(red.body))]
-    rescaled: list[int] = []
+    rescaled: list[tuple[int, float]] = []
     for other in used:
         if red.op != "sum" or other.op != "max":
             raise NotOnline(f"a {red.op} over the loop depends on a loop {other.op}")
-        if exp_power(red.body, other) != 1:
-            raise NotOnline("a sum depends on a loop max other than through exp(x - max)")
-        rescaled.append(index_of[other])
+        power = exp_power(red.body, other)
+        if power is None or power <= 0:
+            raise NotOnline("a sum depends on a loop max other than through exp(c * (x - max)), c > 0")
+        rescaled.append((index_of[other], power))
     body = replace_nodes(red.body, lambda n: RunningMax(index_of[n], n.dtype) if n in index_of and n is not red else None)
     return LoopReduction(red.op, body, red.dims[0], tuple(rescaled), red.dtype)
 

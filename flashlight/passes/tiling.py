@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 
 from flashlight.ir import (
     Const,
@@ -38,6 +39,7 @@ from flashlight.ir import (
 MAX_TILE = 256  # largest dim eliminated into one tile
 MIN_DOT = 16  # tl.dot needs every tile dim >= 16
 SCAN_TILES = 16  # key tiles per coarse step of the tile-liveness scan
+MAX_POW_PRODUCT = 8  # integer powers up to this are printed as products (sign-exact)
 
 
 class NotTileable(Exception):
@@ -161,8 +163,13 @@ class Layouts:
 
 
 def _supported_pow(expr: Pointwise) -> bool:
+    """A constant, finite, non-zero exponent (codegen: products for small integers,
+    ``exp(c * log(x))`` otherwise, which is NaN for a negative base as in PyTorch)."""
     exponent = expr.args[1]
-    return isinstance(exponent, Const) and exponent.value in (2, 3, 0.5, -0.5, -1, 1)
+    if not isinstance(exponent, Const) or isinstance(exponent.value, bool) or not math.isfinite(exponent.value):
+        return False
+    value = float(exponent.value)
+    return value != 0 and (not value.is_integer() or abs(value) <= MAX_POW_PRODUCT)
 
 
 def _inner_reduce_dims(kernel: Kernel) -> list[Dim]:
