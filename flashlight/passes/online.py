@@ -26,7 +26,7 @@ quotient. *Invariant factoring* uses linearity:
 ``sum_j (c * x_j) = c * sum_j x_j`` when ``c`` does not depend on ``j``; it moves the
 softmax denominator out of ``sum_j p_j v_j``. *Splitting sums* uses linearity the other way:
 ``sum_j (x_j + y_j) = sum_j x_j + sum_j y_j``. A sum whose body depends on a loop max
-other than through one ``exp(x - max)`` factor is expanded (``*`` and ``/`` distributed
+other than through ``exp(c * (x - max))`` factors is expanded (``*`` and ``/`` distributed
 over ``+`` and ``-``) into terms that each qualify on their own: a softmax mixed with a
 uniform prior, ``(p1 - lam * p2) @ v`` over two softmaxes, each term rescaled by its own
 max. *Hoisting* lifts reductions that do not
@@ -197,7 +197,7 @@ MAX_TERMS = 8  # expanding a body into more terms than this is not attempted
 
 def split_sums(expr: Expr) -> Expr:
     """``sum_j (x_j + y_j) -> sum_j x_j + sum_j y_j`` where a sum's body depends on a
-    loop max other than through one ``exp(x - max)`` factor ([Note: online reduction])."""
+    loop max other than through ``exp(c * (x - max))`` factors ([Note: online reduction])."""
     maxes = [r for r in _loop_reductions(expr) if r.op == "max"]
 
     def fn(node: Expr) -> Expr | None:
