@@ -16,7 +16,8 @@ Hypothesis draws a program, the way users compose attention by hand:
   combination leaves a row with no key, the program also keeps key 0 (an attention sink)
   so every row has one;
 - the softmax as ``torch.softmax``, the method, ``F.softmax``, written out with
-  ``amax``/``max``, or in log space (``exp(log_softmax(s))``, ``exp(s - logsumexp(s))``);
+  ``amax``/``max`` (also with a temperature applied after the max: ``exp((s - m) / T)``),
+  or in log space (``exp(log_softmax(s))``, ``exp(s - logsumexp(s))``);
 - the probabilities used as they are or mixed with a uniform prior
   (``(1 - a) * p + a / L_kv``) before ``@ v``.
 
@@ -50,7 +51,7 @@ class Program:
     mods: tuple  # ("scale", c) | ("cap", c) | ("bias", shape) | ("mul", shape) | ("alibi", slope, per_head) | ("alibi_abs", slope, per_head)
     masks: tuple  # ("causal", form) | ("window", w) | ("bool", shape)
     mask_form: str  # masked_fill | where | additive
-    softmax_form: str  # torch | method | functional | amax | max | log_softmax | logsumexp
+    softmax_form: str  # torch | method | functional | amax | max | amax_temperature | log_softmax | logsumexp
     seed: int
     qk_form: str = "plain"  # plain | shift_q | shift_both | tanh_k
     prior: float = 0.0  # weight of the uniform prior mixed into the probabilities
@@ -96,8 +97,8 @@ def programs(draw) -> Program:
         mods=tuple(draw(st.lists(mod, max_size=3))),
         masks=tuple(draw(st.lists(mask, max_size=2))),
         mask_form=draw(st.sampled_from(["masked_fill", "where", "additive"])),
-        softmax_form=draw(st.sampled_from(["torch", "method", "functional", "amax", "max", "log_softmax",
-                                           "logsumexp"])),
+        softmax_form=draw(st.sampled_from(["torch", "method", "functional", "amax", "max", "amax_temperature",
+                                           "log_softmax", "logsumexp"])),
         seed=draw(st.integers(0, 2**31 - 1)),
         qk_form=draw(st.sampled_from(["plain", "shift_q", "shift_both", "tanh_k"])),
         prior=draw(st.sampled_from([0.0, 0.0, 0.1, 0.5])),
@@ -206,8 +207,8 @@ def make_fn(prog: Program, sink: bool):
         elif prog.softmax_form == "logsumexp":
             p = torch.exp(s - torch.logsumexp(s, dim=-1, keepdim=True))
         else:
-            m = s.amax(dim=-1, keepdim=True) if prog.softmax_form == "amax" else s.max(dim=-1, keepdim=True).values
-            e = torch.exp(s - m)
+            m = s.max(dim=-1, keepdim=True).values if prog.softmax_form == "max" else s.amax(dim=-1, keepdim=True)
+            e = torch.exp((s - m) / 1.7) if prog.softmax_form == "amax_temperature" else torch.exp(s - m)
             p = e / e.sum(dim=-1, keepdim=True)
         if prog.prior:
             p = (1.0 - prog.prior) * p + prog.prior / prog.lkv
