@@ -174,13 +174,54 @@ def _getitem(lw, node: fx.Node) -> Access:
     source, index = node.args
     values = lw.tuple_values.get(getattr(source, "name", None))
     if values is None or index != 0:
-        raise Unsupported("only the values of max(dim) are lowered")
+        raise Unsupported("only the first output of max(dim) and native_layer_norm is lowered")
     lw.nest_of_node[node.name] = values.name
     return values
 
 
+def _layer_norm(lw, node: fx.Node) -> Access:
+    """``native_layer_norm``'s first output, ``(x - mean) / sqrt(var + eps) * w + b`` over
+    the trailing normalised dims (mean and biased variance as nests of their own); its
+    mean and rstd outputs have no lowering. Registered for ``getitem(node, 0)``."""
+    x_arg, normalized, weight, bias, eps = node.args[:5]
+    dtype = node.meta["val"][0].dtype
+    src = lw.value(x_arg, dtype)
+    if not isinstance(src, Access):
+        raise Unsupported("layer norm of a constant")
+    n, k = len(src.axes), len(normalized)
+    x_val = meta_val(x_arg)
+    if not all(isinstance(size, int) for size in x_val.shape[n - k:]):
+        raise Unsupported("layer norm over a dim of dynamic size")
+    count = Const(float(math.prod(x_val.shape[n - k:])), dtype)
+    kept = _Shaped(node, x_val.new_empty((*x_val.shape[:n - k], *[1] * k)))
+    dims = list(range(n - k, n))
+
+    def mean_of(value: Access, square: bool, hint: str) -> Access:
+        in_axes, keep_axes, reduced = _reduce_axes(lw, kept, value, dims, True)
+        x = lw.read(value, in_axes)
+        total = reduce_over("sum", Pointwise("mul", (x, x), dtype) if square else x, reduced, dtype)
+        return lw.add_nest(keep_axes, Pointwise("div", (total, count), dtype), dtype, hint)
+
+    mean = mean_of(src, False, "mean")
+    axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in src.axes)
+    centered = lw.add_nest(axes, Pointwise("sub", (lw.read(src, axes), lw.read(mean, axes)), dtype), dtype, "center")
+    var = mean_of(centered, True, "var")
+    out_axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in src.axes)
+    shifted = Pointwise("add", (lw.read(var, out_axes), Const(float(eps), dtype)), dtype)
+    out: Expr = Pointwise("mul", (lw.read(centered, out_axes), Pointwise("rsqrt", (shifted,), dtype)), dtype)
+    for param, op in ((weight, "mul"), (bias, "add")):
+        if param is not None:
+            out = Pointwise(op, (out, lw.read(lw.value(param, dtype), out_axes)), dtype)
+    values = lw.add_nest(out_axes, out, dtype, "layer_norm")
+    lw.tuple_values[node.name] = values
+    return values
 
 
+class _Shaped:
+    """A node seen with the value ``val`` (for its shape)."""
+
+    def __init__(self, node: fx.Node, val: torch.Tensor):
+        self.args, self.kwargs, self.name, self.meta = node.args, node.kwargs, node.name, {"val": val}
 
 
 REDUCTION_LOWERINGS: dict[Any, Callable[[Any, fx.Node], Access]] = {
@@ -194,5 +235,6 @@ REDUCTION_LOWERINGS: dict[Any, Callable[[Any, fx.Node], Access]] = {
     aten._log_softmax.default: _softmax_family(log=True),
     aten.logsumexp.default: _logsumexp,
     aten.max.dim: _max_dim,
+    aten.native_layer_norm.default: _layer_norm,
     operator.getitem: _getitem,
 }

@@ -448,7 +448,12 @@ def _neg_sq_distance(q, k, v, w):  # -|q - k|^2 = 2 q.k - |q|^2 - |k|^2
     return torch.softmax(-d2 * w.mean(), -1) @ v
 
 
-@pytest.mark.parametrize("fn", [_qk_rms_norm, _cosine, _neg_sq_distance])
+def _qk_layer_norm(q, k, v, w):  # F.layer_norm with a weight and a bias on q, plain on k
+    d = q.shape[-1]
+    return torch.softmax(F.layer_norm(q, (d,), w, w - 1.0) @ F.layer_norm(k, (d,)).transpose(-1, -2) * d ** -0.5, -1) @ v
+
+
+@pytest.mark.parametrize("fn", [_qk_rms_norm, _cosine, _neg_sq_distance, _qk_layer_norm])
 def test_norms_of_query_rows_and_key_rows_fuse(fn):
     """Reductions over the head dim: on the key side inside the loop, on the query side
     (a reduction over another extent than the loop's, using none of its reductions)
