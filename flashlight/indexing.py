@@ -62,6 +62,18 @@ def meta_val(node: fx.Node):
     return node.meta.get("val")
 
 
+class NodeView:
+    """An FX node seen with other arguments or another value (``meta["val"]``), so a
+    lowering rule can handle it as a node of that form (``rsub`` as ``sub`` with its
+    operands swapped, a tuple-valued node as its first output)."""
+
+    def __init__(self, node: fx.Node, args: tuple | None = None, kwargs: dict | None = None, val=None):
+        self.name = node.name
+        self.args = node.args if args is None else args
+        self.kwargs = node.kwargs if kwargs is None else kwargs
+        self.meta = node.meta if val is None else {**node.meta, "val": val}
+
+
 def node_shape(node: fx.Node) -> tuple:
     val = meta_val(node)
     if not isinstance(val, torch.Tensor):

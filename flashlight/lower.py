@@ -18,6 +18,7 @@ import torch.fx as fx
 
 from flashlight.indexing import (
     Access,
+    NodeView,
     Unsupported,
     finest,
     match_axis,
@@ -265,16 +266,9 @@ def _clamp_one_side(side: str):
     def rule(lw: _Lowerer, node: fx.Node) -> Access:
         bound = node.args[1]
         args = (node.args[0], bound, None) if side == "min" else (node.args[0], None, bound)
-        return _clamp(lw, _WithArgs(node, args))
+        return _clamp(lw, NodeView(node, args, kwargs={}))
 
     return rule
-
-
-class _WithArgs:
-    """A node seen with other arguments."""
-
-    def __init__(self, node: fx.Node, args: tuple):
-        self.args, self.kwargs, self.meta, self.name = args, {}, node.meta, node.name
 
 
 def _tri(keep_lower: bool):
@@ -438,18 +432,8 @@ for _op, _targets in {**_BINARY, **_UNARY}.items():
 
 
 def _rsub(lw: _Lowerer, node: fx.Node) -> Access:
-    swapped = _SwappedNode(node)
-    return _pointwise("sub", 2)(lw, swapped)
-
-
-class _SwappedNode:
-    """``rsub(x, y) = y - x``: the node seen with its two operands swapped."""
-
-    def __init__(self, node: fx.Node):
-        self.args = (node.args[1], node.args[0])
-        self.kwargs = node.kwargs
-        self.meta = node.meta
-        self.name = node.name
+    """``rsub(x, y) = y - x``: ``sub`` with its two operands swapped."""
+    return _pointwise("sub", 2)(lw, NodeView(node, (node.args[1], node.args[0])))
 
 
 LOWERINGS[aten.rsub.Scalar] = _rsub

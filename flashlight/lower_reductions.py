@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from flashlight.indexing import Access, Unsupported, meta_val, node_shape
+from flashlight.indexing import Access, NodeView, Unsupported, meta_val, node_shape
 from flashlight.ir import Const, Dim, Expr, Pointwise, Reduce
 
 aten = torch.ops.aten
@@ -91,12 +91,12 @@ def _softmax_family(log: bool):
             raise Unsupported(f"{name} of a constant")
         dim = node.args[1]
         compute = torch.float32 if node.args[2] else dtype
-        in_axes, keep_axes, reduced = _reduce_axes(lw, _KeepdimShape(node), src, [dim], True)
+        in_axes, keep_axes, reduced = _reduce_axes(lw, _keepdim_view(node), src, [dim], True)
         m = lw.add_nest(keep_axes, reduce_over("max", lw.read(src, in_axes), reduced, compute), compute, "amax")
         axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
         shifted = lw.add_nest(axes, Pointwise("sub", (lw.read(src, axes), lw.read(m, axes)), compute), compute,
                               "shift")
-        in2, keep2, red2 = _reduce_axes(lw, _KeepdimShape(node), shifted, [dim], True)
+        in2, keep2, red2 = _reduce_axes(lw, _keepdim_view(node), shifted, [dim], True)
         total = reduce_over("sum", Pointwise("exp", (lw.read(shifted, in2),), compute), red2, compute)
         s = lw.add_nest(keep2, total, compute, "sum")
         axes3 = tuple(tuple(Dim.fresh(d.size) for d in a) for a in in_axes)
@@ -138,17 +138,12 @@ def _logsumexp(lw, node: fx.Node) -> Access:
     return lw.add_nest(axes3, out, dtype, "logsumexp")
 
 
-class _KeepdimShape:
-    """A node seen with the shape of ``x.amax(dim, keepdim=True)`` (for softmax)."""
-
-    def __init__(self, node: fx.Node):
-        self.node = node
-        self.name = node.name
-        self.meta = {"val": meta_val(node.args[0])}
-        dim = node.args[1] % len(self.meta["val"].shape)
-        shape = list(self.meta["val"].shape)
-        shape[dim] = 1
-        self.meta = {"val": self.meta["val"].new_empty(shape)}
+def _keepdim_view(node: fx.Node) -> NodeView:
+    """A softmax node seen with the shape of ``x.amax(dim, keepdim=True)``."""
+    x = meta_val(node.args[0])
+    shape = list(x.shape)
+    shape[node.args[1] % len(shape)] = 1
+    return NodeView(node, val=x.new_empty(shape))
 
 
 def _max_dim(lw, node: fx.Node) -> Access:
@@ -157,17 +152,9 @@ def _max_dim(lw, node: fx.Node) -> Access:
     The node's value is a tuple, so the nest is registered for ``getitem(node, 0)``
     (see :func:`_getitem`), never for the tuple node itself.
     """
-    values = _reduction("max")(lw, _FirstOutput(node))
+    values = _reduction("max")(lw, NodeView(node, val=node.meta["val"][0]))
     lw.tuple_values[node.name] = values
     return values
-
-
-class _FirstOutput:
-    """A tuple-valued node seen as its first output."""
-
-    def __init__(self, node: fx.Node):
-        self.args, self.kwargs, self.name = node.args, node.kwargs, node.name
-        self.meta = {"val": node.meta["val"][0]}
 
 
 def _getitem(lw, node: fx.Node) -> Access:
@@ -193,7 +180,7 @@ def _layer_norm(lw, node: fx.Node) -> Access:
     if not all(isinstance(size, int) for size in x_val.shape[n - k:]):
         raise Unsupported("layer norm over a dim of dynamic size")
     count = Const(float(math.prod(x_val.shape[n - k:])), dtype)
-    kept = _Shaped(node, x_val.new_empty((*x_val.shape[:n - k], *[1] * k)))
+    kept = NodeView(node, val=x_val.new_empty((*x_val.shape[:n - k], *[1] * k)))
     dims = list(range(n - k, n))
 
     def mean_of(value: Access, square: bool, hint: str) -> Access:
@@ -215,13 +202,6 @@ def _layer_norm(lw, node: fx.Node) -> Access:
     values = lw.add_nest(out_axes, out, dtype, "layer_norm")
     lw.tuple_values[node.name] = values
     return values
-
-
-class _Shaped:
-    """A node seen with the value ``val`` (for its shape)."""
-
-    def __init__(self, node: fx.Node, val: torch.Tensor):
-        self.args, self.kwargs, self.name, self.meta = node.args, node.kwargs, node.name, {"val": val}
 
 
 REDUCTION_LOWERINGS: dict[Any, Callable[[Any, fx.Node], Access]] = {

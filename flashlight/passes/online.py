@@ -292,10 +292,9 @@ def _linear_coeff(expr: Expr, target: Expr) -> float | None:
             return _linear_coeff(expr.args[0], target)
         if expr.op in ("mul", "div"):  # by a constant: a temperature
             x, k = expr.args
+            if expr.op == "mul" and _constant(k) is None:
+                k, x = expr.args
             c, value = _linear_coeff(x, target), _constant(k)
-            if expr.op == "mul" and value is None:
-                (k, x), value = expr.args, _constant(expr.args[0])
-                c = _linear_coeff(x, target)
             if c is None or value is None or (expr.op == "div" and value == 0):
                 return None
             return c * value if expr.op == "mul" else c / value
