@@ -55,7 +55,7 @@ EXIT_COMPLETE, EXIT_INCOMPLETE, EXIT_RESTART = 0, 3, 4
 
 CSV_FIELDS = (
     "variant", "shape", "dtype", "impl", "status", "ms", "tflops", "floor_ms", "roofline_frac",
-    "peak_extra_mib", "first_call_s", "max_abs_err", "max_rel_err", "kernels", "message",
+    "peak_extra_mib", "first_call_s", "max_abs_err", "max_rel_err", "kernels", "configs", "message",
     "gpu", "driver", "torch", "triton", "date",
 )
 
@@ -142,7 +142,7 @@ class Results:
             writer.writeheader()
             for c in self.data["cells"]:
                 run = runs.get(c.get("run"), {})
-                row = {**c, "shape": shape_label(c["shape"]),
+                row = {**c, "shape": shape_label(c["shape"]), "configs": _configs_label(c.get("configs")),
                        **{k: run.get(k) for k in ("gpu", "driver", "torch", "triton", "date")}}
                 writer.writerow(row)
         os.replace(tmp, self.path.with_suffix(".csv"))
@@ -258,6 +258,9 @@ def run_cell(fn: Callable, args: tuple, ref, ctx: dict, deadline, timeout_s: flo
                 del out
             ms = bench_ms(lambda: fn(*args), device, rep_ms=ctx["rep_ms"], cpu_reps=ctx.get("cpu_reps", 3))
         rec["status"] = "ok"
+        if report is not None:
+            # (BLOCK_M, BLOCK_N, num_warps, num_stages) each new kernel ran with
+            rec["configs"] = [list(c) for k in report.kernels[n_kernels:] for c in k.chosen_configs().values()]
         rec["ms"] = _sig(ms)
         rec["tflops"] = _sig(ctx["flops"] / (ms * 1e-3) / 1e12) if ms > 0 else None
         rec["bytes"] = tensor_bytes(*args) + out_bytes
@@ -279,6 +282,11 @@ def run_cell(fn: Callable, args: tuple, ref, ctx: dict, deadline, timeout_s: flo
             torch.cuda.empty_cache()
     rec["wall_s"] = round(time.monotonic() - t_start, 2)
     return rec
+
+
+def _configs_label(configs: list | None) -> str:
+    """[[BLOCK_M, BLOCK_N, num_warps, num_stages], ...] -> "128x64 w4 s3; ..." for the CSV."""
+    return "; ".join(f"{m}x{n} w{w} s{st}" for m, n, w, st in configs or ())
 
 
 # ---------------------------------------------------------------------------- the run
@@ -480,6 +488,8 @@ def _describe(rec: dict) -> str:
     parts.append(f"first call {rec['first_call_s']:.1f} s")
     if "kernels" in rec:
         parts.append(f"{rec['kernels']} kernel(s)")
+    if rec.get("configs"):
+        parts.append(_configs_label(rec["configs"]))
     return ", ".join(parts)
 
 

@@ -17,6 +17,15 @@ class KernelReport:
     # (BLOCK_M, BLOCK_N, num_warps, num_stages) that autotuning tries on a GPU
     gpu_configs: tuple[tuple[int, int, int, int], ...] = ()
     _aot: Callable | None = dataclasses.field(default=None, repr=False, compare=False)
+    _chosen: Callable | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def chosen_configs(self) -> dict[tuple[int, ...], tuple[int, int, int, int]]:
+        """The launches so far: size arguments -> (BLOCK_M, BLOCK_N, num_warps, num_stages).
+
+        On a GPU, the configuration autotuning picked for those sizes; under the Triton
+        interpreter, the single configuration it runs.
+        """
+        return self._chosen() if self._chosen is not None else {}
 
     def aot_compile(self, capability: int = 90, **config: int):
         """Compile this kernel ahead of time for an NVIDIA GPU of ``capability`` (no GPU needed).

@@ -129,7 +129,7 @@ def _kernel_report(launcher: Launcher) -> KernelReport:
         return aot_compile(gpu_src, list(launcher.input_dtypes), kernel.dtype, capability, **kw)
 
     return KernelReport(launcher.src.name, launcher.src.source, tuple(launcher.aten_ops),
-                        tuple(config_space(gpu_src)), aot)
+                        tuple(config_space(gpu_src)), aot, launcher.chosen_configs)
 
 
 def compile_count() -> int:

@@ -112,6 +112,11 @@ class Launcher:
         self._chosen: dict[tuple[int, ...], dict] = {}
         self.__name__ = f"flashlight_{src.name}"
 
+    def chosen_configs(self) -> dict[tuple[int, ...], tuple[int, int, int, int]]:
+        """Size arguments -> (BLOCK_M, BLOCK_N, num_warps, num_stages) autotuning chose for them."""
+        keys = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+        return {sizes: tuple(int(kw[k]) for k in keys) for sizes, kw in self._chosen.items()}
+
     def _jit(self, interpret: bool):
         if self._fn is None:
             import triton

@@ -38,6 +38,9 @@ def test_kernels_smoke_records_resumes_and_reports(tmp_path):
         assert cell["first_call_s"] >= 0
     assert cells[("vanilla", "flashlight")]["kernels"] == 1
     assert cells[("msa_row_pair_bias", "flashlight")]["kernels"] == 1
+    for variant in ("vanilla", "msa_row_pair_bias"):  # the tile configuration each kernel ran with
+        (config,) = cells[(variant, "flashlight")]["configs"]
+        assert len(config) == 4 and all(isinstance(x, int) and x > 0 for x in config)
     csv_lines = (tmp_path / "kernels_smoke_test.csv").read_text().splitlines()
     assert csv_lines[0].startswith("variant,shape,dtype,impl,status,ms")
     assert len(csv_lines) == 1 + len(cells)

@@ -229,6 +229,24 @@ def test_generated_kernel_compiles_for_hopper():
     assert 0 < result.shared <= 227 * 1024
 
 
+def test_report_records_the_configuration_each_launch_ran_with():
+    from flashlight.api import ExplainReport
+
+    torch.compiler.reset()
+    report = ExplainReport()
+    compiled = flashlight.compile(attention, report=report)
+    args = _inputs(17, L=23)
+    out = compiled(*args)
+    torch.testing.assert_close(out.double(), attention(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
+    torch.compiler.reset()
+    (kernel,) = report.kernels
+    (config,) = kernel.chosen_configs().values()
+    block_m, block_n, warps, stages = config
+    assert block_m >= 16 and block_m & (block_m - 1) == 0
+    assert block_n >= 16 and block_n & (block_n - 1) == 0
+    assert warps >= 1 and stages >= 1
+
+
 def test_ieee_fp32_kernels_also_autotune_over_tiles_that_fit_in_registers():
     """IEEE float32 dots run on CUDA cores with operand and product tiles in registers:
     at head width 128 every tensor-core tile shape spills kilobytes per thread to local
