@@ -29,7 +29,8 @@ IMPL_TITLES = {"flashlight": "Flashlight", "eager": "eager", "torch_compile": "t
                "sdpa": "SDPA (bias)", "flex": "FlexAttention", "cuequivariance": "cuEquivariance",
                "trifast": "trifast"}
 EVOFORMER = ("msa_row_pair_bias", "msa_column", "triangle_start", "triangle_end")
-BLOCK_MASK = ("causal_tril", "causal_triu", "causal_index", "alibi", "sliding_window", "prefix_lm", "document_mask")
+BLOCK_MASK = ("causal_tril", "causal_triu", "causal_index", "alibi", "sliding_window", "prefix_lm", "document_mask",
+              "attention_sinks")
 DTYPE_TITLES = {"bf16": "bf16", "tf32": "fp32 (TF32)", "fp32": "fp32 (IEEE)"}
 MODE_TITLES = {"stock": "stock", "compile": "torch.compile per block", "flashlight": "Flashlight"}
 

@@ -47,6 +47,7 @@ PARTS=(
     "kernels-evoformer-fma|$K --variants msa_row_pair_bias --shapes all --dtypes fp32 --impls flashlight --out $R/kernels_evoformer_fma.json"
     "kernels-lm-masked-scan|$K --variants causal_tril,causal_triu,causal_index,alibi,sliding_window,prefix_lm,document_mask,gqa,cross_attention --shapes all --dtypes bf16 --impls flashlight --out $R/kernels_lm_masked_scan.json"
     "kernels-lm-bf16|$K --variants lm --shapes all --dtypes bf16 --out $R/kernels_lm.json"
+    "kernels-lm-sinks|$K --variants attention_sinks --shapes all --dtypes bf16 --out $R/kernels_lm_sinks.json"
     "kernels-evoformer-fp32|$K --variants evoformer --shapes all --dtypes tf32,fp32 --out $R/kernels_evoformer.json"
     "evoformer-1024|$E --n-res 1024 --scopes stack,model --out $R/evoformer.json"
     "kernels-lm-fp32|$K --variants lm --shapes all --dtypes tf32,fp32 --out $R/kernels_lm.json"

@@ -121,6 +121,35 @@ def _causal_index_sdpa(q, k, v):
     return _causal_sdpa(q, k, v).transpose(1, 2)
 
 
+# attention sinks -------------------------------------------------------------------------
+
+
+def attention_sinks(q, k, v, sink):
+    # q, k, v: [B, H, L, D]; sink: [H] a learned logit per head for a key that carries no
+    # value and that every query sees (gpt-oss), written as the max and sum it enters; causal
+    L = q.shape[-2]
+    s = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # [B, H, L, L]
+    pos = torch.arange(L, device=q.device)
+    s = s.masked_fill(pos[None, :] > pos[:, None], float("-inf"))
+    sink = sink[:, None, None]  # [H, 1, 1]
+    m = torch.maximum(s.amax(-1, keepdim=True), sink)  # [B, H, L, 1]
+    e = torch.exp(s - m)
+    return (e @ v) / (e.sum(-1, keepdim=True) + torch.exp(sink - m))
+
+
+def _sink_inputs(shape, dtype, device, generator):
+    H = sizes_of(shape, "H")[0]
+    return (*_bhld_inputs(shape, dtype, device, generator), random_normal((H,), dtype, device, generator))
+
+
+def _sinks_flex(q, k, v, sink):
+    # softmax over the keys, then the sink's share of the denominator from the row's
+    # log-sum-exp: sum / (sum + exp(sink)) = sigmoid(lse - sink)
+    bm = static_block_mask("causal", q.shape[-2], k.shape[-2], str(q.device))
+    out, lse = flex_attention(q, k, v, block_mask=bm, return_lse=True)  # [B, H, L, D], [B, H, L]
+    return out * torch.sigmoid(lse - sink[:, None].float())[..., None].to(out.dtype)
+
+
 # ALiBi -----------------------------------------------------------------------------------
 
 
@@ -501,6 +530,16 @@ LM_VARIANTS: tuple[Variant, ...] = (
         flops=_bhld_flops(0.5),
         flex=_causal_index_flex,
         sdpa=_causal_index_sdpa,
+    ),
+    Variant(
+        name="attention_sinks",
+        fn=attention_sinks,
+        make_inputs=_sink_inputs,
+        default_shape={"B": 2, "H": 3, "L": 35, "D": 16},
+        bench_shapes=_LM_SHAPES,
+        flops=_bhld_flops(0.5),
+        flex=_sinks_flex,
+        sdpa=None,  # SDPA returns no log-sum-exp to add the sink's share with
     ),
     Variant(
         name="alibi",

@@ -139,18 +139,28 @@ def compile_count() -> int:
 
 KNOWN_OPTIONS = {"autotune"}
 
+# activations and helpers that PyTorch's own decompositions rewrite into the elementwise
+# operations the lowering knows (``elu`` into ``where`` and ``expm1``, ``gelu`` into
+# ``erf``, ``softplus`` into ``log1p`` and ``exp``), so they can fuse like any other
+DECOMPOSED = (
+    aten.elu, aten.celu, aten.selu, aten.gelu, aten.silu, aten.mish, aten.softplus,
+    aten.hardtanh, aten.relu6, aten.leaky_relu, aten.hardsigmoid, aten.hardswish,
+    aten.log_sigmoid_forward, aten.logaddexp, aten.square, aten.lerp,
+)
+
 
 def make_backend(report: ExplainReport | None = None, **options: Any):
     """A ``torch.compile`` backend; ``report`` (if given) collects what was generated."""
     unknown = set(options) - KNOWN_OPTIONS
     if unknown:
         raise TypeError(f"unknown Flashlight options {sorted(unknown)}; known: {sorted(KNOWN_OPTIONS)}")
+    from torch._decomp import get_decompositions
     from torch._dynamo.backends.common import aot_autograd
 
     def fw_compiler(gm: fx.GraphModule, example_inputs):
         return build(gm, example_inputs, report, options)
 
-    return aot_autograd(fw_compiler=fw_compiler)
+    return aot_autograd(fw_compiler=fw_compiler, decompositions=get_decompositions(list(DECOMPOSED)))
 
 
 def flashlight_backend(gm: fx.GraphModule, example_inputs):

@@ -17,7 +17,7 @@ import dataclasses
 
 import torch
 
-from flashlight.codegen_live import LiveScan
+from flashlight.codegen_live import LiveScan, rounding_division
 from flashlight.ir import (
     Const,
     Dim,
@@ -51,7 +51,13 @@ _UNARY = {"exp": "tl.exp({})", "log": "tl.log({})", "sigmoid": "tl.sigmoid({})",
           "abs": "tl.abs({})", "sqrt": "tl.sqrt({})", "rsqrt": "tl.rsqrt({})", "neg": "(-{})",
           "relu": "tl.maximum({}, 0.0)", "not": "({} == 0)",
           # tanh through exp: exact at both tails, and tl has no portable tanh
-          "tanh": "(1.0 - 2.0 / (tl.exp(2.0 * {}) + 1.0))"}
+          "tanh": "(1.0 - 2.0 / (tl.exp(2.0 * {}) + 1.0))",
+          # expm1 / log1p: tl has no portable ones; near 0, where exp(x) - 1 and log(1 + x)
+          # lose their relative precision, the leading terms of the series
+          "expm1": "tl.where(tl.abs({0}) < 1e-5, {0} + 0.5 * {0} * {0}, tl.exp({0}) - 1.0)",
+          "log1p": "tl.where(tl.abs({0}) < 1e-4, {0} * (1.0 - {0} * (0.5 - {0} / 3.0)), tl.log(1.0 + {0}))",
+          "erf": "tl.erf({})", "reciprocal": "(1.0 / {})", "exp2": "tl.exp2({})", "log2": "tl.log2({})",
+          "sin": "tl.sin({})", "cos": "tl.cos({})", "floor": "tl.floor({})", "ceil": "tl.ceil({})"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,6 +312,9 @@ class _Printer:
                 raise NotImplementedError("integer division")
         elif op in _UNARY:
             text = _UNARY[op].format(args[0])
+        elif op in ("floordiv", "truncdiv", "remainder"):
+            int_type = None if expr.dtype.is_floating_point else TL_DTYPES[expr.dtype]
+            text = rounding_division(op, args[0], args[1], int_type)
         elif op in ("maximum", "minimum"):
             text = f"tl.{op}({args[0]}, {args[1]}, propagate_nan=tl.PropagateNan.ALL)"
         elif op == "where":
@@ -389,7 +398,12 @@ class _Printer:
         sums = [k for k, r in enumerate(kernel.loop) if r.op == "sum"]
         for k in maxes:
             lay = self.layouts.loop_layouts[k]
-            self.pre.append(f"m{k} = tl.full({self.shape(lay)}, float(\"-inf\"), tl.float32)")
+            start = f"tl.full({self.shape(lay)}, float(\"-inf\"), tl.float32)"
+            if kernel.loop[k].init is not None:  # max(init, max_j body_j): start from init
+                var, init_lay = self.emit(kernel.loop[k].init, "pre")
+                init = self.broadcast(var, init_lay, lay)  # promoted to float32 by tl.maximum
+                start = f"tl.maximum({start}, {init}, propagate_nan=tl.PropagateNan.ALL)"
+            self.pre.append(f"m{k} = {start}")
         for k in sums:
             self.pre.append(f"acc{k} = tl.zeros({self.shape(self.layouts.loop_layouts[k])}, tl.float32)")
         masked = self.emit_loop_step(kernel.loop, full_tiles=False)

@@ -188,6 +188,14 @@ class LiveScan:
             return f, t
         if op == "cast":
             return self.cast(node, args[0], v)
+        if op in ("floordiv", "truncdiv", "remainder"):  # by a positive constant (see INTERVAL_OPS)
+            (lo, hi), (c, _) = args
+            int_type = None if node.dtype.is_floating_point else "tl.int64"
+            if op == "remainder":  # in [0, c)
+                return v("lo", f"0 * ({lo})"), v("hi", f"{c} + 0 * ({hi})")
+            zero = f"tl.zeros([], {int_type or 'tl.float32'})"  # a literal end becomes a Triton scalar
+            lo, hi = v("lo", f"{lo} + {zero}"), v("hi", f"{hi} + {zero}")
+            return v("lo", rounding_division(op, lo, c, int_type)), v("hi", rounding_division(op, hi, c, int_type))
         if op == "where":
             return _select(node.dtype == torch.bool, *args, v)
         raise NotImplementedError(f"{op} in a liveness predicate")
@@ -252,3 +260,20 @@ def _compare(op: str, args, v) -> tuple[str, str]:
     never_equal = v("may", f"{single} == 0")
     return (overlap, never_equal) if op == "eq" else (never_equal, overlap)
 
+
+def rounding_division(op: str, a: str, b: str, int_type: str | None) -> str:
+    """``floordiv`` / ``truncdiv`` / ``remainder`` (Python's, with the divisor's sign) of
+    ``a`` and ``b``, integers of Triton type ``int_type`` or floats (``None``). Triton's
+    integer ``//`` and ``%`` truncate, as in C. Shared by the kernel printer and the scan."""
+    if int_type is None:
+        quotient = f"({a} / {b})"
+        return {"floordiv": f"tl.floor{quotient}",
+                "truncdiv": f"tl.where({quotient} < 0, tl.ceil{quotient}, tl.floor{quotient})",
+                "remainder": f"({a} - {b} * tl.floor{quotient})"}[op]
+    if op == "truncdiv":
+        return f"({a} // {b})"
+    # the remainder and the quotient's correction where the signs differ and it is not 0
+    off = f"((({a} % {b}) != 0) & ((({a} % {b}) < 0) != ({b} < 0)))"
+    if op == "floordiv":
+        return f"({a} // {b} - {off}.to({int_type}))"
+    return f"({a} % {b} + {b} * {off}.to({int_type}))"

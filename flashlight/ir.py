@@ -377,7 +377,8 @@ class LoopReduction:
     ``body`` may read ``RunningMax(k)`` for each ``(k, c)`` in ``rescaled_by``: the
     online pass proved the body scales by ``exp(-c * max_k)``, so partial results are
     rescaled by ``exp(c * (m_old - m_new))`` when the running max grows. See
-    [Note: online reduction].
+    [Note: online reduction]. A max may start from ``init`` (a value free of the loop
+    dim and of reductions) instead of ``-inf``: ``max(init, max_j body_j)``.
     """
 
     op: str  # "sum" or "max"
@@ -385,6 +386,11 @@ class LoopReduction:
     dim: Dim
     rescaled_by: tuple[tuple[int, float], ...]  # (loop max k, power c)
     dtype: torch.dtype
+    init: Expr | None = None
+
+    def exprs(self) -> tuple[Expr, ...]:
+        """The expressions the reduction evaluates: its body, and its initial value."""
+        return (self.body,) if self.init is None else (self.body, self.init)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -424,6 +430,9 @@ def check_kernel_invariants(kernel: Kernel) -> None:
     for red in kernel.loop:
         if not free_dims(red.body) <= outer | loop_dims:
             raise InvariantError(f"{kernel.name}: a loop body reads dims outside the kernel")
+        if red.init is not None and (red.op != "max" or not free_dims(red.init) <= outer
+                                     or any(isinstance(n, (Reduce, RunningMax, LoopResult)) for n in walk(red.init))):
+            raise InvariantError(f"{kernel.name}: a loop initial value that is not a max's row value")
     if not free_dims(kernel.epilogue) <= outer:
         raise InvariantError(f"{kernel.name}: the epilogue reads dims outside the output")
     if kernel.live is not None:
@@ -436,8 +445,8 @@ def check_kernel_invariants(kernel: Kernel) -> None:
     if kernel.full is not None:
         if kernel.full.dtype != torch.bool or not free_dims(kernel.full) <= outer | loop_dims:
             raise InvariantError(f"{kernel.name}: full-tile predicate not boolean over the loop nest")
-        shapes = [(r.op, r.dim, r.rescaled_by, r.dtype) for r in kernel.loop]
-        if [(r.op, r.dim, r.rescaled_by, r.dtype) for r in kernel.unmasked] != shapes:
+        shapes = [(r.op, r.dim, r.rescaled_by, r.dtype, r.init) for r in kernel.loop]
+        if [(r.op, r.dim, r.rescaled_by, r.dtype, r.init) for r in kernel.unmasked] != shapes:
             raise InvariantError(f"{kernel.name}: the unmasked loop differs from the loop in more than its bodies")
 
 
@@ -471,6 +480,7 @@ def format_kernel(kernel: Kernel) -> str:
     lines = [f"kernel {kernel.name}[{', '.join(_fmt_axis(a) for a in kernel.axes)}]"]
     for k, red in enumerate(kernel.loop):
         scale = f" rescaled by {list(red.rescaled_by)}" if red.rescaled_by else ""
+        scale += f" from {format_expr(red.init)}" if red.init is not None else ""
         lines.append(f"  loop{k} = {red.op}[{red.dim.name}]({format_expr(red.body)}){scale}")
     lines.append(f"  out = {format_expr(kernel.epilogue)}")
     if kernel.live is not None:

@@ -294,8 +294,12 @@ def _full(lw: _Lowerer, node: fx.Node) -> Access:
     axes = tuple(() if s == 1 else (Dim.fresh(s),) for s in shape)
     if node.target in (aten.full.default, aten.full_like.default):
         fill = node.args[1]
+    elif node.target is aten.new_full.default:
+        fill = node.args[2]
     else:
-        fill = 1 if node.target in (aten.ones.default, aten.ones_like.default) else 0
+        fill = 1 if node.target in (aten.ones.default, aten.ones_like.default, aten.new_ones.default) else 0
+    if not isinstance(fill, (int, float, bool)):
+        raise Unsupported("a fill value that is not a number")
     return lw.add_nest(axes, Const(fill, dtype), dtype, "full")
 
 
@@ -386,6 +390,9 @@ LOWERINGS: dict[Any, Callable[[_Lowerer, fx.Node], Access]] = {
     aten.full_like.default: _full,
     aten.ones_like.default: _full,
     aten.zeros_like.default: _full,
+    aten.new_full.default: _full,
+    aten.new_ones.default: _full,
+    aten.new_zeros.default: _full,
     aten.scalar_tensor.default: _scalar_tensor,
     aten.arange.default: _arange,
     aten.arange.start: _arange,
@@ -413,6 +420,7 @@ _BINARY = {
     "or": [aten.logical_or.default, aten.bitwise_or.Tensor],
     "pow": [aten.pow.Tensor_Scalar],
     "where": [aten.where.self],
+    "remainder": [aten.remainder.Scalar, aten.remainder.Tensor],  # Python's: the divisor's sign
 }
 _UNARY = {
     "neg": [aten.neg.default],
@@ -425,6 +433,16 @@ _UNARY = {
     "rsqrt": [aten.rsqrt.default],
     "relu": [aten.relu.default],
     "not": [aten.logical_not.default, aten.bitwise_not.default],
+    "expm1": [aten.expm1.default],
+    "log1p": [aten.log1p.default],
+    "erf": [aten.erf.default],
+    "reciprocal": [aten.reciprocal.default],
+    "exp2": [aten.exp2.default],
+    "log2": [aten.log2.default],
+    "sin": [aten.sin.default],
+    "cos": [aten.cos.default],
+    "floor": [aten.floor.default],
+    "ceil": [aten.ceil.default],
 }
 for _op, _targets in {**_BINARY, **_UNARY}.items():
     for _t_ in _targets:
@@ -437,6 +455,19 @@ def _rsub(lw: _Lowerer, node: fx.Node) -> Access:
 
 
 LOWERINGS[aten.rsub.Scalar] = _rsub
+
+
+def _rounding_div(lw: _Lowerer, node: fx.Node) -> Access:
+    """``div(a, b, rounding_mode=...)``: ``floor`` (``a // b``) or ``trunc``."""
+    mode = node.kwargs.get("rounding_mode")
+    if mode not in ("floor", "trunc"):
+        return _pointwise("div", 2)(lw, node)
+    return _pointwise(f"{mode}div", 2)(lw, NodeView(node, kwargs={}))
+
+
+LOWERINGS[aten.div.Tensor_mode] = _rounding_div
+LOWERINGS[aten.div.Scalar_mode] = _rounding_div
+LOWERINGS[aten.floor_divide.default] = _pointwise("floordiv", 2)
 
 
 def _scalar_pow(lw: _Lowerer, node: fx.Node) -> Access:

@@ -81,7 +81,7 @@ class SizeSource:
 
 def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
     found: dict[str, SizeSource] = {}
-    for expr in [kernel.epilogue, *(r.body for r in kernel.loop)]:
+    for expr in [kernel.epilogue, *(e for r in kernel.loop for e in r.exprs())]:
         for node in walk(expr):
             if isinstance(node, Load) and node.base in src.inputs:
                 for a, axis in enumerate(node.index):

@@ -513,3 +513,65 @@ def test_constant_powers_of_scores_fuse_with_the_sign_of_pytorch(exponent):
         return torch.softmax(torch.tanh(s ** exponent), dim=-1) @ v
 
     _one_exact_kernel(fn, q, k, v)
+
+
+def _softmax_one(q, k, v):  # softmax with an extra zero logit: exp(s - m) / (exp(-m) + sum)
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    m = s.amax(-1, keepdim=True).clamp_min(0.0)
+    e = torch.exp(s - m)
+    return e / (torch.exp(-m) + e.sum(-1, keepdim=True)) @ v
+
+
+def _max_with_a_row_floor(q, k, v):  # the max floored by a value of the query row
+    s = q @ k.transpose(-1, -2)
+    m = torch.maximum(s.amax(-1, keepdim=True), q.sum(-1, keepdim=True))
+    e = torch.exp(s - m)
+    return e / (e.sum(-1, keepdim=True) + 0.5) @ v
+
+
+@pytest.mark.parametrize("fn", [_softmax_one, _max_with_a_row_floor])
+def test_a_max_clamped_from_below_is_a_loop_max_with_a_starting_value(fn):
+    """``max(max_j s_j, r) = max_j max(s_j, r)`` for ``r`` free of ``j``: the running
+    max starts at ``r`` ([Note: online reduction]); one kernel, exact."""
+    q, k, v, _ = _inputs(59, L=45)
+    _one_exact_kernel(fn, q, k, v)
+
+
+def _activations(q, k, v):  # PyTorch's decompositions rewrite each into lowered ops
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    s = F.gelu(s) + F.softplus(-s) - F.logsigmoid(s) + 0.1 * F.elu(s) + F.hardtanh(F.leaky_relu(s, 0.1), -2.0, 2.0)
+    return torch.softmax(s, dim=-1) @ (F.silu(v) + F.mish(v) - F.hardswish(v))
+
+
+def _elementary_functions(q, k, v):  # erf, expm1, log1p, sin, cos, exp2, log2, reciprocal
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    t = torch.erf(s) + torch.expm1(0.5 * s) + torch.log1p(s.abs()) + torch.sin(s) * torch.cos(0.3 * s)
+    return torch.softmax(t + torch.exp2(-s.abs()) + torch.log2(1.0 + s * s) + torch.reciprocal(2.0 + s.abs()), -1) @ v
+
+
+def _rounding_divisions(q, k, v):  # Python's // and % of negative integers; trunc rounding
+    L = q.shape[-2]
+    i = torch.arange(L)
+    d = i[None, :] - i[:, None]  # [L, L], negative below the diagonal
+    bias = 0.1 * torch.div(d, 5, rounding_mode="floor") - 0.05 * (d - 3) % 7 + 0.02 * torch.div(d, 3, rounding_mode="trunc")
+    return torch.softmax(q @ k.transpose(-1, -2) + bias, -1) @ v
+
+
+@pytest.mark.parametrize("fn", [_activations, _elementary_functions, _rounding_divisions])
+def test_activations_elementary_functions_and_rounding_divisions_fuse(fn):
+    q, k, v, _ = _inputs(61, L=35)
+    _one_exact_kernel(fn, q, k, v)
+
+
+def test_rounding_divisions_follow_python_on_negative_operands():
+    """Triton's integer ``//`` and ``%`` truncate; PyTorch's floor division and remainder
+    take the divisor's sign. Every sign combination, through a kernel's bias."""
+    def fn(q, k, v, a):  # a: [L] integers of both signs
+        b = a[None, :] + 0 * a[:, None]  # [L, L]
+        bias = (torch.div(b, 4, rounding_mode="floor") + torch.remainder(b, 3) + torch.remainder(b, -3)
+                + torch.div(b, -4, rounding_mode="floor") + torch.div(b, 4, rounding_mode="trunc")).float()
+        return torch.softmax(q @ k.transpose(-1, -2) + 0.1 * bias, -1) @ v
+
+    q, k, v, _ = _inputs(67, L=24)
+    a = torch.arange(-12, 12)
+    _one_exact_kernel(fn, q, k, v, a)

@@ -52,6 +52,7 @@ class Program:
     masks: tuple  # ("causal", form) | ("window", w) | ("bool", shape)
     mask_form: str  # masked_fill | where | additive
     softmax_form: str  # torch | method | functional | amax | max | amax_temperature | log_softmax | logsumexp
+    #                    | softmax_one (an extra zero logit: the max clamped at 0)
     seed: int
     qk_form: str = "plain"  # plain | shift_q | shift_both | tanh_k
     prior: float = 0.0  # weight of the uniform prior mixed into the probabilities
@@ -98,7 +99,7 @@ def programs(draw) -> Program:
         masks=tuple(draw(st.lists(mask, max_size=2))),
         mask_form=draw(st.sampled_from(["masked_fill", "where", "additive"])),
         softmax_form=draw(st.sampled_from(["torch", "method", "functional", "amax", "max", "amax_temperature",
-                                           "log_softmax", "logsumexp"])),
+                                           "log_softmax", "logsumexp", "softmax_one"])),
         seed=draw(st.integers(0, 2**31 - 1)),
         qk_form=draw(st.sampled_from(["plain", "shift_q", "shift_both", "tanh_k"])),
         prior=draw(st.sampled_from([0.0, 0.0, 0.1, 0.5])),
@@ -206,6 +207,10 @@ def make_fn(prog: Program, sink: bool):
             p = torch.exp(torch.log_softmax(s, dim=-1))
         elif prog.softmax_form == "logsumexp":
             p = torch.exp(s - torch.logsumexp(s, dim=-1, keepdim=True))
+        elif prog.softmax_form == "softmax_one":
+            m = s.amax(dim=-1, keepdim=True).clamp_min(0.0)
+            e = torch.exp(s - m)
+            p = e / (torch.exp(-m) + e.sum(dim=-1, keepdim=True))
         else:
             m = s.max(dim=-1, keepdim=True).values if prog.softmax_form == "max" else s.amax(dim=-1, keepdim=True)
             e = torch.exp((s - m) / 1.7) if prog.softmax_form == "amax_temperature" else torch.exp(s - m)

@@ -306,3 +306,94 @@ def test_dead_tiles_are_not_read():
         out = flashlight.compile(VARIANTS[name].fn)(q, k, v)
     assert torch.isnan(out[..., 299, :]).all()  # the row that sees it
     assert torch.isfinite(out[..., :32, :]).all()  # rows whose tiles never reach key 299
+
+
+def _sink_attention(q, k, v, sink, keep):
+    # q, k, v: [B, H, L, D]; sink: [H] logits of a key that every query sees and that
+    # carries no value (attention sinks); keep: [B, L] key padding; causal
+    L = q.shape[-2]
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5  # [B, H, L, L]
+    pos = torch.arange(L)
+    s = s.masked_fill(pos[None, :] > pos[:, None], -math.inf)
+    s = s.masked_fill(~keep[:, None, None, :], -math.inf)
+    m = torch.maximum(s.amax(-1, keepdim=True), sink[:, None, None])  # [B, H, L, 1]
+    e = torch.exp(s - m)
+    return (e @ v) / (e.sum(-1, keepdim=True) + torch.exp(sink[:, None, None] - m))
+
+
+def test_a_max_with_a_floor_starts_from_it_and_keeps_skipping():
+    """``max(max_j s_j, r)`` runs as a loop max started at ``r`` ([Note: online
+    reduction]), so the masked scores stay the loop body and dead tiles are still
+    skipped; rows whose every key is removed give the sink's share, 0, as in eager."""
+    g = torch.Generator().manual_seed(11)
+    B, H, L, D = 2, 3, 300, 16
+    q, k, v = (torch.randn(B, H, L, D, generator=g) for _ in range(3))
+    sink = torch.randn(H, generator=g)
+    keep = torch.rand(B, L, generator=g) > 0.3
+    keep[1] = False  # batch 1: no key at all
+    kernel = _kernel_of(_sink_attention, q, k, v, sink, keep)
+    (floored,) = [red for red in kernel.loop if red.op == "max"]
+    assert floored.init is not None and kernel.live is not None and kernel.full is not None
+    assert not any(isinstance(n, Pointwise) and n.op == "maximum" for n in walk(floored.body))
+    ref = _sink_attention(q.double(), k.double(), v.double(), sink.double(), keep)
+    with torch.no_grad():
+        out = flashlight.compile(_sink_attention)(q, k, v, sink, keep)
+    assert torch.isfinite(out).all() and torch.equal(out[1], torch.zeros_like(out[1]))
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def _chunked_causal(q, k, v):  # causal within chunks of 64 keys (chunked local attention)
+    pos = torch.arange(q.shape[-2])
+    keep = (pos[:, None] // 64 == pos[None, :] // 64) & (pos[None, :] <= pos[:, None])
+    return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~keep, -math.inf), dim=-1) @ v
+
+
+def _strided_window(q, k, v):  # every 4th key among the last 100 (a strided sparse pattern)
+    pos = torch.arange(q.shape[-2])
+    d = pos[:, None] - pos[None, :]
+    keep = (torch.remainder(d, 4) == 0) & (d >= 0) & (d <= 100)
+    return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~keep, -math.inf), dim=-1) @ v
+
+
+def _float_blocks(q, k, v):  # block-diagonal, the block index computed in float
+    block = torch.div(torch.arange(q.shape[-2]).float(), 32.0, rounding_mode="floor")
+    keep = block[:, None] == block[None, :]
+    return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~keep, -math.inf), dim=-1) @ v
+
+
+@pytest.mark.parametrize("fn", [_chunked_causal, _strided_window, _float_blocks])
+def test_masks_with_floor_division_and_remainder_are_bounded(fn):
+    """``//`` and ``%`` by a positive constant are bounded over a tile (monotone; in
+    ``[0, c)``), so these masks get skipping and full tiles, and stay exact."""
+    g = torch.Generator().manual_seed(13)
+    q, k, v = (torch.randn(2, 2, 300, 16, generator=g) for _ in range(3))
+    kernel = _kernel_of(fn, q, k, v)
+    assert kernel.live is not None and kernel.full is not None
+    with torch.no_grad():
+        out = flashlight.compile(fn)(q, k, v)
+    torch.testing.assert_close(out.double(), fn(q.double(), k.double(), v.double()), rtol=1e-5, atol=1e-5)
+
+
+def test_chunks_never_read_the_keys_of_other_chunks():
+    g = torch.Generator().manual_seed(17)
+    q, k, v = (torch.randn(2, 2, 300, 16, generator=g) for _ in range(3))
+    v[..., 299, :] = float("nan")  # [B, H, L, D]: a key of the last chunk (256..299)
+    with torch.no_grad():
+        out = flashlight.compile(_chunked_causal)(q, k, v)
+    assert torch.isnan(out[..., 299, :]).all()
+    assert torch.isfinite(out[..., :256, :]).all()  # eager: NaN everywhere (0 * NaN)
+
+
+def test_kernels_with_a_running_max_start_and_rounding_divisions_compile_for_hopper():
+    """The interpreter accepts code the GPU compiler rejects (Python scalars used as
+    tensors, mixed integer types): the scan with ``//`` and ``%`` bounds and the loop
+    max started from a value must also build for sm_90 (no GPU needed)."""
+    from tests.test_compiler import _elementary_functions, _rounding_divisions
+
+    g = torch.Generator().manual_seed(19)
+    q, k, v = (torch.randn(2, 3, 40, 16, generator=g) for _ in range(3))
+    sink, keep = torch.randn(3, generator=g), torch.rand(2, 40, generator=g) > 0.3
+    for fn, args in [(_sink_attention, (q, k, v, sink, keep)), (_strided_window, (q, k, v)), (_float_blocks, (q, k, v)),
+                     (_elementary_functions, (q, k, v)), (_rounding_divisions, (q, k, v))]:
+        (kernel,) = flashlight.explain(fn, *args).kernels
+        assert kernel.aot_compile(90).shared > 0, fn.__name__

@@ -19,7 +19,13 @@ factor at most one where ``b <= M``, as for a softmax). Nothing here looks for
 the word softmax: a chain qualifies by this algebra alone (``torch.softmax``,
 a hand-written ``exp(s - s.amax()) / sum``, two softmaxes sharing a loop).
 
-Four rewrites prepare the chain. *Leaving log space* turns ``exp(a - log b)`` into
+Five rewrites prepare the chain. *Absorbing floors* uses
+``max(max_j a_j, r) = max_j max(a_j, r)`` for ``r`` that does not depend on ``j``: a max
+clamped from below (``softmax_1``'s ``max(M, 0)``, the extra zero logit of "quiet"
+attention, a learned sink logit) is again a plain loop max, so ``exp(s - max(M, 0))``
+qualifies with ``c = 1``; the loop max then starts from ``r`` instead of ``-inf``
+(``LoopReduction.init``), which keeps its body the bare scores that tile skipping reads.
+*Leaving log space* turns ``exp(a - log b)`` into
 ``exp(a) / b`` (and ``exp(a + log b)`` into ``exp(a) * b``), for every ``log`` term of
 the exponent: ``exp(log_softmax(s))`` and ``exp(s - logsumexp(s))`` become the softmax
 quotient. *Invariant factoring* uses linearity:
@@ -134,6 +140,23 @@ def _ones_over(dims, dtype) -> Expr:
     ``sum_j c = c * sum_j 1`` still reduces over ``j`` (counts every position)."""
     index = Iota(tuple(dims))
     return Pointwise("cast", (Pointwise("ge", (index, Const(0, index.dtype)), torch.bool),), dtype)
+
+
+def absorb_max_floors(expr: Expr) -> Expr:
+    """``maximum(max_j a_j, r) -> max_j maximum(a_j, r)`` for ``r`` free of ``j``
+    ([Note: online reduction]); reductions bind at least one position, so it is exact."""
+
+    def fn(node: Expr) -> Expr | None:
+        if not (isinstance(node, Pointwise) and node.op == "maximum"):
+            return None
+        for red, floor in (node.args, node.args[::-1]):
+            if (isinstance(red, Reduce) and red.op == "max" and red.dtype == node.dtype
+                    and not free_dims(floor) & frozenset(red.dims)):
+                body = Pointwise("maximum", (red.body, floor), red.dtype)
+                return Reduce("max", body, red.dims, red.dtype)
+        return None
+
+    return rebuild(expr, fn)
 
 
 def leave_log_space(expr: Expr) -> Expr:
@@ -334,7 +357,7 @@ def exp_power(expr: Expr, target: Expr) -> float | None:
 
 def make_online(nest: Nest) -> Kernel:
     """Rewrite a fused nest into one online loop of reductions plus an epilogue."""
-    body = factor_invariants(split_sums(leave_log_space(nest.body)))
+    body = factor_invariants(split_sums(leave_log_space(absorb_max_floors(nest.body))))
     loop = _loop_reductions(body)
     if not loop:
         raise NotOnline("no reduction to run as a loop")
@@ -385,13 +408,31 @@ def _loop_reduction(red: Reduce, loop: list[Reduce], index_of: dict) -> LoopRedu
         if power is None or power <= 0:
             raise NotOnline("a sum depends on a loop max other than through exp(c * (x - max)), c > 0")
         rescaled.append((index_of[other], power))
-    body = replace_nodes(red.body, lambda n: RunningMax(index_of[n], n.dtype) if n in index_of and n is not red else None)
-    return LoopReduction(red.op, body, red.dims[0], tuple(rescaled), red.dtype)
+    body, init = _peel_floor(red) if red.op == "max" else (red.body, None)
+    body = replace_nodes(body, lambda n: RunningMax(index_of[n], n.dtype) if n in index_of and n is not red else None)
+    return LoopReduction(red.op, body, red.dims[0], tuple(rescaled), red.dtype, init)
+
+
+def _peel_floor(red: Reduce) -> tuple[Expr, Expr | None]:
+    """``max_j maximum(b_j, r) -> (b, r)``: the running max starts from ``r`` (free of
+    ``j`` and of reductions) instead of ``-inf``, so the body keeps only what varies along
+    the loop (tile skipping sees the masked scores themselves)."""
+    body, init, dims = red.body, None, frozenset(red.dims)
+    while isinstance(body, Pointwise) and body.op == "maximum":
+        for keep, floor in (body.args, body.args[::-1]):
+            if free_dims(keep) & dims and not free_dims(floor) & dims and not any(isinstance(n, Reduce) for n in walk(floor)):
+                init = floor if init is None else Pointwise("maximum", (init, floor), red.dtype)
+                body = keep
+                break
+        else:
+            break
+    return body, init
 
 
 def _shared_dim(red: LoopReduction, shared: Dim) -> LoopReduction:
     """Rename the reduction's own loop dim to the loop's shared dim (enables CSE)."""
-    return LoopReduction(red.op, substitute(red.body, {red.dim: (shared,)}), shared, red.rescaled_by, red.dtype)
+    body = substitute(red.body, {red.dim: (shared,)})
+    return LoopReduction(red.op, body, shared, red.rescaled_by, red.dtype, red.init)
 
 
 def fused_work(kernel: Kernel) -> bool:

@@ -53,6 +53,8 @@ NEG_INF, ZERO = "-inf", "0"
 # integer / boolean operations the interval evaluator in codegen can bound
 INTERVAL_OPS = frozenset({"add", "sub", "mul", "neg", "abs", "maximum", "minimum", "eq", "ne", "lt", "le",
                           "gt", "ge", "and", "or", "not", "cast", "where"})
+# monotone (or bounded, for the remainder) where the divisor is a positive constant
+DIVISION_OPS = frozenset({"floordiv", "truncdiv", "remainder"})
 
 
 def find_live_tiles(kernel: Kernel) -> Kernel:
@@ -154,6 +156,10 @@ def _nonzero_const(expr: Expr) -> bool:
     return isinstance(expr, Const) and expr.value != 0 and math.isfinite(expr.value)
 
 
+def _positive_constant(expr: Expr) -> bool:
+    return isinstance(expr, Const) and not isinstance(expr.value, bool) and math.isfinite(expr.value) and expr.value > 0
+
+
 def bounded_by_intervals(expr: Expr) -> bool:
     """Whether codegen can bound ``expr`` over a tile: values computed from indices,
     finite constants and loaded integers or booleans by the ``INTERVAL_OPS``. Floats
@@ -168,6 +174,8 @@ def bounded_by_intervals(expr: Expr) -> bool:
         if isinstance(node, Load) and not node.dtype.is_floating_point and not node.dtype.is_complex:
             continue
         if isinstance(node, Pointwise) and node.op in INTERVAL_OPS:
+            continue
+        if isinstance(node, Pointwise) and node.op in DIVISION_OPS and _positive_constant(node.args[1]):
             continue
         return False
     return True

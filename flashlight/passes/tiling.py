@@ -87,7 +87,10 @@ class Layouts:
         if "n" not in body:
             raise NotTileable("a loop reduction does not depend on the loop dim")
         dot = self.is_dot(red.body, "n")
-        return self._dot_result(red.body, "n") if dot else tuple(r for r in body if r != "n")
+        result = self._dot_result(red.body, "n") if dot else tuple(r for r in body if r != "n")
+        if red.init is not None and not set(self.of(red.init)) <= set(result):
+            raise NotTileable("a running max starts from a value wider than its result")
+        return result
 
     # -- per node
     def of(self, expr: Expr, allow_dot: bool = False, reduced: str | None = None) -> Layout:
