@@ -1,5 +1,6 @@
 """Lowering rules for reductions: sums, maxima, means and norms over dims, softmax and
-log-softmax as the nests of their definitions, logsumexp, and ``max(dim)``'s values.
+log-softmax as the nests of their definitions, logsumexp, ``max(dim)``'s values, and
+pairwise Euclidean distances (``torch.cdist``).
 
 Each rule takes the lowerer (:class:`flashlight.lower._Lowerer`) and an FX node and
 returns the :class:`~flashlight.indexing.Access` of its result, like every rule of
@@ -14,7 +15,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from flashlight.indexing import Access, NodeView, Unsupported, meta_val, node_shape
+from flashlight.indexing import Access, NodeView, Unsupported, finest, meta_val, node_shape
 from flashlight.ir import Const, Dim, Expr, Pointwise, Reduce
 
 aten = torch.ops.aten
@@ -204,7 +205,35 @@ def _layer_norm(lw, node: fx.Node) -> Access:
     return values
 
 
+def _euclidean_dist(lw, node: fx.Node) -> Access:
+    """``cdist(a, b)`` with ``p = 2`` (``_euclidean_dist``, ``_cdist_forward``), written as
+    PyTorch's matmul path computes it: ``sqrt(max(|a_i|^2 + |b_j|^2 - 2 a_i . b_j, 0))``,
+    one contraction and two row norms, so it fuses like a dot-product score."""
+    if node.target is aten._cdist_forward.default and node.args[2] != 2.0:
+        raise Unsupported(f"cdist with p = {node.args[2]}")
+    dtype = meta_val(node).dtype
+    a, b = (lw.value(x, dtype) for x in node.args[:2])
+    if not isinstance(a, Access) or not isinstance(b, Access) or len(a.axes) != len(b.axes):
+        raise Unsupported("cdist of constants or of different ranks")
+    batch = tuple(tuple(Dim.fresh(s) for s in finest([x, y])) for x, y in zip(a.axes[:-2], b.axes[:-2]))
+    rows = tuple(Dim.fresh(d.size) for d in a.axes[-2])  # [..., P, M] x [..., R, M] -> [..., P, R]
+    cols = tuple(Dim.fresh(d.size) for d in b.axes[-2])
+    feature = finest([a.axes[-1], b.axes[-1]])
+
+    def summed(x: Access, y: Access, x_rows, y_rows) -> Expr:
+        k = tuple(Dim.fresh(s) for s in feature)  # each reduction binds its own dims
+        product = Pointwise("mul", (lw.read(x, batch + (x_rows, k)), lw.read(y, batch + (y_rows, k))), dtype)
+        return reduce_over("sum", product, k, dtype)
+
+    squared = Pointwise("sub", (Pointwise("add", (summed(a, a, rows, rows), summed(b, b, cols, cols)), dtype),
+                                Pointwise("mul", (Const(2.0, dtype), summed(a, b, rows, cols)), dtype)), dtype)
+    body = Pointwise("sqrt", (Pointwise("maximum", (squared, Const(0.0, dtype)), dtype),), dtype)
+    return lw.add_nest(batch + (rows, cols), body, dtype, "cdist")
+
+
 REDUCTION_LOWERINGS: dict[Any, Callable[[Any, fx.Node], Access]] = {
+    aten._euclidean_dist.default: _euclidean_dist,
+    aten._cdist_forward.default: _euclidean_dist,
     aten.sum.dim_IntList: _reduction("sum"),
     aten.amax.default: _reduction("max"),
     aten.mean.dim: _reduction("mean"),

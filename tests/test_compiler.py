@@ -575,3 +575,25 @@ def test_rounding_divisions_follow_python_on_negative_operands():
     q, k, v, _ = _inputs(67, L=24)
     a = torch.arange(-12, 12)
     _one_exact_kernel(fn, q, k, v, a)
+
+
+def _cdist_scores(q, k, v):  # an RBF kernel over distances: softmax(-|q_i - k_j|^2 / 2)
+    return torch.softmax(-0.5 * torch.cdist(q, k) ** 2, dim=-1) @ v
+
+
+def _cdist_weights(q, k, v):  # the distance itself, normalised
+    d = torch.cdist(q, k)
+    return (d / d.sum(-1, keepdim=True)) @ v
+
+
+@pytest.mark.parametrize("L", [20, 33])  # PyTorch's _cdist_forward below 25 rows, _euclidean_dist above
+@pytest.mark.parametrize("fn", [_cdist_scores, _cdist_weights])
+def test_cdist_fuses_as_a_contraction_and_two_row_norms(fn, L):
+    q, k, v, _ = _inputs(71, L=L)
+    _one_exact_kernel(fn, q, k, v)
+
+
+def test_cdist_with_another_norm_falls_back_and_says_why():
+    q, k, v, _ = _inputs(73, L=20)
+    report = flashlight.explain(lambda q, k, v: torch.softmax(-torch.cdist(q, k, p=1.0), -1) @ v, q, k, v)
+    assert any("p = 1.0" in op.reason for op in report.fallback_ops), report

@@ -386,14 +386,15 @@ def test_chunks_never_read_the_keys_of_other_chunks():
 
 def test_kernels_with_a_running_max_start_and_rounding_divisions_compile_for_hopper():
     """The interpreter accepts code the GPU compiler rejects (Python scalars used as
-    tensors, mixed integer types): the scan with ``//`` and ``%`` bounds and the loop
-    max started from a value must also build for sm_90 (no GPU needed)."""
-    from tests.test_compiler import _elementary_functions, _rounding_divisions
+    tensors, mixed integer types): the scan with ``//`` and ``%`` bounds, the loop max
+    started from a value, the elementary functions and ``cdist`` must also build for
+    sm_90 (no GPU needed)."""
+    from tests.test_compiler import _cdist_scores, _elementary_functions, _rounding_divisions
 
     g = torch.Generator().manual_seed(19)
     q, k, v = (torch.randn(2, 3, 40, 16, generator=g) for _ in range(3))
     sink, keep = torch.randn(3, generator=g), torch.rand(2, 40, generator=g) > 0.3
     for fn, args in [(_sink_attention, (q, k, v, sink, keep)), (_strided_window, (q, k, v)), (_float_blocks, (q, k, v)),
-                     (_elementary_functions, (q, k, v)), (_rounding_divisions, (q, k, v))]:
+                     (_elementary_functions, (q, k, v)), (_rounding_divisions, (q, k, v)), (_cdist_scores, (q, k, v))]:
         (kernel,) = flashlight.explain(fn, *args).kernels
         assert kernel.aot_compile(90).shared > 0, fn.__name__
