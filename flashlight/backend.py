@@ -9,6 +9,7 @@ eagerly.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from typing import Any
@@ -149,18 +150,24 @@ DECOMPOSED = (
 )
 
 
+@functools.cache
+def _decompositions() -> dict:
+    from torch._decomp import get_decompositions
+
+    return get_decompositions(list(DECOMPOSED))
+
+
 def make_backend(report: ExplainReport | None = None, **options: Any):
     """A ``torch.compile`` backend; ``report`` (if given) collects what was generated."""
     unknown = set(options) - KNOWN_OPTIONS
     if unknown:
         raise TypeError(f"unknown Flashlight options {sorted(unknown)}; known: {sorted(KNOWN_OPTIONS)}")
-    from torch._decomp import get_decompositions
     from torch._dynamo.backends.common import aot_autograd
 
     def fw_compiler(gm: fx.GraphModule, example_inputs):
         return build(gm, example_inputs, report, options)
 
-    return aot_autograd(fw_compiler=fw_compiler, decompositions=get_decompositions(list(DECOMPOSED)))
+    return aot_autograd(fw_compiler=fw_compiler, decompositions=_decompositions())
 
 
 def flashlight_backend(gm: fx.GraphModule, example_inputs):

@@ -31,6 +31,7 @@ from flashlight.ir import (
     TiledKernel,
     walk,
 )
+from flashlight.passes.skipping import DIVISION_OPS
 from flashlight.passes.tiling import Layouts, canonical, roles_of
 
 TL_DTYPES = {
@@ -312,7 +313,7 @@ class _Printer:
                 raise NotImplementedError("integer division")
         elif op in _UNARY:
             text = _UNARY[op].format(args[0])
-        elif op in ("floordiv", "truncdiv", "remainder"):
+        elif op in DIVISION_OPS:
             int_type = None if expr.dtype.is_floating_point else TL_DTYPES[expr.dtype]
             text = rounding_division(op, args[0], args[1], int_type)
         elif op in ("maximum", "minimum"):

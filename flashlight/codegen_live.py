@@ -20,6 +20,7 @@ import math
 import torch
 
 from flashlight.ir import Const, Dim, Expr, Iota, Load, Pointwise, free_dims
+from flashlight.passes.skipping import DIVISION_OPS
 
 _INT_MAX = "9223372036854775807"
 _INT_MIN = "-9223372036854775807"
@@ -188,7 +189,7 @@ class LiveScan:
             return f, t
         if op == "cast":
             return self.cast(node, args[0], v)
-        if op in ("floordiv", "truncdiv", "remainder"):  # by a positive constant (see INTERVAL_OPS)
+        if op in DIVISION_OPS:  # by a positive constant (see bounded_by_intervals)
             (lo, hi), (c, _) = args
             int_type = None if node.dtype.is_floating_point else "tl.int64"
             if op == "remainder":  # in [0, c)
