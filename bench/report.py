@@ -269,7 +269,9 @@ def evoformer_table(cells: list[dict]) -> list[str]:
     for (scope, n), modes in sorted(by.items(), key=lambda kv: (kv[0][0] != "stack", kv[0][1])):
         def ms(mode):
             c = modes.get(mode)
-            return cell_text(c) if c is None or c["status"] != "ok" else fmt_ms(c["ms"])
+            if c is None or c["status"] != "ok":
+                return cell_text(c)
+            return fmt_ms(c["ms"]) + (f" (chunk {c['chunk_size']})" if c.get("chunk_size") else "")
 
         st, fl, co = modes.get("stock"), modes.get("flashlight"), modes.get("compile")
         speed = (f"{st['ms'] / fl['ms']:.2f}×" if st and fl and st["status"] == fl["status"] == "ok" else "–")
@@ -423,7 +425,8 @@ def build_section(latest: dict, kruns: list[dict], evo: list[dict], eruns: list[
                          "for the whole model")
         lines += ["### OpenFold end to end", "",
                   "Seeded random `model_1` weights (no AlphaFold parameters: timings only), templates off, "
-                  "`chunk_size=None`, fp32 with TF32, medians of CUDA-event timings"
+                  "`chunk_size=None` (\"chunk N\": the run did not fit without chunking and used "
+                  "OpenFold's default chunk size), fp32 with TF32, medians of CUDA-event timings"
                   + (f"; {', '.join(sizes)}" if sizes else "") + ".", ""]
         lines += evoformer_table(evo) + [""]
         failed = [c for c in evo if c["status"] != "ok"]

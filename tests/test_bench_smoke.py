@@ -167,6 +167,41 @@ def test_evoformer_smoke_compile_matches_stock(tmp_path):
         assert cell["compile_default_error"].startswith("BackendCompilerFailed")
 
 
+def test_model_run_that_does_not_fit_is_chunked_the_way_openfold_ships():
+    """A whole-model call that runs out of GPU memory without chunking is repeated once
+    with OpenFold's default ``chunk_size`` (recorded); any other error propagates."""
+    pytest.importorskip("openfold")
+    import types
+
+    import torch
+
+    from openfold.config import model_config as of_model_config
+
+    from bench.evoformer import _fitting
+
+    model = types.SimpleNamespace(globals=types.SimpleNamespace(chunk_size=None))
+    seen = []
+
+    def needs_chunks():
+        seen.append(model.globals.chunk_size)
+        if model.globals.chunk_size is None:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 160.00 GiB")
+        return "out"
+
+    default = of_model_config("model_1").globals.chunk_size
+    assert default is not None
+    assert _fitting(model, needs_chunks) == ("out", default)
+    assert seen == [None, default] and model.globals.chunk_size == default
+    assert _fitting(model, lambda: "fits") == ("fits", None) and model.globals.chunk_size is None
+
+    def broken():
+        raise ValueError("not a memory problem")
+
+    with pytest.raises(ValueError):
+        _fitting(model, broken)
+    assert model.globals.chunk_size is None
+
+
 def test_synthetic_batch_shapes():
     pytest.importorskip("openfold")
     from bench.evoformer import synthetic_batch
