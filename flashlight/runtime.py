@@ -2,8 +2,9 @@
 
 Lengths are runtime arguments: a kernel is compiled once per dtype and Triton's own
 specialisation (argument values equal to 1 or divisible by 16), not once per protein
-length. Tile sizes are chosen by ``triton.autotune`` on the GPU; under the Triton
-interpreter one small configuration is used.
+length. Tile sizes are chosen by ``triton.autotune`` on the GPU, after its candidates
+are compiled on a thread pool (:func:`precompile`); under the Triton interpreter one
+small configuration is used.
 """
 from __future__ import annotations
 
@@ -154,7 +155,8 @@ class Launcher:
         rows = self._size(self.row, values) if self.row is not None else 1
         size_args = [values[s] for s in self.src.size_args]
         strides = [st for t in tensors for st in t.stride()]
-        fn = self._jit(interpret=tensors[0].device.type == "cpu")
+        interpret = tensors[0].device.type == "cpu"
+        fn = self._jit(interpret)
         grid = lambda meta: (triton.cdiv(rows, meta["BLOCK_M"]) * grid_size,)  # noqa: E731
         checks: list = []
         if self.src.check_bounds:
@@ -164,6 +166,8 @@ class Launcher:
         sizes = tuple(size_args)
         chosen = self._chosen.get(sizes)
         if chosen is None:
+            if not interpret and self.autotune:
+                precompile(self._raw, fn.configs, args, grid)
             fn[grid](*args)
             self._chosen[sizes] = fn.best_config.all_kwargs()
         else:
@@ -173,6 +177,45 @@ class Launcher:
             bad = [f"{names[k]} ({int(n)} lanes)" for k, n in enumerate(errors.tolist()) if n]
             raise RuntimeError(f"{self.__name__}: memory access out of bounds in {', '.join(bad)}")
         return out
+
+
+def compile_threads(n_configs: int) -> int:
+    """Threads that compile ``n_configs`` autotuning candidates (``FLASHLIGHT_COMPILE_THREADS``)."""
+    wanted = int(settings.get("compile_threads"))
+    if wanted <= 0:
+        wanted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(wanted, n_configs))
+
+
+def precompile(jit_fn, configs, args: tuple, grid) -> int:
+    """Compile every autotuning candidate of ``jit_fn`` for ``args`` on a thread pool.
+
+    Triton's autotuner compiles its candidates one after another before timing each;
+    compiling a candidate is CPU work (MLIR passes, then ``ptxas``) that does not hold
+    the GIL, and a kernel whose dots run in IEEE float32 takes seconds per candidate.
+    ``warmup`` under Triton's ``AsyncCompileMode`` hands each compilation to the pool
+    and files the result in the JIT function's own cache under the key a launch with
+    these arguments looks up, so the autotuner then finds every candidate compiled.
+    A candidate that fails to compile is left out of the cache, and the autotuner meets
+    the same error through its own path. Returns the number of threads used (1: nothing
+    was done, Triton compiles as it always does).
+    """
+    import triton
+
+    threads = compile_threads(len(configs))
+    async_mode = getattr(triton, "AsyncCompileMode", None)
+    if threads == 1 or async_mode is None:
+        return 1
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="flashlight-compile") as pool:
+        with async_mode(pool, ignore_errors=True):
+            for config in configs:
+                try:
+                    jit_fn.warmup(*args, grid=grid, **config.all_kwargs())  # what the autotuner launches
+                except Exception:  # noqa: BLE001 - the autotuner reports it when it compiles this candidate
+                    continue
+    return threads
 
 
 def _span(t: torch.Tensor) -> int:

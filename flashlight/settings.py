@@ -15,6 +15,10 @@ FLASHLIGHT_CACHE_DIR   ~/.cache/   where generated kernel sources are written
                        flashlight
 FLASHLIGHT_AUTOTUNE    1           autotune tile configurations on the GPU (0: use
                                    the first candidate configuration)
+FLASHLIGHT_COMPILE_    0           threads compiling a kernel's autotuning candidates
+THREADS                            before they are timed (0: one per CPU core, at most
+                                   one per candidate; 1: one at a time, as Triton's
+                                   autotuner does)
 FLASHLIGHT_CHECK_      0           1: generated kernels assert that every load and
 BOUNDS                             store stays inside its tensor (debugging; slow)
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
@@ -50,6 +54,7 @@ _KNOBS: dict[str, _Knob] = {
     "autotune": _Knob("FLASHLIGHT_AUTOTUNE", True, _bool),
     "interpret": _Knob("TRITON_INTERPRET", False, _bool),
     "check_bounds": _Knob("FLASHLIGHT_CHECK_BOUNDS", False, _bool),
+    "compile_threads": _Knob("FLASHLIGHT_COMPILE_THREADS", 0, int),
 }
 
 _overrides: dict[str, Any] = {}
