@@ -231,6 +231,32 @@ def kernel_table(case_map: dict, keys: list[tuple], impls: tuple[str, ...]) -> l
     return lines
 
 
+COST_IMPLS = ("flashlight", "eager", "torch_compile", "sdpa", "flex")
+
+
+def _cost(cell: dict | None, field: str, fmt: str) -> str:
+    if cell is None or cell.get("status") != "ok" or cell.get(field) is None:
+        return "–"
+    return format(cell[field], fmt)
+
+
+def cost_table(case_map: dict, keys: list[tuple]) -> list[str]:
+    """Per case: Flashlight's TFLOP/s, and every implementation's peak extra memory and
+    first-call time (compilation included)."""
+    present = [i for i in COST_IMPLS if any(i in case_map[k] for k in keys)]
+    names = " / ".join(IMPL_TITLES[i] for i in present)
+    head = ["variant", "shape", "dtype", "FL TFLOP/s", f"peak extra MiB ({names})", f"first call s ({names})"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for k in keys:
+        variant, _, dtype = k
+        row = case_map[k]
+        peak = " / ".join(_cost(row.get(i), "peak_extra_mib", ".0f") for i in present)
+        first = " / ".join(_cost(row.get(i), "first_call_s", ".2f") for i in present)
+        lines.append("| " + " | ".join([variant, case_shape(row), DTYPE_TITLES.get(dtype, dtype),
+                                         _cost(row.get("flashlight"), "tflops", ".1f"), peak, first]) + " |")
+    return lines
+
+
 def losses(case_map: dict) -> list[dict]:
     """Every case where Flashlight is slower than FlexAttention, torch.compile or any other
     implementation measured, or did not run; one entry per case, slowest first."""
@@ -417,6 +443,16 @@ def build_section(latest: dict, kruns: list[dict], evo: list[dict], eruns: list[
         lines += ["### Language-model attention variants" + ("" if full else " (bf16; all dtypes in "
                   "[bench/results/REPORT.md](bench/results/REPORT.md))"), ""]
         lines += kernel_table(case_map, shown, IMPLS[:5]) + [""]
+    if full and case_map:
+        lines += ["### Throughput, memory and first-call time", "",
+                  "Peak extra memory: `torch.cuda.max_memory_allocated` during a call beyond what was allocated "
+                  "before it (the output included); "
+                  "first call: the untimed first call of a fresh compilation (Dynamo, lowering, Triton "
+                  "compilation and autotuning included).", ""]
+        lines += cost_table(case_map, evo_keys + lm_keys) + [""]
+    elif case_map:
+        lines += ["Throughput, peak extra memory and first-call (compilation) time of every cell: "
+                  "[bench/results/REPORT.md](bench/results/REPORT.md).", ""]
     if evo:
         sizes = [f"{evo[0]['n_seq']} MSA rows"] if evo[0].get("n_seq") else []
         extra = next((c for c in evo if c.get("n_extra")), None)

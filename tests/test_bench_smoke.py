@@ -59,6 +59,13 @@ def test_kernels_smoke_records_resumes_and_reports(tmp_path):
     assert text.count(report.BEGIN) == 1 and "## Benchmarks" in text and "msa_row_pair_bias" in text
     assert "### Where Flashlight loses" in text
     assert (tmp_path / "REPORT.md").exists() and (tmp_path / "plots" / "kernels_fp32.png").exists()
+    # the full report also gives each cell's throughput and first-call time (CPU: no memory figures)
+    full = (tmp_path / "REPORT.md").read_text()
+    assert "### Throughput, memory and first-call time" in full
+    (fl_row,) = [line for line in full.splitlines()
+                 if line.startswith("| vanilla |") and line.count("/") >= 4 and "TFLOP" not in line]
+    fl_cell = cells[("vanilla", "flashlight")]
+    assert f"| {fl_cell['tflops']:.1f} |" in fl_row and f"{fl_cell['first_call_s']:.2f} / " in fl_row
     # regenerating replaces the section instead of appending another
     assert report.main(["--results", str(tmp_path), "--readme", str(readme)]) == 0
     assert readme.read_text().count(report.BEGIN) == 1
