@@ -99,6 +99,7 @@ def _stitch(gm: fx.GraphModule, launchers: dict[str, Launcher]) -> None:
             call = gm.graph.call_function(launcher, tuple(nodes[name] for name in launcher.src.inputs))
         call.meta = dict(target.meta)
         target.replace_all_uses_with(call)
+        nodes[node_name] = call  # a later kernel reading this value reads this kernel's output
     gm.graph.eliminate_dead_code()
     gm.recompile()
 

@@ -3,8 +3,9 @@
     lower  ->  fuse_elementwise  ->  fuse_reductions  ->  read_materialized
            ->  make_online  ->  find_live_tiles  ->  tile  (per kernel)  ->  codegen
 
-``compile_graph`` runs it, backing off fusion where a fused nest cannot be tiled
-(see [Note: demotion legality] in :mod:`flashlight.passes.fusion`).
+``compile_graph`` runs it, backing off fusion where a fused nest cannot become one
+online kernel or cannot be tiled (see [Note: demotion legality] in
+:mod:`flashlight.passes.fusion`).
 """
 from __future__ import annotations
 
@@ -88,14 +89,53 @@ def run_passes(graph: Graph, node_of_nest: dict[str, str], check: bool = False) 
     return graph
 
 
-def _backoff_candidate(lowered: Lowered, fused: Nest, keep: frozenset[str],
-                       node_of_nest: dict[str, str]) -> str | None:
-    """The earliest reduction producer inlined into ``fused`` that is not kept separate yet."""
-    for nest in lowered.graph.nests:  # topological order: earliest first
-        node = node_of_nest.get(nest.name)
-        if (nest.name != fused.name and node in fused.origins and nest.name not in keep
-                and contains(nest.body, Reduce)):
-            return nest.name
+def _backoff_candidates(lowered: Lowered, fused: Nest, keep: frozenset[str],
+                        node_of_nest: dict[str, str]) -> list[str]:
+    """The reduction producers inlined into ``fused`` that are not kept separate yet,
+    earliest first."""
+    return [nest.name for nest in lowered.graph.nests  # topological order
+            if (nest.name != fused.name and node_of_nest.get(nest.name) in fused.origins
+                and nest.name not in keep and contains(nest.body, Reduce))]
+
+
+def _kernel_for(nest: Nest, node: str, check: bool) -> TiledKernel:
+    """One materialized nest as a tiled kernel; raises ``NotOnline`` or ``NotTileable``."""
+    kernel = make_online(nest)
+    if not fused_work(kernel):
+        raise NotOnline("a single operation with nothing fused into it")
+    if check:
+        check_kernel_invariants(kernel)
+    _debug(f"online form of {node}", format_kernel(kernel))
+    kernel = find_live_tiles(kernel)
+    if check:
+        check_kernel_invariants(kernel)
+    if kernel.live is not None:
+        _debug(f"tile liveness of {node}", format_kernel(kernel))
+    tiled = tile(kernel)
+    _debug(f"tiling of {node}", repr(tiled.tiling))
+    return tiled
+
+
+def _rescuing_cut(base: Graph, failed: Nest, candidates: list[str], node_of_nest: dict[str, str]) -> str | None:
+    """The earliest candidate whose materialization alone lets ``failed`` compile.
+
+    The cut then falls where the failing part starts: an epilogue reduction (a norm of
+    q dividing the attention output) becomes its own nest and the attention still
+    fuses; of two attentions in a chain the first one's output is kept, not its
+    scores. See [Note: demotion legality] in :mod:`flashlight.passes.fusion`.
+    """
+    node = node_of_nest[failed.name]
+    for candidate in candidates:
+        with settings.override(debug=0):
+            graph = run_passes(base.replace(materialized=base.materialized | {candidate}), node_of_nest)
+            nest = next((n for n in graph.nests if n.name == failed.name), None)
+            if nest is None:
+                continue
+            try:
+                _kernel_for(nest, node, check=False)
+            except (NotOnline, NotTileable):
+                continue
+        return candidate
     return None
 
 
@@ -113,24 +153,12 @@ def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
                 continue
             node = node_of_nest[nest.name]
             try:
-                kernel = make_online(nest)
-                if not fused_work(kernel):
-                    raise NotOnline("a single operation with nothing fused into it")
-                if check:
-                    check_kernel_invariants(kernel)
-                _debug(f"online form of {node}", format_kernel(kernel))
-                kernel = find_live_tiles(kernel)
-                if check:
-                    check_kernel_invariants(kernel)
-                if kernel.live is not None:
-                    _debug(f"tile liveness of {node}", format_kernel(kernel))
-                tiled = tile(kernel)
-                _debug(f"tiling of {node}", repr(tiled.tiling))
-                kernels[node] = tiled
-            except NotOnline as why:
-                rejected.update({origin: str(why) for origin in nest.origins})
-            except NotTileable as why:
-                candidate = _backoff_candidate(lowered, nest, base.materialized, node_of_nest)
+                kernels[node] = _kernel_for(nest, node, check)
+            except (NotOnline, NotTileable) as why:
+                candidates = _backoff_candidates(lowered, nest, base.materialized, node_of_nest)
+                candidate = _rescuing_cut(base, nest, candidates, node_of_nest)
+                if candidate is None and isinstance(why, NotTileable) and candidates:
+                    candidate = candidates[0]  # no single cut is enough: back off one step and retry
                 if candidate is None:
                     rejected.update({origin: str(why) for origin in nest.origins})
                     continue

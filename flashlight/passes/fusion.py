@@ -13,10 +13,15 @@ point of the consumer's loop, so the result is only a good kernel when (a) the
 producer's own reductions run over small dims that fit one tile (the head dim of
 ``Q Kᵀ``), and (b) reductions that do not depend on the demoted dim (a row max feeding
 ``exp(s - max)``) are hoisted out of the loop rather than recomputed; the online pass
-does (b) and the tiling pass checks (a). When the tiling pass rejects a fused nest,
-the driver *backs off*: it keeps the earliest inlined reduction producer materialized
-and fuses again, so a projection feeding attention stays a separate operation while the
-attention itself still fuses.
+does (b) and the tiling pass checks (a). When the online pass or the tiling pass
+rejects a fused nest, the driver *backs off*: it keeps one inlined reduction producer
+materialized and fuses again. It picks the earliest producer whose materialization alone
+lets the rejected nest compile, which puts the cut where the failing part starts (the
+first attention's output when a second attention reads it as queries; a norm in the
+epilogue); when no single producer is enough and the nest did not tile, it keeps the
+earliest one and tries again, so a projection feeding attention stays a separate
+operation while the attention itself still fuses. A nest the online pass rejects with
+no such producer runs outside Flashlight, with the reason.
 """
 from __future__ import annotations
 

@@ -1,0 +1,75 @@
+"""Backing off fusion: when a fused nest cannot become one online kernel, the cut is
+made where the failing part starts, and kernels that feed each other are chained."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import flashlight
+from flashlight import settings
+
+pytest.importorskip("triton")
+
+
+def rand(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _qkv(seed, L=29, D=16):
+    return tuple(rand(2, 3, L, D, seed=seed + k) for k in range(3))
+
+
+def _check(fn, args, kernels: int):
+    """``fn`` runs as ``kernels`` Flashlight kernels and nothing else, matching float64."""
+    report = flashlight.explain(fn, *args)
+    assert len(report.kernels) == kernels, str(report)
+    assert report.fallback_ops == [], str(report)
+    out = flashlight.compile(fn)(*args)
+    torch.compiler.reset()
+    ref = fn(*(a.double() for a in args))
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    return report
+
+
+def test_chained_attentions_become_one_kernel_each():
+    """The second attention's queries are the first one's output: one fused nest would
+    nest one softmax inside another's loop, which no online rewrite covers. The cut is
+    the first attention's output (not its scores), and the second kernel reads the
+    first kernel's output rather than an eager recomputation of it."""
+    q, k, v = _qkv(3)
+
+    def chained(q, k, v):
+        o = torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1) @ v
+        return torch.softmax(o @ k.transpose(-1, -2) * 0.25, dim=-1) @ v
+
+    report = _check(chained, (q, k, v), kernels=2)
+    for kernel in report.kernels:  # each kernel is a whole attention: both matmuls and the softmax
+        assert sum(op.startswith("bmm") for op in kernel.aten_ops) == 2, kernel.aten_ops
+        assert any("softmax" in op for op in kernel.aten_ops), kernel.aten_ops
+
+
+def test_a_reduction_after_the_attention_does_not_unfuse_it():
+    """``attention / (|q| + 1)``: the norm is a reduction the fused epilogue cannot hold.
+    Backing off keeps the attention one online kernel instead of materialising the scores."""
+    q, k, v = _qkv(11)
+
+    def normalised(q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v / (q.norm(dim=-1, keepdim=True) + 1)
+
+    report = _check(normalised, (q, k, v), kernels=2)
+    attention = [kr for kr in report.kernels if any("softmax" in op for op in kr.aten_ops)]
+    assert len(attention) == 1 and sum(op.startswith("bmm") for op in attention[0].aten_ops) == 2
+
+
+def test_the_backoff_is_logged(caplog):
+    q, k, v = _qkv(21)
+
+    def chained(q, k, v):
+        o = torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+        return torch.softmax(o @ k.transpose(-1, -2), dim=-1) @ v
+
+    with settings.override(debug=2):
+        flashlight.explain(chained, q, k, v)
+    backoffs = [r.getMessage() for r in caplog.records if "backoff" in r.getMessage()]
+    assert len(backoffs) == 1 and "keeping" in backoffs[0], backoffs
