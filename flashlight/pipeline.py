@@ -98,11 +98,15 @@ def _backoff_candidates(lowered: Lowered, fused: Nest, keep: frozenset[str],
                 and nest.name not in keep and contains(nest.body, Reduce))]
 
 
+class NothingFused(NotOnline):
+    """The nest is one ATen operation on its own: it runs as PyTorch does."""
+
+
 def _kernel_for(nest: Nest, node: str, check: bool) -> TiledKernel:
     """One materialized nest as a tiled kernel; raises ``NotOnline`` or ``NotTileable``."""
     kernel = make_online(nest)
     if not fused_work(kernel):
-        raise NotOnline("a single operation with nothing fused into it")
+        raise NothingFused("a single operation with nothing fused into it")
     if check:
         check_kernel_invariants(kernel)
     _debug(f"online form of {node}", format_kernel(kernel))
@@ -116,31 +120,49 @@ def _kernel_for(nest: Nest, node: str, check: bool) -> TiledKernel:
     return tiled
 
 
-def _rescuing_cut(base: Graph, failed: Nest, candidates: list[str], node_of_nest: dict[str, str]) -> str | None:
-    """The earliest candidate whose materialization alone lets ``failed`` compile.
+def _compiles(graph: Graph, name: str, node_of_nest: dict[str, str]) -> bool | None:
+    """Whether nest ``name`` of ``graph`` becomes a kernel (None: it is a single
+    operation left to PyTorch, or no longer a nest of its own)."""
+    nest = next((n for n in graph.nests if n.name == name), None)
+    if nest is None:
+        return None
+    try:
+        _kernel_for(nest, node_of_nest[name], check=False)
+    except NothingFused:
+        return None
+    except (NotOnline, NotTileable):
+        return False
+    return True
 
-    The cut then falls where the failing part starts: an epilogue reduction (a norm of
-    q dividing the attention output) becomes its own nest and the attention still
-    fuses; of two attentions in a chain the first one's output is kept, not its
-    scores. See [Note: demotion legality] in :mod:`flashlight.passes.fusion`.
+
+def _rescuing_cut(base: Graph, failed: Nest, candidates: list[str], node_of_nest: dict[str, str]) -> str | None:
+    """The candidate to keep separate so that ``failed`` stops failing.
+
+    First choice: the earliest candidate whose materialization alone lets ``failed``
+    compile. The cut then falls where the failing part starts: an epilogue reduction (a
+    norm of q dividing the attention output) becomes its own nest and the attention
+    still fuses; of two attentions in a chain the first one's output is kept, not its
+    scores. Else the earliest candidate that becomes a kernel itself: an output
+    projection after the attention then runs as PyTorch's matmul on the attention
+    kernel's output (the rest is examined again on the next round). See
+    [Note: demotion legality] in :mod:`flashlight.passes.fusion`.
     """
-    node = node_of_nest[failed.name]
-    for candidate in candidates:
-        with settings.override(debug=0):
+    trials = []
+    with settings.override(debug=0):
+        for candidate in candidates:
             graph = run_passes(base.replace(materialized=base.materialized | {candidate}), node_of_nest)
-            nest = next((n for n in graph.nests if n.name == failed.name), None)
-            if nest is None:
-                continue
-            try:
-                _kernel_for(nest, node, check=False)
-            except (NotOnline, NotTileable):
-                continue
-        return candidate
+            if _compiles(graph, failed.name, node_of_nest):
+                return candidate
+            trials.append((candidate, graph))
+        for candidate, graph in trials:
+            if _compiles(graph, candidate, node_of_nest):
+                return candidate
     return None
 
 
 def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
-    """Fuse, rewrite online and tile; back off fusion until every kernel tiles."""
+    """Fuse, rewrite online and tile; back off fusion until every fused nest is a kernel
+    or is left to PyTorch with the reason."""
     node_of_nest = {v: k for k, v in lowered.nest_of_node.items()}
     base = lowered.graph
     while True:

@@ -73,3 +73,34 @@ def test_the_backoff_is_logged(caplog):
         flashlight.explain(chained, q, k, v)
     backoffs = [r.getMessage() for r in caplog.records if "backoff" in r.getMessage()]
     assert len(backoffs) == 1 and "keeping" in backoffs[0], backoffs
+
+
+@pytest.mark.parametrize("after", ["output_projection", "residual_layer_norm"])
+def test_what_cannot_join_the_attention_runs_after_its_kernel(after):
+    """An output projection over the merged heads (a contraction over two dims) or a
+    layer norm of the residual sum (a second pass over the attention's output) cannot
+    share the attention's loop: the attention stays one kernel and what follows runs
+    as PyTorch runs it, on the kernel's output, with the reason reported."""
+    q, k, v = _qkv(31)
+    B, H, L, D = q.shape
+    w = rand(H * D, 8, seed=40) * 0.2
+
+    def output_projection(q, k, v, w):
+        o = torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+        return o.transpose(1, 2).reshape(B, L, H * D) @ w
+
+    def residual_layer_norm(q, k, v, w):
+        return torch.nn.functional.layer_norm(torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v + q, (D,))
+
+    fn = {"output_projection": output_projection, "residual_layer_norm": residual_layer_norm}[after]
+    report = flashlight.explain(fn, q, k, v, w)
+    (kernel,) = report.kernels
+    assert sum(op.startswith("bmm") for op in kernel.aten_ops) == 2 and any("softmax" in op for op in kernel.aten_ops)
+    left = {op.name for op in report.fallback_ops}
+    assert left and not any(op.startswith(("bmm", "_softmax")) for op in left), left
+    assert all(op.reason for op in report.fallback_ops)
+    out = flashlight.compile(fn)(q, k, v, w)
+    torch.compiler.reset()
+    ref = fn(*(a.double() for a in (q, k, v, w)))
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)

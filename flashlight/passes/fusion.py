@@ -18,10 +18,12 @@ rejects a fused nest, the driver *backs off*: it keeps one inlined reduction pro
 materialized and fuses again. It picks the earliest producer whose materialization alone
 lets the rejected nest compile, which puts the cut where the failing part starts (the
 first attention's output when a second attention reads it as queries; a norm in the
-epilogue); when no single producer is enough and the nest did not tile, it keeps the
-earliest one and tries again, so a projection feeding attention stays a separate
-operation while the attention itself still fuses. A nest the online pass rejects with
-no such producer runs outside Flashlight, with the reason.
+epilogue); else the earliest producer that becomes a kernel itself (an attention whose
+output feeds a projection over the merged heads or a layer norm, which then run
+outside Flashlight on the kernel's output). When neither exists and the nest did not
+tile, it keeps the earliest producer and tries again, so a projection feeding attention
+stays a separate operation while the attention itself still fuses. A nest left without
+any of these runs outside Flashlight, with the reason.
 """
 from __future__ import annotations
 
