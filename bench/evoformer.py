@@ -389,7 +389,6 @@ def run_model(args, n_res: int, mode: str, device: str) -> dict:
             (out, _), rec["reference_chunk_size"] = _fitting(model, forward)
             ref = {"pos": out["final_atom_positions"].cpu(), "plddt": out["plddt"].cpu()}
             del out
-            model.globals.chunk_size = None
         rec.update(_apply_mode(model, mode, blocks))
         (out, _), rec["chunk_size"] = _fitting(model, lambda: _first_call(forward, mode, blocks, rec))
         rec.update(_dynamo_stats())
