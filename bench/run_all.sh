@@ -36,7 +36,8 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # change (the report keeps the newest cell of each implementation): the masked LM
 # variants after full-tile loops (and ALiBi's tile skipping) and again after the coarse
 # step of the liveness scan, IEEE float32 MSA row attention after the smaller-tile
-# configurations.
+# configurations. At 1024 residues a whole-model cell runs OpenFold chunked (minutes per
+# cell, torch.compile's the longest), so Flashlight's is measured before torch.compile's.
 PARTS=(
     "kernels-evoformer-main|$K --variants evoformer --shapes 0 --dtypes bf16,tf32,fp32 --out $R/kernels_evoformer.json"
     "evoformer-256|$E --retry --n-res 256 --scopes stack,model --out $R/evoformer.json"
@@ -49,7 +50,7 @@ PARTS=(
     "kernels-lm-bf16|$K --variants lm --shapes all --dtypes bf16 --out $R/kernels_lm.json"
     "kernels-lm-sinks|$K --variants attention_sinks --shapes all --dtypes bf16 --out $R/kernels_lm_sinks.json"
     "kernels-evoformer-fp32|$K --variants evoformer --shapes all --dtypes tf32,fp32 --out $R/kernels_evoformer.json"
-    "evoformer-1024|$E --retry --n-res 1024 --scopes stack,model --out $R/evoformer.json"
+    "evoformer-1024|$E --retry --n-res 1024 --scopes stack,model --modes stock,flashlight,compile --out $R/evoformer.json"
     "kernels-lm-fp32|$K --variants lm --shapes all --dtypes tf32,fp32 --out $R/kernels_lm.json"
 )
 
