@@ -57,9 +57,19 @@ def load_module(src: KernelSource):
     return getattr(module, src.name)
 
 
+# Left out for those kernels: key tiles of 128 spill the most there (9-12 KB per thread
+# at head width 64), are among the slowest to build (causal attention for sm_90: 16.5 and
+# 19.8 s, the slowest kept candidate 13.3 s; bench/results/build_times/) and were never
+# the fastest in an IEEE float32 benchmark cell. Candidates are built in parallel
+# (:func:`precompile`), so the slowest one bounds a kernel's first call.
+_FMA_DOT_MAX_BLOCK_N = 64
+
+
 def config_space(src: KernelSource) -> list[tuple[int, int, int, int]]:
     """The (BLOCK_M, BLOCK_N, num_warps, num_stages) configurations autotuning tries for ``src``."""
-    return _GPU_CONFIGS + (_FMA_DOT_CONFIGS if src.fma_dots else [])
+    if not src.fma_dots:
+        return list(_GPU_CONFIGS)
+    return [c for c in _GPU_CONFIGS if c[1] <= _FMA_DOT_MAX_BLOCK_N] + _FMA_DOT_CONFIGS
 
 
 def _configs(src: KernelSource, interpret: bool, autotune: bool):

@@ -255,3 +255,16 @@ def test_run_all_runs_named_parts_in_the_order_given(tmp_path):
 
     done, calls = run("evoformer-256", "no-such-part")
     assert done.returncode == 2 and "no-such-part" in done.stderr and calls == []
+
+
+def test_build_times_builds_the_given_configurations_for_a_gpu(tmp_path):
+    from bench import build_times
+
+    out = tmp_path / "build.json"
+    assert build_times.main(["--variants", "vanilla", "--dtype", "bf16", "--configs", "64,32,4,2",
+                             "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["variant"] == "vanilla" and row["config"] == [64, 32, 4, 2]
+    assert row["build_s"] > 0 and row["shared_bytes"] > 0
+    assert build_times.main(["--variants", "vanilla", "--configs", "64,32"]) == 2
+    assert build_times.main(["--variants", "no_such_variant"]) == 2

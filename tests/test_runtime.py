@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 
 triton = pytest.importorskip("triton")
 
@@ -79,3 +80,33 @@ def test_compile_threads_default_to_the_cores_and_never_exceed_the_candidates():
         assert runtime.compile_threads(1) == 1
     with settings.override(compile_threads=64):
         assert runtime.compile_threads(5) == 5
+
+
+def _attention(q, k, v):
+    # [B, H, L, D] -> [B, H, L, D]
+    return torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, -1) @ v
+
+
+@pytest.mark.parametrize("dtype, tf32, fma_dots", [(torch.float32, False, True), (torch.float32, True, False),
+                                                   (torch.bfloat16, False, False)])
+def test_ieee_float32_kernels_leave_out_the_wide_key_tiles(dtype, tf32, fma_dots):
+    import flashlight
+
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 40, 16, generator=g).to(dtype) for _ in range(3))
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        report = flashlight.explain(_attention, q, k, v)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+        torch.compiler.reset()
+    (kernel,) = report.kernels
+    space = kernel.gpu_configs
+    assert len(set(space)) == len(space)
+    assert set(runtime._GPU_CONFIGS[:2]) <= set(space)  # the usual winners stay
+    if fma_dots:
+        assert max(block_n for _, block_n, _, _ in space) <= 64
+        assert set(runtime._FMA_DOT_CONFIGS) <= set(space)
+    else:
+        assert space == tuple(runtime._GPU_CONFIGS)
