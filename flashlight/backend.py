@@ -9,7 +9,6 @@ eagerly.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import warnings
 from typing import Any
@@ -20,6 +19,7 @@ import torch.fx as fx
 from flashlight import settings
 from flashlight.api import ExplainReport, FallbackOp, KernelReport
 from flashlight.codegen import generate
+from flashlight.decompositions import decompositions
 from flashlight.lower import lower
 from flashlight.pipeline import Plan, compile_graph
 from flashlight.runtime import COMPILE_EVENTS, Launcher, aot_compile, config_space
@@ -141,22 +141,6 @@ def compile_count() -> int:
 
 KNOWN_OPTIONS = {"autotune"}
 
-# activations and helpers that PyTorch's own decompositions rewrite into the elementwise
-# operations the lowering knows (``elu`` into ``where`` and ``expm1``, ``gelu`` into
-# ``erf``, ``softplus`` into ``log1p`` and ``exp``), so they can fuse like any other
-DECOMPOSED = (
-    aten.elu, aten.celu, aten.selu, aten.gelu, aten.silu, aten.mish, aten.softplus,
-    aten.hardtanh, aten.relu6, aten.leaky_relu, aten.hardsigmoid, aten.hardswish,
-    aten.log_sigmoid_forward, aten.logaddexp, aten.square, aten.lerp,
-)
-
-
-@functools.cache
-def _decompositions() -> dict:
-    from torch._decomp import get_decompositions
-
-    return get_decompositions(list(DECOMPOSED))
-
 
 def make_backend(report: ExplainReport | None = None, **options: Any):
     """A ``torch.compile`` backend; ``report`` (if given) collects what was generated."""
@@ -168,7 +152,7 @@ def make_backend(report: ExplainReport | None = None, **options: Any):
     def fw_compiler(gm: fx.GraphModule, example_inputs):
         return build(gm, example_inputs, report, options)
 
-    return aot_autograd(fw_compiler=fw_compiler, decompositions=_decompositions())
+    return aot_autograd(fw_compiler=fw_compiler, decompositions=decompositions())
 
 
 def flashlight_backend(gm: fx.GraphModule, example_inputs):

@@ -485,6 +485,31 @@ def _scalar_pow(lw: _Lowerer, node: fx.Node) -> Access:
 LOWERINGS[aten.pow.Scalar] = _scalar_pow
 
 
+def _float_class(kind: str):
+    """``isnan`` (``x != x``), ``isposinf`` / ``isneginf`` (``x == +-inf``) and ``isinf``
+    (``|x| == inf``): what ``nan_to_num``'s decomposition tests."""
+
+    def rule(lw: _Lowerer, node: fx.Node) -> Access:
+        x_dtype = meta_val(node.args[0]).dtype
+        x = lw.value(node.args[0], x_dtype)
+        axes = lw.result_axes(node, [x])
+        value = lw.read(x, axes)
+        if kind == "nan":
+            body = Pointwise("ne", (value, value), torch.bool)
+        else:
+            if kind == "inf":
+                value = Pointwise("abs", (value,), x_dtype)
+            infinity = Const(-math.inf if kind == "neginf" else math.inf, x_dtype)
+            body = Pointwise("eq", (value, infinity), torch.bool)
+        return lw.add_nest(axes, body, torch.bool, f"is{kind}")
+
+    return rule
+
+
+for _kind in ("nan", "inf", "posinf", "neginf"):
+    LOWERINGS[getattr(aten, f"is{_kind}").default] = _float_class(_kind)
+
+
 def lower(gm: fx.GraphModule) -> Lowered:
     """Lower an ATen FX graph; nodes that cannot be lowered become opaque inputs."""
     return _Lowerer(gm).run()

@@ -104,3 +104,38 @@ def test_what_cannot_join_the_attention_runs_after_its_kernel(after):
     ref = fn(*(a.double() for a in (q, k, v, w)))
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spread", [
+    lambda s: s.var(-1, keepdim=True),
+    lambda s: s.std(-1, keepdim=True, correction=0),
+    lambda s: torch.var(s, -1, unbiased=False, keepdim=True),
+], ids=["var", "std_correction_0", "var_biased"])
+def test_scores_scaled_by_their_own_spread_are_three_online_kernels(spread):
+    """A variance needs its mean before its sum of squares, both over the key loop, and
+    the softmax then needs the variance: no single online loop computes that. Decomposed
+    into a mean and a sum (flashlight.decompositions), the back-off keeps each separate:
+    a row-mean kernel, a squared-deviation kernel reading it, and the attention kernel."""
+    q, k, v = _qkv(11)
+
+    def fn(q, k, v):
+        s = q @ k.transpose(-1, -2)  # [B, H, L, L]
+        return torch.softmax(s / (spread(s) + 1).sqrt(), -1) @ v
+
+    _check(fn, (q, k, v), kernels=3)
+
+
+def test_nan_to_num_of_the_scores_fuses_and_replaces_every_non_finite_value():
+    q, k, v = _qkv(13)
+    bias = rand(3, 29, 29, seed=17)  # [H, L, L]
+    pick = torch.rand(bias.shape, generator=torch.Generator().manual_seed(19))
+    bias = bias.masked_fill(pick < 0.1, float("nan")).masked_fill(pick > 0.93, float("inf"))
+    bias = bias.masked_fill((pick > 0.5) & (pick < 0.55), float("-inf"))
+
+    def fn(q, k, v, bias):
+        s = torch.nan_to_num(q @ k.transpose(-1, -2) + bias, nan=0.5, posinf=4.0, neginf=-4.0)
+        s = s - 0.25 * torch.isinf(bias)  # [H, L, L] bool, as 0 or 1
+        return torch.softmax(s, -1) @ v
+
+    assert bias.isnan().any() and bias.isposinf().any() and bias.isneginf().any()
+    _check(fn, (q, k, v, bias), kernels=1)
