@@ -282,6 +282,12 @@ def losses(case_map: dict) -> list[dict]:
     return sorted(out, key=lambda d: -d["ratio"])
 
 
+def _before_chunked_retry(cell: dict) -> bool:
+    """A whole-model cell from before runs that do not fit were retried chunked: its
+    out-of-memory may be the unchunked stock reference's, not its own mode's."""
+    return cell["scope"] == "model" and cell["mode"] != "stock" and "reference_chunk_size" not in cell
+
+
 def evoformer_table(cells: list[dict]) -> list[str]:
     if not cells:
         return []
@@ -295,6 +301,8 @@ def evoformer_table(cells: list[dict]) -> list[str]:
     for (scope, n), modes in sorted(by.items(), key=lambda kv: (kv[0][0] != "stack", kv[0][1])):
         def ms(mode):
             c = modes.get(mode)
+            if c is not None and c["status"] == "oom" and _before_chunked_retry(c):
+                return "OOM (before chunked retry)"
             if c is None or c["status"] != "ok":
                 return cell_text(c)
             return fmt_ms(c["ms"]) + (f" (chunk {c['chunk_size']})" if c.get("chunk_size") else "")
@@ -462,7 +470,9 @@ def build_section(latest: dict, kruns: list[dict], evo: list[dict], eruns: list[
         lines += ["### OpenFold end to end", "",
                   "Seeded random `model_1` weights (no AlphaFold parameters: timings only), templates off, "
                   "`chunk_size=None` (\"chunk N\": the run did not fit without chunking and used "
-                  "OpenFold's default chunk size), fp32 with TF32, medians of CUDA-event timings"
+                  "OpenFold's default chunk size; \"OOM (before chunked retry)\": measured when the stock "
+                  "reference of a non-stock cell still ran unchunked, so the out-of-memory may be "
+                  "the reference's), fp32 with TF32, medians of CUDA-event timings"
                   + (f"; {', '.join(sizes)}" if sizes else "") + ".", ""]
         lines += evoformer_table(evo) + [""]
         failed = [c for c in evo if c["status"] != "ok"]

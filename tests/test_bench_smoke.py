@@ -268,3 +268,13 @@ def test_build_times_builds_the_given_configurations_for_a_gpu(tmp_path):
     assert row["build_s"] > 0 and row["shared_bytes"] > 0
     assert build_times.main(["--variants", "vanilla", "--configs", "64,32"]) == 2
     assert build_times.main(["--variants", "no_such_variant"]) == 2
+
+
+def test_an_out_of_memory_from_before_the_chunked_retry_says_so():
+    stock = {"scope": "model", "n_res": 1024, "mode": "stock", "status": "ok", "ms": 26000.0, "chunk_size": 4}
+    old = {"scope": "model", "n_res": 1024, "mode": "flashlight", "status": "oom"}
+    new = {**old, "mode": "compile", "reference_chunk_size": 4}
+    (row,) = [line for line in report.evoformer_table([stock, old, new]) if "1024" in line]
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[3] == "26000 (chunk 4)"
+    assert cells[4] == "OOM" and cells[5] == "OOM (before chunked retry)"
