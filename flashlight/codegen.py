@@ -57,7 +57,7 @@ _UNARY = {"exp": "tl.exp({})", "log": "tl.log({})", "sigmoid": "tl.sigmoid({})",
           # lose their relative precision, the leading terms of the series
           "expm1": "tl.where(tl.abs({0}) < 1e-5, {0} + 0.5 * {0} * {0}, tl.exp({0}) - 1.0)",
           "log1p": "tl.where(tl.abs({0}) < 1e-4, {0} * (1.0 - {0} * (0.5 - {0} / 3.0)), tl.log(1.0 + {0}))",
-          "erf": "tl.erf({})", "reciprocal": "(1.0 / {})", "exp2": "tl.exp2({})", "log2": "tl.log2({})",
+          "erf": "tl.erf({})", "reciprocal": "(1.0 / {})", "log2": "tl.log2({})",
           "sin": "tl.sin({})", "cos": "tl.cos({})", "floor": "tl.floor({})", "ceil": "tl.ceil({})"}
 
 

@@ -437,7 +437,6 @@ _UNARY = {
     "log1p": [aten.log1p.default],
     "erf": [aten.erf.default],
     "reciprocal": [aten.reciprocal.default],
-    "exp2": [aten.exp2.default],
     "log2": [aten.log2.default],
     "sin": [aten.sin.default],
     "cos": [aten.cos.default],
@@ -483,6 +482,16 @@ def _scalar_pow(lw: _Lowerer, node: fx.Node) -> Access:
 
 
 LOWERINGS[aten.pow.Scalar] = _scalar_pow
+
+
+def _exp2(lw: _Lowerer, node: fx.Node) -> Access:
+    """``exp2(x)`` is ``2 ** x``, so ``exp(x * log 2)``: softmax written with ``exp2`` of
+    log2(e)-scaled scores, as FlashAttention kernels write it, is then the exponential of
+    a positively scaled difference from the max, which the online pass recognises."""
+    return _scalar_pow(lw, NodeView(node, (2.0, node.args[0])))
+
+
+LOWERINGS[aten.exp2.default] = _exp2
 
 
 def _float_class(kind: str):

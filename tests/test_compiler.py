@@ -281,6 +281,23 @@ def test_ieee_fp32_kernels_also_autotune_over_tiles_that_fit_in_registers():
     assert least_extra < 512 and 16 * least_extra < least_base, (least_extra, least_base)
 
 
+def test_softmax_written_with_exp2_of_log2e_scaled_scores_is_one_online_kernel():
+    """FlashAttention kernels write softmax as ``exp2(s * log2(e) - max)``; with ``exp2``
+    lowered as ``exp(x * log 2)`` that is the exponential of a positively scaled
+    difference from the max, one online loop like ``torch.softmax``."""
+    q, k, v, _ = _inputs(37, L=45)
+
+    def exp2_softmax(q, k, v):
+        s = q @ k.transpose(-1, -2) * (q.shape[-1] ** -0.5 * math.log2(math.e))  # [B, H, L, L]
+        e = torch.exp2(s - s.amax(-1, keepdim=True))
+        return (e @ v) / e.sum(-1, keepdim=True)
+
+    report = flashlight.explain(exp2_softmax, q, k, v)
+    assert len(report.kernels) == 1 and report.fallback_ops == [], report
+    torch.testing.assert_close(flashlight.compile(exp2_softmax)(q, k, v).double(),
+                               exp2_softmax(q.double(), k.double(), v.double()), rtol=1e-5, atol=1e-5)
+
+
 def test_log_space_softmax_and_logsumexp_fuse_by_algebra():
     """``exp(log_softmax(s)) @ v`` is one kernel (``exp(a - log b) = exp(a) / b``), and
     ``logsumexp`` of the scores runs as an online max/sum: next to the attention output
