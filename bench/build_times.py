@@ -20,11 +20,13 @@ import json
 import sys
 import time
 
+from bench.common import DTYPES, set_precision
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.build_times", description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", required=True, help="comma-separated catalog names")
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "tf32", "bf16"))
+    p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
     p.add_argument("--shape", default="{}", help="JSON dict of sizes that replace the default shape's")
     p.add_argument("--configs", nargs="*", default=None,
                    help="BLOCK_M,BLOCK_N,num_warps,num_stages to build instead of the kernel's space")
@@ -40,15 +42,13 @@ def build_times(variant, dtype: str, capability: int, sizes: dict | None = None,
 
     import flashlight
 
-    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     try:
+        torch_dtype = set_precision(dtype)  # TF32 or IEEE contractions for float32
         shape = {**variant.default_shape, **(sizes or {})}
         inputs = variant.make_inputs(shape, torch_dtype, "cpu", torch.Generator().manual_seed(0))
         report = flashlight.explain(variant.fn, *inputs)
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = before
+        set_precision("fp32")  # PyTorch's default
         torch.compiler.reset()
     rows = []
     for kernel in report.kernels:

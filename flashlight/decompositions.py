@@ -54,8 +54,8 @@ def _variance_all(x, unbiased: bool = True):
     return variance(x, None, correction=1 if unbiased else 0)
 
 
-def _root(fn):
-    return lambda *args, **kwargs: torch.sqrt(fn(*args, **kwargs))
+def _root(var):
+    return lambda *args, **kwargs: torch.sqrt(var(*args, **kwargs))
 
 
 @functools.cache
@@ -65,10 +65,7 @@ def decompositions() -> dict:
     from torch._decomp import get_decompositions
 
     table = get_decompositions(list(DECOMPOSED))
-    for op, fn in ((aten.var, variance), (aten.std, _root(variance))):
-        table[op.correction] = fn
-    for op, fn in ((aten.var, _variance_dim), (aten.std, _root(_variance_dim))):
-        table[op.dim] = fn
-    for op, fn in ((aten.var, _variance_all), (aten.std, _root(_variance_all))):
-        table[op.default] = fn
+    for overload, var in (("correction", variance), ("dim", _variance_dim), ("default", _variance_all)):
+        table[getattr(aten.var, overload)] = var
+        table[getattr(aten.std, overload)] = _root(var)
     return table
