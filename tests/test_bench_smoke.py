@@ -3,6 +3,7 @@ cells with their errors against float64, resumes, stops on its time budget, and 
 report turns its output into tables."""
 import json
 import pathlib
+import time
 
 import pytest
 
@@ -160,6 +161,42 @@ def test_evoformer_smoke_stock(tmp_path):
     assert 0 < cell["attention_share"] < 1
     assert evoformer.main(argv) == evoformer.EXIT_COMPLETE  # resumes: nothing left to do
     assert len(json.loads((tmp_path / "evoformer.json").read_text())["cells"]) == 1
+
+
+def test_evoformer_budget_stopped_cell_is_recorded_as_timeout(tmp_path, monkeypatch):
+    """A cell the call's budget stops after --record-after seconds is a result (it cannot
+    finish in one call), and --retry tries it again only with more time than it ran."""
+    pytest.importorskip("openfold")
+    from bench import evoformer
+
+    monkeypatch.setattr(evoformer, "MIN_CELL_START_S", 0.5)
+    monkeypatch.setattr(evoformer, "run_stack", lambda *a: time.sleep(30))
+    out = tmp_path / "evoformer.json"
+    argv = ["--smoke", "--scopes", "stack", "--modes", "stock", "--blocks", "1", "--out", str(out),
+            "--max-minutes", "0.04", "--record-after", "1", "--retry"]
+    started = time.monotonic()
+    assert evoformer.main(argv) == evoformer.EXIT_COMPLETE
+    assert time.monotonic() - started < 10
+    (cell,) = json.loads(out.read_text())["cells"]
+    assert cell["status"] == "timeout" and "time budget" in cell["message"] and cell["wall_s"] >= 1
+    assert evoformer.main(argv) == evoformer.EXIT_COMPLETE  # no more time now than then: not retried
+    assert evoformer.wanted_again(cell, retry=True, budget_left_s=cell["wall_s"] + 60)
+    assert not evoformer.wanted_again(cell, retry=False, budget_left_s=1e9)
+    assert evoformer.wanted_again({"status": "oom"}, retry=True, budget_left_s=0)
+    assert not evoformer.wanted_again({"status": "ok"}, retry=True, budget_left_s=1e9)
+
+
+def test_evoformer_budget_stopped_short_cell_is_left_for_the_next_call(tmp_path, monkeypatch):
+    pytest.importorskip("openfold")
+    from bench import evoformer
+
+    monkeypatch.setattr(evoformer, "MIN_CELL_START_S", 0.5)
+    monkeypatch.setattr(evoformer, "run_stack", lambda *a: time.sleep(30))
+    out = tmp_path / "evoformer.json"
+    argv = ["--smoke", "--scopes", "stack", "--modes", "stock", "--blocks", "1", "--out", str(out),
+            "--max-minutes", "0.04"]  # stopped after ~2.4 s, under the default --record-after
+    assert evoformer.main(argv) == evoformer.EXIT_INCOMPLETE
+    assert json.loads(out.read_text())["cells"] == []
 
 
 def test_evoformer_smoke_compile_matches_stock(tmp_path):
