@@ -37,8 +37,6 @@ VIEW_LIKE = {
     aten.lift_fresh_copy.default,
 }
 
-_kernel_ids = iter(range(1 << 30))
-
 
 def _fp32_precision() -> str:
     return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
@@ -68,8 +66,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
     launchers: dict[str, Launcher] = {}
     for node_name, tiled in plan.kernels.items():
         interpret = _on_cpu(example_inputs)
-        src = generate(tiled, f"flashlight_kernel_{next(_kernel_ids)}", _fp32_precision(), interpret,
-                       settings.get("check_bounds"))
+        src = generate(tiled, None, _fp32_precision(), interpret, settings.get("check_bounds"))
         if settings.debug_level() >= 2:
             log.warning("[flashlight] Triton source for %s\n%s", node_name, src.source)
         launcher = Launcher(tiled, src, autotune=options.get("autotune"))

@@ -14,6 +14,7 @@ kernel has a fixed shape:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import torch
 
@@ -163,9 +164,14 @@ class _Printer:
             return f"tl.trans({var})" if src == dst[::-1] else var
         return f"{var}[:, None]" if dst[0] == src[0] else f"{var}[None, :]"
 
+    def grid_var(self, d: Dim) -> str:
+        """The program's coordinate along grid dim ``d``, named by the dim's place in the
+        grid (not its global name), so equal kernels print equal source."""
+        return f"g{self.tiling.grid.index(d)}"
+
     def dim_term(self, d: Dim, layout) -> str:
         role = self.roles.get(d)
-        return f"g_{d.name}" if role is None else self.offs(role, layout)
+        return self.grid_var(d) if role is None else self.offs(role, layout)
 
     def index(self, axis, layout) -> str:
         if not axis:
@@ -479,7 +485,7 @@ class _Printer:
         head.append("pid_m = pid % num_m")
         head.append("rest = pid // num_m")
         for d in reversed(self.tiling.grid):
-            head.append(f"g_{d.name} = rest % {self.size(d)}")
+            head.append(f"{self.grid_var(d)} = rest % {self.size(d)}")
             head.append(f"rest = rest // {self.size(d)}")
         head.append("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
         for d, role in self.roles.items():
@@ -510,9 +516,13 @@ class _Printer:
             body.append("    offs_n = start_n + tl.arange(0, BLOCK_N)")
             body += ["    " + line for line in steps]
         body += self.post
-        src = ["import triton", "import triton.language as tl", "", "", "@triton.jit",
-               f"def {self.name}({', '.join(params)}):"] + ["    " + line for line in body]
-        return KernelSource(self.name, "\n".join(src) + "\n", tuple(self.inputs), tuple(self.ranks),
+        text = f"({', '.join(params)}):\n" + "\n".join("    " + line for line in body) + "\n"
+        # unnamed: named by content, so the same kernel compiled again (another module of
+        # the same shape, a recompile, a new process) has the same source, and Triton's
+        # on-disk cache of built kernels serves it
+        name = self.name or f"flashlight_{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+        src = "import triton\nimport triton.language as tl\n\n\n@triton.jit\n" + f"def {name}{text}"
+        return KernelSource(name, src, tuple(self.inputs), tuple(self.ranks),
                             tuple(self.sizes), len(self.kernel.axes), tuple(self.fast_axes.items()),
                             self.check_bounds, self.fp32_precision, self.fma_dots)
 
@@ -534,8 +544,9 @@ def _pow(base: str, exponent) -> str:
     return f"tl.exp({_literal(float(exponent))} * tl.log({base}))"
 
 
-def generate(tk: TiledKernel, name: str, fp32_precision: str = "ieee", interpret: bool = False,
+def generate(tk: TiledKernel, name: str | None = None, fp32_precision: str = "ieee", interpret: bool = False,
              check_bounds: bool = False) -> KernelSource:
-    """Print ``tk`` as a Triton kernel named ``name`` (for the interpreter if ``interpret``;
-    asserting every memory offset if ``check_bounds``)."""
+    """Print ``tk`` as a Triton kernel named ``name`` (default: ``flashlight_`` and a digest
+    of the source, equal for equal kernels), for the interpreter if ``interpret``,
+    asserting every memory offset if ``check_bounds``."""
     return _Printer(tk, name, fp32_precision, interpret, check_bounds).print()

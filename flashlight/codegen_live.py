@@ -130,7 +130,7 @@ class LiveScan:
     def dim_range(self, d: Dim) -> tuple[str, str]:
         role = self.p.roles.get(d)
         if role is None:
-            return f"g_{d.name}", f"g_{d.name}"
+            return self.p.grid_var(d), self.p.grid_var(d)
         if role == "m":
             return "row_lo", "row_hi"
         if role == "n":

@@ -231,6 +231,20 @@ def test_lengths_are_runtime_arguments():
     torch.compiler.reset()
 
 
+def test_equal_kernels_print_equal_source_whatever_was_compiled_before():
+    """Kernel and grid names come from the kernel itself, not from a process-wide count,
+    so a recompile (or a new process) hits Triton's on-disk cache of built kernels."""
+    torch.compiler.reset()
+    first = flashlight.explain(attention, *_inputs(15)).kernels[0]
+    flashlight.explain(lambda q, k, v, b: attention(q * 0.5, k, v, b), *_inputs(15))
+    torch.compiler.reset()
+    again = flashlight.explain(attention, *_inputs(16)).kernels[0]
+    assert (again.name, again.source) == (first.name, first.source)
+    other = flashlight.explain(lambda q, k, v, b: attention(q, k, v, b * 2.0), *_inputs(15)).kernels[0]
+    assert other.name != first.name and first.name.startswith("flashlight_")
+    assert f"def {first.name}(" in first.source
+
+
 def test_generated_kernel_compiles_for_hopper():
     report = flashlight.explain(attention, *_inputs(15))
     result = report.kernels[0].aot_compile(90)
