@@ -328,6 +328,15 @@ def _shapes(variant, spec: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; every first call is cold: autotuning choices kept on disk by an
+    earlier process (``FLASHLIGHT_TUNING_CACHE``) are neither read nor written."""
+    from flashlight import settings
+
+    with settings.override(tuning_cache=False):
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     if args.device == "cpu":
         # must precede the first import of triton

@@ -3,14 +3,17 @@
 Lengths are runtime arguments: a kernel is compiled once per dtype and Triton's own
 specialisation (argument values equal to 1 or divisible by 16), not once per protein
 length. Tile sizes are chosen by ``triton.autotune`` on the GPU, after its candidates
-are compiled on a thread pool (:func:`precompile`); under the Triton interpreter one
-small configuration is used.
+are compiled on a thread pool (:func:`precompile`), and the choice is kept on disk
+(:func:`remember_choice`), so another process launching the same kernel at the same
+sizes on the same GPU model skips both; under the Triton interpreter one small
+configuration is used.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import importlib.util
+import json
 import os
 import sys
 from typing import Sequence
@@ -137,6 +140,23 @@ class Launcher:
             self._fn = triton.autotune(configs=_configs(self.src, interpret, self.autotune), key=keys)(self._raw)
         return self._fn
 
+    def _first_launch(self, fn, args: tuple, grid, sizes: tuple[int, ...], device: torch.device,
+                      tune: bool) -> None:
+        """Launch at sizes not seen in this process: with the choice an earlier process
+        recorded, else through the autotuner (candidates compiled in parallel first),
+        whose choice is then recorded."""
+        chosen = recall_choice(self.src, device, sizes) if tune else None
+        if chosen is not None:
+            self._chosen[sizes] = chosen
+            self._raw[grid](*args, **chosen)
+            return
+        if tune:
+            precompile(self._raw, fn.configs, args, grid)
+        fn[grid](*args)
+        self._chosen[sizes] = fn.best_config.all_kwargs()
+        if tune and len(fn.configs) > 1:
+            remember_choice(self.src, device, sizes, self._chosen[sizes])
+
     def _size(self, d: Dim, values: dict[str, int]) -> int:
         return int(d.size) if d.is_static else values[d.size]
 
@@ -176,10 +196,7 @@ class Launcher:
         sizes = tuple(size_args)
         chosen = self._chosen.get(sizes)
         if chosen is None:
-            if not interpret and self.autotune:
-                precompile(self._raw, fn.configs, args, grid)
-            fn[grid](*args)
-            self._chosen[sizes] = fn.best_config.all_kwargs()
+            self._first_launch(fn, args, grid, sizes, out.device, tune=not interpret and self.autotune)
         else:
             self._raw[grid](*args, **chosen)
         if checks and bool(errors.any()):
@@ -187,6 +204,54 @@ class Launcher:
             bad = [f"{names[k]} ({int(n)} lanes)" for k, n in enumerate(errors.tolist()) if n]
             raise RuntimeError(f"{self.__name__}: memory access out of bounds in {', '.join(bad)}")
         return out
+
+
+def _tuning_file(src: KernelSource) -> str:
+    digest = hashlib.sha1(src.source.encode()).hexdigest()[:16]
+    return os.path.join(settings.get("cache_dir"), "tuning", f"{src.name}_{digest}.json")
+
+
+def _tuning_key(device: torch.device, sizes: tuple[int, ...]) -> str:
+    """What a choice holds for: the GPU model, Triton's version and the size arguments
+    (the source, in the file name, fixes everything else: dtypes, static sizes)."""
+    import triton
+
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return f"{gpu} | triton {triton.__version__} | sizes {','.join(map(str, sizes))}"
+
+
+def _read_choices(path: str) -> dict:
+    try:
+        with open(path) as f:
+            found = json.load(f)
+    except (OSError, ValueError):  # none yet, or unreadable: tune again
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def recall_choice(src: KernelSource, device: torch.device, sizes: tuple[int, ...]) -> dict | None:
+    """The launch settings autotuning chose for ``src`` at ``sizes`` on this GPU model in
+    an earlier process (``FLASHLIGHT_TUNING_CACHE``), else None."""
+    if not settings.get("tuning_cache"):
+        return None
+    choice = _read_choices(_tuning_file(src)).get(_tuning_key(device, sizes))
+    return dict(choice) if isinstance(choice, dict) and {"BLOCK_M", "BLOCK_N"} <= set(choice) else None
+
+
+def remember_choice(src: KernelSource, device: torch.device, sizes: tuple[int, ...], choice: dict) -> None:
+    """Record autotuning's ``choice`` for :func:`recall_choice` (written atomically; a
+    concurrent writer's entry may be lost, never half-written)."""
+    if not settings.get("tuning_cache"):
+        return
+    path = _tuning_file(src)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    choices = _read_choices(path)
+    choices[_tuning_key(device, sizes)] = {k: v for k, v in choice.items()
+                                          if isinstance(v, (int, float, str, bool)) or v is None}
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(choices, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
 
 
 def compile_threads(n_configs: int) -> int:

@@ -11,14 +11,17 @@ variable               default     meaning
 =====================  ==========  ==================================================
 FLASHLIGHT_DEBUG       0           1: log fusion decisions and fallbacks;
                                    2: also the IR after each pass and Triton source
-FLASHLIGHT_CACHE_DIR   ~/.cache/   where generated kernel sources are written
-                       flashlight
+FLASHLIGHT_CACHE_DIR   ~/.cache/   where generated kernel sources and autotuning
+                       flashlight  choices are written
 FLASHLIGHT_AUTOTUNE    1           autotune tile configurations on the GPU (0: use
                                    the first candidate configuration)
 FLASHLIGHT_COMPILE_    0           threads compiling a kernel's autotuning candidates
 THREADS                            before they are timed (0: one per CPU core, at most
                                    one per candidate; 1: one at a time, as Triton's
                                    autotuner does)
+FLASHLIGHT_TUNING_     1           remember each kernel's autotuning choice per GPU,
+CACHE                              Triton version and sizes in the cache folder, so
+                                   a later process launches it without autotuning
 FLASHLIGHT_CHECK_      0           1: generated kernels assert that every load and
 BOUNDS                             store stays inside its tensor (debugging; slow)
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
@@ -55,6 +58,7 @@ _KNOBS: dict[str, _Knob] = {
     "interpret": _Knob("TRITON_INTERPRET", False, _bool),
     "check_bounds": _Knob("FLASHLIGHT_CHECK_BOUNDS", False, _bool),
     "compile_threads": _Knob("FLASHLIGHT_COMPILE_THREADS", 0, int),
+    "tuning_cache": _Knob("FLASHLIGHT_TUNING_CACHE", True, _bool),
 }
 
 _overrides: dict[str, Any] = {}

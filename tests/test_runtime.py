@@ -110,3 +110,79 @@ def test_ieee_float32_kernels_leave_out_the_wide_key_tiles(dtype, tf32, fma_dots
         assert set(runtime._FMA_DOT_CONFIGS) <= set(space)
     else:
         assert space == tuple(runtime._GPU_CONFIGS)
+
+
+# --------------------------------------------------------- autotuning choices kept on disk
+
+
+def _kernel_source(body: str = "pass"):
+    return runtime.KernelSource("flashlight_k", f"def flashlight_k(x):\n    {body}\n", ("x",), (1,), ("s0",), 1,
+                                (), False, "ieee", False)
+
+
+class _FakeTuner:
+    """Stands in for the ``triton.autotune`` wrapper: launching it "tunes" and records."""
+
+    def __init__(self, configs):
+        self.configs = configs
+        self.launches: list[tuple] = []
+        self.best_config = configs[1]
+
+    def __getitem__(self, grid):
+        return lambda *args: self.launches.append(args)
+
+
+class _FakeJit:
+    def __init__(self):
+        self.launches: list[dict] = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kw: self.launches.append(kw)
+
+
+def _fake_launcher(src):
+    launcher = object.__new__(runtime.Launcher)
+    launcher.src, launcher._chosen, launcher._raw = src, {}, _FakeJit()
+    return launcher
+
+
+def test_an_autotuning_choice_is_recorded_and_reused_by_another_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHLIGHT_CACHE_DIR", str(tmp_path))
+    compiled = []
+    monkeypatch.setattr(runtime, "precompile", lambda jit, configs, args, grid: compiled.append(len(configs)))
+    src, device = _kernel_source(), torch.device("cpu")
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": 32}, num_warps=4, num_stages=2) for m in (64, 128)]
+
+    first, tuner = _fake_launcher(src), _FakeTuner(configs)
+    first._first_launch(tuner, ("args",), None, (96,), device, tune=True)
+    assert compiled == [2] and len(tuner.launches) == 1 and first._raw.launches == []
+    assert first.chosen_configs() == {(96,): (128, 32, 4, 2)}
+
+    # a new process (new launcher, empty in-memory choices) launches without tuning
+    again, tuner = _fake_launcher(src), _FakeTuner(configs)
+    again._first_launch(tuner, ("args",), None, (96,), device, tune=True)
+    assert compiled == [2] and tuner.launches == []
+    assert again._raw.launches[0]["BLOCK_M"] == 128 and again.chosen_configs() == first.chosen_configs()
+
+    # other sizes, other source, or the cache switched off: tuned afresh
+    for launcher, sizes, env in ((_fake_launcher(src), (97,), "1"), (_fake_launcher(_kernel_source("return")), (96,), "1"),
+                                 (_fake_launcher(src), (96,), "0")):
+        monkeypatch.setenv("FLASHLIGHT_TUNING_CACHE", env)
+        tuner = _FakeTuner(configs)
+        launcher._first_launch(tuner, ("args",), None, sizes, device, tune=True)
+        assert len(tuner.launches) == 1 and launcher._raw.launches == []
+
+
+def test_an_unreadable_tuning_record_means_tuning_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHLIGHT_CACHE_DIR", str(tmp_path))
+    src, device = _kernel_source(), torch.device("cpu")
+    runtime.remember_choice(src, device, (8,), {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "hook": object()})
+    assert runtime.recall_choice(src, device, (8,)) == {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4}
+    (path,) = (tmp_path / "tuning").iterdir()
+    path.write_text("{not json")
+    assert runtime.recall_choice(src, device, (8,)) is None
+    path.write_text('{"cpu | anything": [1, 2]}')
+    assert runtime.recall_choice(src, device, (8,)) is None
+    with settings.override(tuning_cache=False):
+        runtime.remember_choice(src, device, (9,), {"BLOCK_M": 64, "BLOCK_N": 32})
+    assert runtime.recall_choice(src, device, (9,)) is None
