@@ -75,12 +75,15 @@ def test_the_backoff_is_logged(caplog):
     assert len(backoffs) == 1 and "keeping" in backoffs[0], backoffs
 
 
-@pytest.mark.parametrize("after", ["output_projection", "residual_layer_norm"])
+@pytest.mark.parametrize("after", ["output_projection", "residual_layer_norm", "mean_over_heads"])
 def test_what_cannot_join_the_attention_runs_after_its_kernel(after):
-    """An output projection over the merged heads (a contraction over two dims) or a
-    layer norm of the residual sum (a second pass over the attention's output) cannot
-    share the attention's loop: the attention stays one kernel and what follows runs
-    as PyTorch runs it, on the kernel's output, with the reason reported."""
+    """An output projection over the merged heads (a contraction over two dims), a
+    layer norm of the residual sum (a second pass over the attention's output) or a mean
+    over heads cannot share the attention's loop: the attention stays one kernel and
+    what follows runs as PyTorch runs it, on the kernel's output, with the reason
+    reported. (With the keys few enough to fit one tile, the mean over heads once fused
+    as a loop over heads around whole softmax rows, recomputed in a program per output
+    feature, and left the value matmul outside.)"""
     q, k, v = _qkv(31)
     B, H, L, D = q.shape
     w = rand(H * D, 8, seed=40) * 0.2
@@ -92,7 +95,11 @@ def test_what_cannot_join_the_attention_runs_after_its_kernel(after):
     def residual_layer_norm(q, k, v, w):
         return torch.nn.functional.layer_norm(torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v + q, (D,))
 
-    fn = {"output_projection": output_projection, "residual_layer_norm": residual_layer_norm}[after]
+    def mean_over_heads(q, k, v, w):
+        return (torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v).mean(1)
+
+    fn = {"output_projection": output_projection, "residual_layer_norm": residual_layer_norm,
+          "mean_over_heads": mean_over_heads}[after]
     report = flashlight.explain(fn, q, k, v, w)
     (kernel,) = report.kernels
     assert sum(op.startswith("bmm") for op in kernel.aten_ops) == 2 and any("softmax" in op for op in kernel.aten_ops)
@@ -102,6 +109,28 @@ def test_what_cannot_join_the_attention_runs_after_its_kernel(after):
     out = flashlight.compile(fn)(q, k, v, w)
     torch.compiler.reset()
     ref = fn(*(a.double() for a in (q, k, v, w)))
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_value_over_three_tile_dims_is_never_handed_to_codegen():
+    """The mean over heads plus a scalar becomes a kernel of its own, looping over heads;
+    a tiling whose loop reads ``o[b, h, q, d]`` as a ``[batch, heads, queries]`` tile
+    (three tile dims, not a contraction) is rejected when tiling, not left for the code
+    printer to fail on, and the kernel is tiled another way."""
+    q, k, v = _qkv(51)
+    w = rand(5, 4, seed=55)
+
+    def mean_plus_scalar(q, k, v, w):
+        return (torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v).mean(1) + w.sum()
+
+    report = flashlight.explain(mean_plus_scalar, q, k, v, w)
+    attention, head_mean = sorted(report.kernels, key=lambda kr: "mean.dim" in kr.aten_ops)
+    assert sum(op.startswith("bmm") for op in attention.aten_ops) == 2
+    assert "mean.dim" in head_mean.aten_ops and "add.Tensor" in head_mean.aten_ops
+    out = flashlight.compile(mean_plus_scalar)(q, k, v, w)
+    torch.compiler.reset()
+    ref = mean_plus_scalar(*(a.double() for a in (q, k, v, w)))
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 

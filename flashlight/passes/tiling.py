@@ -97,7 +97,8 @@ class Layouts:
         if expr in self.memo and not allow_dot:
             return self.memo[expr]
         layout = self._compute(expr, allow_dot, reduced)
-        if len(layout) > 2 and not allow_dot:
+        # three tile dims only as the product of a contraction (checked by _compute)
+        if len(layout) > 2 and not (allow_dot and len(layout) == 3 and isinstance(expr, Pointwise)):
             raise NotTileable(f"a value spans {len(layout)} tile dims {layout}")
         if not allow_dot:
             self.memo[expr] = layout
