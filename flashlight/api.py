@@ -53,10 +53,15 @@ class ExplainReport:
 
     kernels: list[KernelReport] = dataclasses.field(default_factory=list)
     fallback_ops: list[FallbackOp] = dataclasses.field(default_factory=list)
-    graphs: int = 0
+    graphs: int = 0  # FX graphs torch.compile handed to Flashlight
+    graph_breaks: list[str] = dataclasses.field(default_factory=list)  # Dynamo's reasons, as it logged them
 
     def __str__(self) -> str:
         lines = [f"{len(self.kernels)} Flashlight kernel(s), {len(self.fallback_ops)} fallback op(s)"]
+        if self.graphs == 0:
+            lines.append("  torch.compile handed Flashlight no graph: Dynamo ran the function eagerly")
+        for why in self.graph_breaks:
+            lines.append(f"  graph break: {why}")
         for kernel in self.kernels:
             lines.append(f"  kernel {kernel.name}: {', '.join(kernel.aten_ops)}")
         for op in self.fallback_ops:
@@ -77,13 +82,18 @@ def compile(fn: Callable, *, dynamic: bool | None = None, **options: Any) -> Cal
 
 
 def explain(fn: Callable, *args: Any, **kwargs: Any) -> ExplainReport:
-    """Compile ``fn`` for these inputs, run it once, and report what Flashlight generated."""
+    """Compile ``fn`` for these inputs, run it once, and report what Flashlight generated
+    (and, where Dynamo split or skipped ``fn``, its graph-break reasons)."""
     from flashlight.backend import make_backend
+
+    from torch._dynamo.utils import counters
 
     report = ExplainReport()
     torch.compiler.reset()
+    counters["graph_break"].clear()
     compiled = torch.compile(fn, backend=make_backend(report=report))
     with torch.no_grad():
         compiled(*args, **kwargs)
+    report.graph_breaks = [" ".join(str(why).split())[:300] for why in counters["graph_break"]]
     torch.compiler.reset()
     return report

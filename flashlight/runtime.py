@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 from typing import Sequence
@@ -24,6 +25,7 @@ from flashlight import settings
 from flashlight.codegen import KernelSource
 from flashlight.ir import Dim, Kernel, Load, TiledKernel, walk
 
+log = logging.getLogger("flashlight")
 _MODULES: dict[str, object] = {}
 COMPILE_EVENTS: list[str] = []  # one entry per generated kernel loaded (tests count these)
 
@@ -244,14 +246,17 @@ def remember_choice(src: KernelSource, device: torch.device, sizes: tuple[int, .
     if not settings.get("tuning_cache"):
         return
     path = _tuning_file(src)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     choices = _read_choices(path)
     choices[_tuning_key(device, sizes)] = {k: v for k, v in choice.items()
                                           if isinstance(v, (int, float, str, bool)) or v is None}
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(choices, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump(choices, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as why:  # the launch succeeded; only the next process tunes again
+        log.warning("flashlight: could not record the autotuning choice in %s (%s)", path, why)
 
 
 def compile_threads(n_configs: int) -> int:

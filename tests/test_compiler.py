@@ -231,6 +231,20 @@ def test_lengths_are_runtime_arguments():
     torch.compiler.reset()
 
 
+def test_explain_reports_graph_breaks_and_a_function_left_entirely_to_eager():
+    def with_generator(q, k, v, bias):
+        noise = torch.randn(q.shape[-1], generator=torch.Generator().manual_seed(0))
+        return attention(q, k, v, bias) + noise
+
+    report = flashlight.explain(with_generator, *_inputs(18))
+    assert len(report.kernels) == 1 and report.graphs >= 1
+    assert report.graph_breaks and "graph break: " in str(report)
+    assert any("Generator" in why for why in report.graph_breaks)
+    nothing = flashlight.explain(lambda x: x, rand(3, seed=1))
+    assert nothing.graphs == 0 and not nothing.kernels
+    assert "no graph" in str(nothing)
+
+
 def test_equal_kernels_print_equal_source_whatever_was_compiled_before():
     """Kernel and grid names come from the kernel itself, not from a process-wide count,
     so a recompile (or a new process) hits Triton's on-disk cache of built kernels."""

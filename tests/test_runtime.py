@@ -186,3 +186,8 @@ def test_an_unreadable_tuning_record_means_tuning_again(tmp_path, monkeypatch):
     with settings.override(tuning_cache=False):
         runtime.remember_choice(src, device, (9,), {"BLOCK_M": 64, "BLOCK_N": 32})
     assert runtime.recall_choice(src, device, (9,)) is None
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with settings.override(cache_dir=str(blocked)):  # a file where the folder should be
+        runtime.remember_choice(src, device, (10,), {"BLOCK_M": 64, "BLOCK_N": 32})
+        assert runtime.recall_choice(src, device, (10,)) is None
