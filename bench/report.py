@@ -435,7 +435,7 @@ def build_section(latest: dict, kruns: list[dict], evo: list[dict], eruns: list[
               "(JSON and CSV); reproduce them with `bench/run_all.sh` (see [bench/README.md](bench/README.md)). "
               "Forward pass only, median milliseconds of `triton.testing.do_bench`; **bold**: fastest; "
               "\"FL vs best peer\" > 1 means Flashlight is faster than every other implementation measured. "
-              "Each implementation computes the whole variant as written in the catalog (`bench/variants_lm.py`, `bench/variants_evoformer.py`) "
+              "Each implementation computes the whole variant as written in the catalog (`bench/variants_lm.py`, `bench/variants_lm_masked.py`, `bench/variants_evoformer.py`) "
               "(for the Evoformer attentions: both biases, softmax, `@ v` and the sigmoid gate). "
               "\"floor\": the roofline lower bound from the measured copy bandwidth and matmul rate; "
               "errors are against float64 eager; \"–\": not measured or not applicable; \"absent\": "

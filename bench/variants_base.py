@@ -165,3 +165,22 @@ def data_block_mask(make_mod: Callable, data: torch.Tensor, batch: int | None, l
     return _DATA_BLOCK_MASKS[key][1]
 
 
+# ----------------------------------------------------------------------------------------
+# Language-model variants: q, k, v [B, H, L, D], the lengths 256..16k
+# ----------------------------------------------------------------------------------------
+
+LM_SHAPES: tuple[dict, ...] = (
+    {"B": 64, "H": 16, "L": 256, "D": 64},
+    {"B": 16, "H": 16, "L": 1024, "D": 64},
+    {"B": 4, "H": 16, "L": 4096, "D": 64},
+    {"B": 1, "H": 16, "L": 16384, "D": 64},
+)
+
+
+def bhld_inputs(shape, dtype, device, generator):
+    B, H, L, D = sizes_of(shape, "B", "H", "L", "D")
+    return tuple(random_normal((B, H, L, D), dtype, device, generator) for _ in range(3))  # [B, H, L, D] each
+
+
+def bhld_flops(density: float) -> Callable[[dict], float]:
+    return lambda s: attn_flops(s["B"] * s["H"], s["L"], s["L"], s["D"], s["D"], density)
