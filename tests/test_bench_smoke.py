@@ -248,7 +248,7 @@ def test_model_run_that_does_not_fit_is_chunked_the_way_openfold_ships():
 
 def test_synthetic_batch_shapes():
     pytest.importorskip("openfold")
-    from bench.evoformer import synthetic_batch
+    from bench.evoformer_inputs import synthetic_batch
 
     batch = synthetic_batch(n_res=7, n_seq=5, n_extra=9, iters=2, device="cpu", seed=0)
     assert batch["msa_feat"].shape == (5, 7, 49, 2)
