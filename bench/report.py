@@ -126,12 +126,17 @@ def hypothesis(variant: str, dtype: str, winner: str) -> str:
     """A likely cause for Flashlight losing this case. A hypothesis to check (with
     FLASHLIGHT_DEBUG=2 and a profiler), not a measured fact."""
     if dtype == "fp32" and winner in ("flex", "torch_compile", "sdpa"):
-        return ("IEEE float32 dot products run on CUDA cores, where Triton's code for `tl.dot` "
+        ieee = ("IEEE float32 dot products run on CUDA cores, where Triton's code for `tl.dot` "
                 "reaches a quarter to a third of the measured SGEMM rate where it loses (FL % roofline), "
                 "while torch.compile and "
                 "SDPA hand the two matmuls to cuBLAS / CUTLASS float32 kernels (materialising the "
                 "scores, which at these sizes costs less than the slower dots); the smaller tiles "
                 "for such kernels removed the register spills (c 128: 7.02 -> 2.89 ms) but not this gap")
+        if variant in ("vanilla", "softcap"):
+            ieee += ("; with no mask there are no key tiles to skip (the causal, prefix and ALiBi "
+                     "kernels skip about half and win from 4k keys), so it loses at every length; "
+                     "softcap's tanh adds only 3-5% to vanilla's time")
+        return ieee
     if variant in ("triangle_end", "msa_column") and winner in ("flex", "sdpa", "cuequivariance", "trifast"):
         return ("this variant attends along a strided dim of its inputs (the transposed pair "
                 "representation / the MSA's sequence dim): the winner's wrapper first copies q, k, v "
