@@ -180,6 +180,27 @@ def _rescuing_cut(base: Graph, failed: Nest, candidates: list[str], node_of_nest
     return wasteful[0] if wasteful else None
 
 
+def _operand_cut(base: Graph, lowered: Lowered, failed: Nest, node_of_nest: dict[str, str]) -> str | None:
+    """For a nest no producer cut rescues: the elementwise operand its own ATen op reads
+    (before fusion inlined it), latest first, that becomes a kernel of its own. Only what
+    fails (an output projection contracting two dims, say) is then left to PyTorch, and
+    the elementwise work before it (a sigmoid gate times the attention output, with the
+    gate's projection) still runs fused."""
+    written = next((nest for nest in lowered.graph.nests if nest.name == failed.name), None)
+    if written is None:
+        return None
+    nests = {nest.name: nest for nest in lowered.graph.nests}
+    operands = {node.nest for node in walk(written.body) if isinstance(node, Ref)}
+    elementwise = [name for name in nests if name in operands and name in node_of_nest
+                   and name not in base.materialized and not contains(nests[name].body, Reduce)]
+    with settings.override(debug=0):
+        for candidate in reversed(elementwise):
+            graph = run_passes(base.replace(materialized=base.materialized | {candidate}), node_of_nest)
+            if _attempt(graph, candidate, node_of_nest):
+                return candidate
+    return None
+
+
 def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
     """Fuse, rewrite online and tile; back off fusion until every fused nest is a kernel
     or is left to PyTorch with the reason."""
@@ -201,6 +222,8 @@ def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
                 candidate = _rescuing_cut(base, nest, candidates, node_of_nest)
                 if candidate is None and isinstance(why, NotTileable) and candidates:
                     candidate = candidates[0]  # no single cut is enough: back off one step and retry
+                if candidate is None and not isinstance(why, NothingFused):
+                    candidate = _operand_cut(base, lowered, nest, node_of_nest)
                 if candidate is None:
                     rejected.update({origin: str(why) for origin in nest.origins})
                     continue

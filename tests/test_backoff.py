@@ -113,6 +113,32 @@ def test_what_cannot_join_the_attention_runs_after_its_kernel(after):
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_a_gate_before_an_output_projection_still_runs_fused():
+    """``(attention * sigmoid(x @ w_gate)) @ w_out``: the output projection contracts two
+    dims and no producer cut rescues it, so it runs in PyTorch; the gate's projection, the
+    sigmoid and the product with the attention output become one kernel next to the
+    attention's, instead of running eagerly with it."""
+    q, k, v = _qkv(61)
+    B, H, L, D = q.shape
+    x = rand(B, H, L, 12, seed=65)
+    w_gate, w_out = rand(12, D, seed=66) * 0.3, rand(H * D, 8, seed=67) * 0.2
+
+    def gated_projected(q, k, v, x, w_gate, w_out):
+        o = torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v * torch.sigmoid(x @ w_gate)
+        return o.transpose(1, 2).reshape(B, L, H * D) @ w_out
+
+    args = (q, k, v, x, w_gate, w_out)
+    report = flashlight.explain(gated_projected, *args)
+    assert [op.name for op in report.fallback_ops] == ["mm.default"], str(report)
+    assert any("sigmoid.default" in kr.aten_ops for kr in report.kernels), str(report)
+    assert any(sum(op.startswith("bmm") for op in kr.aten_ops) == 2 for kr in report.kernels), str(report)
+    out = flashlight.compile(gated_projected)(*args)
+    torch.compiler.reset()
+    ref = gated_projected(*(a.double() for a in args))
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
 def test_a_value_over_three_tile_dims_is_never_handed_to_codegen():
     """The mean over heads plus a scalar becomes a kernel of its own, looping over heads;
     a tiling whose loop reads ``o[b, h, q, d]`` as a ``[batch, heads, queries]`` tile
