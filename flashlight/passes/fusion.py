@@ -11,9 +11,11 @@ Inlining is always semantically exact: the producer is a pure function of its in
 What can go wrong is cost and expressibility. A demoted producer is recomputed per
 point of the consumer's loop, so the result is only a good kernel when (a) the
 producer's own reductions run over small dims that fit one tile (the head dim of
-``Q Kᵀ``), and (b) reductions that do not depend on the demoted dim (a row max feeding
-``exp(s - max)``) are hoisted out of the loop rather than recomputed; the online pass
-does (b) and the tiling pass checks (a). When the online pass or the tiling pass
+``Q Kᵀ``), (b) reductions that do not depend on the demoted dim (a row max feeding
+``exp(s - max)``) are hoisted out of the loop rather than recomputed, and (c) no
+reduction is free of a grid dim, which every program along that dim would compute
+again (a K projection inlined into a kernel with a program per query); the online pass
+does (b) and the tiling pass checks (a) and (c). When the online pass or the tiling pass
 rejects a fused nest, the driver *backs off*: it keeps one inlined reduction producer
 materialized and fuses again. It picks the earliest producer whose materialization alone
 lets the rejected nest compile, which puts the cut where the failing part starts (the
@@ -23,7 +25,9 @@ output feeds a projection over the merged heads or a layer norm, which then run
 outside Flashlight on the kernel's output). When neither exists and the nest did not
 tile, it keeps the earliest producer and tries again, so a projection feeding attention
 stays a separate operation while the attention itself still fuses. A nest left without
-any of these runs outside Flashlight, with the reason.
+any of these runs outside Flashlight, with the reason, except that an elementwise
+operand of its own op that becomes a kernel (a gate times the attention output, before
+an output projection) is kept as that kernel.
 """
 from __future__ import annotations
 
