@@ -167,7 +167,7 @@ def _operand_cut(base: Graph, lowered: Lowered, failed: Nest, node_of_nest: dict
     (before fusion inlined it), latest first, that becomes a kernel of its own. Only what
     fails (an output projection contracting two dims, say) is then left to PyTorch, and
     the elementwise work before it (a sigmoid gate times the attention output, with the
-    gate's projection) still runs fused."""
+    gate's projection) still runs fused. Else the latest operand of any kind."""
     written = next((nest for nest in lowered.graph.nests if nest.name == failed.name), None)
     if written is None:
         return None
@@ -180,7 +180,10 @@ def _operand_cut(base: Graph, lowered: Lowered, failed: Nest, node_of_nest: dict
             graph = run_passes(base.replace(materialized=base.materialized | {candidate}), node_of_nest)
             if _attempt(graph, candidate, node_of_nest):
                 return candidate
-    return None
+    # none is a kernel as it stands: keep the latest operand anyway, so the failing op
+    # runs on its own and the operand is compiled (backing off in turn) next round
+    pending = [name for name in nests if name in operands and name in node_of_nest and name not in base.materialized]
+    return pending[-1] if pending else None
 
 
 def compile_graph(lowered: Lowered, check: bool = False) -> Plan:

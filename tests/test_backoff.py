@@ -139,6 +139,33 @@ def test_a_gate_before_an_output_projection_still_runs_fused():
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_a_whole_gated_attention_block_is_not_left_to_pytorch():
+    """Projections, attention, a sigmoid gate and an output projection in one function:
+    the output projection fails (a contraction over two dims) and no single cut rescues
+    it, so the back-off keeps its operand and goes on from there, rather than running
+    the whole block eagerly: the softmax and the gate run in kernels, and only matmuls
+    are left to PyTorch."""
+    B, L, H, D, C = 2, 29, 3, 8, 24
+
+    def gated_block(x, wq, wk, wv, wg, wo):
+        q, k, v = ((x @ w).view(B, L, H, D).transpose(1, 2) for w in (wq, wk, wv))  # [B, H, L, D]
+        o = torch.softmax(q @ k.transpose(-1, -2) * D ** -0.5, dim=-1) @ v
+        o = o.transpose(1, 2).reshape(B, L, H * D) * torch.sigmoid(x @ wg)  # [B, L, H*D]
+        return o @ wo
+
+    args = (rand(B, L, C, seed=71), *(rand(C, H * D, seed=72 + i) * 0.3 for i in range(4)),
+            rand(H * D, C, seed=79) * 0.3)
+    report = flashlight.explain(gated_block, *args)
+    fused = [op for kr in report.kernels for op in kr.aten_ops]
+    assert "_softmax.default" in fused and "sigmoid.default" in fused, str(report)
+    assert all(op.name == "mm.default" for op in report.fallback_ops), str(report)
+    out = flashlight.compile(gated_block)(*args)
+    torch.compiler.reset()
+    ref = gated_block(*(a.double() for a in args))
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
 def test_a_value_over_three_tile_dims_is_never_handed_to_codegen():
     """The mean over heads plus a scalar becomes a kernel of its own, looping over heads;
     a tiling whose loop reads ``o[b, h, q, d]`` as a ``[batch, heads, queries]`` tile

@@ -27,7 +27,9 @@ tile, it keeps the earliest producer and tries again, so a projection feeding at
 stays a separate operation while the attention itself still fuses. A nest left without
 any of these runs outside Flashlight, with the reason, except that an elementwise
 operand of its own op that becomes a kernel (a gate times the attention output, before
-an output projection) is kept as that kernel.
+an output projection) is kept as that kernel; failing that, its latest operand is kept
+anyway, so the failing op runs on its own and the operand is compiled (backing off in
+turn) on the next round.
 """
 from __future__ import annotations
 
