@@ -238,12 +238,14 @@ def tile(kernel: Kernel) -> TiledKernel:
 
 
 def recomputed_along(kernel: Kernel, grid) -> Dim | None:
-    """A grid dim (of size above 1) that some reduction of ``kernel`` does not depend on,
-    else None. Every program along that dim would compute the reduction again: the K / V
-    projection of an attention with its projections inlined, in a tiling with one program
-    per query, or a softmax's row statistics in a program per output feature."""
+    """A grid dim (of size above 1) that some inner reduction of ``kernel`` (one over
+    eliminated dims, inside the loop or the epilogue) does not depend on, else None.
+    Every program along that dim would compute the reduction again: the K / V
+    projection of an attention with its projections inlined, in a tiling with one
+    program per query, or a softmax's row statistics in a program per output feature.
+    (The loop's own reductions are not counted: every program runs the loop anyway.)"""
     wide = [d for d in grid if not (d.is_static and d.size == 1)]
-    reductions = [loop.body for loop in kernel.loop]
+    reductions = []
     for expr in [kernel.epilogue, *(e for loop in kernel.loop for e in loop.exprs())]:
         reductions += [node for node in walk(expr) if isinstance(node, Reduce)]
     for expr in reductions:
