@@ -84,9 +84,9 @@ def compile(fn: Callable, *, dynamic: bool | None = None, **options: Any) -> Cal
 def explain(fn: Callable, *args: Any, **kwargs: Any) -> ExplainReport:
     """Compile ``fn`` for these inputs, run it once, and report what Flashlight generated
     (and, where Dynamo split or skipped ``fn``, its graph-break reasons)."""
-    from flashlight.backend import make_backend
-
     from torch._dynamo.utils import counters
+
+    from flashlight.backend import make_backend
 
     report = ExplainReport()
     torch.compiler.reset()

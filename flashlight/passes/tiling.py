@@ -9,9 +9,10 @@ most two over *roles*: ``m`` (the row dim, ``BLOCK_M``), ``n`` (the loop dim,
 ``n`` with ``tl.dot`` on ``[m, e] x [e, n]`` and ``[m, n] x [n, f]``.
 
 The pass tries every (row, feature) choice over the output dims, keeps those whose
-every value has a legal tile layout and whose grid repeats no reduction (each reduction
-depends on every grid dim, so no two programs compute the same one), and picks the best by a small cost model: more
-contractions as ``tl.dot`` first, then a dynamic or large row dim, then a feature tile.
+every value has a legal tile layout and whose grid repeats no inner reduction (each
+depends on every grid dim, so no two programs compute the same one), and picks the best
+by a small cost model: more contractions as ``tl.dot`` first, then a dynamic or large
+row dim, then a feature tile.
 """
 from __future__ import annotations
 
