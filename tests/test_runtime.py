@@ -165,7 +165,8 @@ def test_an_autotuning_choice_is_recorded_and_reused_by_another_process(tmp_path
     assert again._raw.launches[0]["BLOCK_M"] == 128 and again.chosen_configs() == first.chosen_configs()
 
     # other sizes, other source, or the cache switched off: tuned afresh
-    for launcher, sizes, env in ((_fake_launcher(src), (97,), "1"), (_fake_launcher(_kernel_source("return")), (96,), "1"),
+    other_source = _kernel_source("return")
+    for launcher, sizes, env in ((_fake_launcher(src), (97,), "1"), (_fake_launcher(other_source), (96,), "1"),
                                  (_fake_launcher(src), (96,), "0")):
         monkeypatch.setenv("FLASHLIGHT_TUNING_CACHE", env)
         tuner = _FakeTuner(configs)
