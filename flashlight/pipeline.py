@@ -26,6 +26,7 @@ from flashlight.ir import (
     contains,
     format_graph,
     format_kernel,
+    free_dims,
     rebuild,
     walk,
 )
@@ -135,31 +136,48 @@ def _attempt(graph: Graph, name: str, node_of_nest: dict[str, str]) -> TiledKern
         return False
 
 
+def recomputes_across_grid(tiled: TiledKernel) -> bool:
+    """Whether some reduction of ``tiled`` is free of one of its grid dims, so that every
+    program along that dim computes it again: e.g. a softmax's row statistics in a
+    kernel with a program per output feature (attention averaged over heads, fused with
+    the heads as its loop and the keys eliminated into tiles)."""
+    grid = {d for d in tiled.tiling.grid if not (d.is_static and d.size == 1)}
+    kernel = tiled.kernel
+    for loop in kernel.loop:
+        if grid - free_dims(loop.body):
+            return True
+    exprs = [kernel.epilogue, *(e for loop in kernel.loop for e in loop.exprs())]
+    return any(isinstance(node, Reduce) and grid - free_dims(node) for e in exprs for node in walk(e))
+
+
 def _rescuing_cut(base: Graph, failed: Nest, candidates: list[str], node_of_nest: dict[str, str]) -> str | None:
     """The candidate to keep separate so that ``failed`` stops failing.
 
     First choice: the earliest candidate whose materialization alone lets ``failed``
-    compile. The cut then falls where the failing part starts: an epilogue reduction (a
-    norm of q dividing the attention output) becomes its own nest and the attention
-    still fuses; of two attentions in a chain the first one's output is kept, not its
-    scores. Else the earliest candidate that becomes a kernel itself: an output
-    projection after the attention then runs as PyTorch's matmul on the attention
-    kernel's output (the rest is examined again on the next round). "Compiles" includes
-    a tiling in which no program repeats another's reduction
-    (:func:`flashlight.passes.tiling.recomputed_along`). See
+    compile, into a kernel that computes nothing again across its grid. The cut then
+    falls where the failing part starts: an epilogue reduction (a norm of q dividing the
+    attention output) becomes its own nest and the attention still fuses; of two
+    attentions in a chain the first one's output is kept, not its scores. Else the
+    earliest candidate that becomes a kernel itself: an output projection after the
+    attention then runs as PyTorch's matmul on the attention kernel's output (the rest
+    is examined again on the next round). Last, a rescue whose kernel recomputes
+    reductions across its grid (:func:`recomputes_across_grid`). See
     [Note: demotion legality] in :mod:`flashlight.passes.fusion`.
     """
-    trials = []
+    trials, wasteful = [], []
     with settings.override(debug=0):
         for candidate in candidates:
             graph = run_passes(base.replace(materialized=base.materialized | {candidate}), node_of_nest)
-            if _attempt(graph, failed.name, node_of_nest):
+            rescued = _attempt(graph, failed.name, node_of_nest)
+            if rescued and not recomputes_across_grid(rescued):
                 return candidate
+            if rescued:
+                wasteful.append(candidate)
             trials.append((candidate, graph))
         for candidate, graph in trials:
             if _attempt(graph, candidate, node_of_nest):
                 return candidate
-    return None
+    return wasteful[0] if wasteful else None
 
 
 def _operand_cut(base: Graph, lowered: Lowered, failed: Nest, node_of_nest: dict[str, str]) -> str | None:

@@ -11,11 +11,9 @@ Inlining is always semantically exact: the producer is a pure function of its in
 What can go wrong is cost and expressibility. A demoted producer is recomputed per
 point of the consumer's loop, so the result is only a good kernel when (a) the
 producer's own reductions run over small dims that fit one tile (the head dim of
-``Q Kᵀ``), (b) reductions that do not depend on the demoted dim (a row max feeding
-``exp(s - max)``) are hoisted out of the loop rather than recomputed, and (c) no
-reduction is free of a grid dim, which every program along that dim would compute
-again (a K projection inlined into a kernel with a program per query); the online pass
-does (b) and the tiling pass checks (a) and (c). When the online pass or the tiling pass
+``Q Kᵀ``), and (b) reductions that do not depend on the demoted dim (a row max feeding
+``exp(s - max)``) are hoisted out of the loop rather than recomputed; the online pass
+does (b) and the tiling pass checks (a). When the online pass or the tiling pass
 rejects a fused nest, the driver *backs off*: it keeps one inlined reduction producer
 materialized and fuses again. It picks the earliest producer whose materialization alone
 lets the rejected nest compile, which puts the cut where the failing part starts (the
@@ -24,12 +22,12 @@ epilogue); else the earliest producer that becomes a kernel itself (an attention
 output feeds a projection over the merged heads or a layer norm, which then run
 outside Flashlight on the kernel's output). When neither exists and the nest did not
 tile, it keeps the earliest producer and tries again, so a projection feeding attention
-stays a separate operation while the attention itself still fuses. A nest left without
-any of these runs outside Flashlight, with the reason, except that an elementwise
-operand of its own op that becomes a kernel (a gate times the attention output, before
-an output projection) is kept as that kernel; failing that, its latest operand is kept
-anyway, so the failing op runs on its own and the operand is compiled (backing off in
-turn) on the next round.
+stays a separate operation while the attention itself still fuses. Else an operand of
+the nest's own op is kept: an elementwise one that becomes a kernel by itself (a gate
+times the attention output, before an output projection) if any, else the latest one,
+so the failing op runs on its own and the operand is compiled (backing off in turn) on
+the next round. A nest left without any of these runs outside Flashlight, with the
+reason.
 """
 from __future__ import annotations
 

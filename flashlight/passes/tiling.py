@@ -9,10 +9,8 @@ most two over *roles*: ``m`` (the row dim, ``BLOCK_M``), ``n`` (the loop dim,
 ``n`` with ``tl.dot`` on ``[m, e] x [e, n]`` and ``[m, n] x [n, f]``.
 
 The pass tries every (row, feature) choice over the output dims, keeps those whose
-every value has a legal tile layout and whose grid repeats no inner reduction (each
-depends on every grid dim, so no two programs compute the same one), and picks the best
-by a small cost model: more contractions as ``tl.dot`` first, then a dynamic or large
-row dim, then a feature tile.
+every value has a legal tile layout, and picks the best by a small cost model: more
+contractions as ``tl.dot`` first, then a dynamic or large row dim, then a feature tile.
 """
 from __future__ import annotations
 
@@ -216,10 +214,6 @@ def tile(kernel: Kernel) -> TiledKernel:
         if feature is not None:
             roles[feature] = "f"
         grid = [d for d in out if d not in (row, feature)]
-        repeated = recomputed_along(kernel, grid)
-        if repeated is not None:
-            last_error = f"a reduction would be recomputed by every program along grid dim {repeated!r}"
-            continue
         try:
             layouts = Layouts(kernel, roles, set(grid))
         except NotTileable as why:
@@ -236,25 +230,6 @@ def tile(kernel: Kernel) -> TiledKernel:
         kernel = dataclasses.replace(kernel, full=None, unmasked=None)
     best = dataclasses.replace(best, scan_tiles=_scan_tiles(kernel, best_layouts))
     return TiledKernel(kernel, best)
-
-
-def recomputed_along(kernel: Kernel, grid) -> Dim | None:
-    """A grid dim (of size above 1) that some inner reduction of ``kernel`` (one over
-    eliminated dims, inside the loop or the epilogue) does not depend on, else None.
-    Every program along that dim would compute the reduction again: the K / V
-    projection of an attention with its projections inlined, in a tiling with one
-    program per query, or a softmax's row statistics in a program per output feature.
-    (The loop's own reductions are not counted: every program runs the loop anyway.)"""
-    wide = [d for d in grid if not (d.is_static and d.size == 1)]
-    reductions = []
-    for expr in [kernel.epilogue, *(e for loop in kernel.loop for e in loop.exprs())]:
-        reductions += [node for node in walk(expr) if isinstance(node, Reduce)]
-    for expr in reductions:
-        free = free_dims(expr)
-        for d in wide:
-            if d not in free:
-                return d
-    return None
 
 
 def _scan_tiles(kernel: Kernel, layouts: Layouts) -> int:
