@@ -19,16 +19,21 @@ def _qkv(seed, L=29, D=16):
     return tuple(rand(2, 3, L, D, seed=seed + k) for k in range(3))
 
 
-def _check(fn, args, kernels: int):
-    """``fn`` runs as ``kernels`` Flashlight kernels and nothing else, matching float64."""
-    report = flashlight.explain(fn, *args)
-    assert len(report.kernels) == kernels, str(report)
-    assert report.fallback_ops == [], str(report)
+def _matches_float64(fn, args):
+    """``fn`` compiled by Flashlight gives finite values matching ``fn`` in float64."""
     out = flashlight.compile(fn)(*args)
     torch.compiler.reset()
     ref = fn(*(a.double() for a in args))
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def _check(fn, args, kernels: int):
+    """``fn`` runs as ``kernels`` Flashlight kernels and nothing else, matching float64."""
+    report = flashlight.explain(fn, *args)
+    assert len(report.kernels) == kernels, str(report)
+    assert report.fallback_ops == [], str(report)
+    _matches_float64(fn, args)
     return report
 
 
@@ -132,11 +137,7 @@ def test_a_gate_before_an_output_projection_still_runs_fused():
     assert [op.name for op in report.fallback_ops] == ["mm.default"], str(report)
     assert any("sigmoid.default" in kr.aten_ops for kr in report.kernels), str(report)
     assert any(sum(op.startswith("bmm") for op in kr.aten_ops) == 2 for kr in report.kernels), str(report)
-    out = flashlight.compile(gated_projected)(*args)
-    torch.compiler.reset()
-    ref = gated_projected(*(a.double() for a in args))
-    assert torch.isfinite(out).all()
-    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    _matches_float64(gated_projected, args)
 
 
 def test_a_whole_gated_attention_block_is_not_left_to_pytorch():
@@ -159,11 +160,7 @@ def test_a_whole_gated_attention_block_is_not_left_to_pytorch():
     fused = [op for kr in report.kernels for op in kr.aten_ops]
     assert "_softmax.default" in fused and "sigmoid.default" in fused, str(report)
     assert all(op.name == "mm.default" for op in report.fallback_ops), str(report)
-    out = flashlight.compile(gated_block)(*args)
-    torch.compiler.reset()
-    ref = gated_block(*(a.double() for a in args))
-    assert torch.isfinite(out).all()
-    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    _matches_float64(gated_block, args)
 
 
 def test_a_value_over_three_tile_dims_is_never_handed_to_codegen():
