@@ -315,3 +315,28 @@ def test_an_out_of_memory_from_before_the_chunked_retry_says_so():
     cells = [c.strip() for c in row.split("|")]
     assert cells[3] == "26000 (chunk 4)"
     assert cells[4] == "OOM" and cells[5] == "OOM (before chunked retry)"
+
+
+def test_merge_results_folds_side_files_into_the_part_file(tmp_path):
+    from bench import merge_results
+
+    def cell(variant, impl, run, ms):
+        return {"variant": variant, "shape": {"L": 256}, "dtype": "fp32", "impl": impl, "run": run,
+                "status": "ok", "ms": ms}
+
+    target = tmp_path / "kernels_lm.json"
+    target.write_text(json.dumps({"schema": "flashlight-bench-kernels/1", "runs": [{"id": 0, "gpu": "a"}],
+                                  "cells": [cell("gqa", "eager", 0, 1.0), cell("mqa", "eager", 0, 2.0)]}))
+    side = tmp_path / "kernels_lm_gpu1.json"
+    side.write_text(json.dumps({"schema": "flashlight-bench-kernels/1",
+                                "runs": [{"id": 0, "gpu": "b"}, {"id": 1, "gpu": "c"}],
+                                "cells": [cell("mqa", "eager", 1, 3.0), cell("differential", "eager", 0, 4.0)]}))
+    assert merge_results.main([str(target), str(side), "--remove"]) == 0
+    data = json.loads(target.read_text())
+    assert [r["gpu"] for r in data["runs"]] == ["a", "b", "c"] and [r["id"] for r in data["runs"]] == [0, 1, 2]
+    by_variant = {c["variant"]: c for c in data["cells"]}
+    assert len(data["cells"]) == 3
+    assert by_variant["gqa"]["run"] == 0 and by_variant["gqa"]["ms"] == 1.0
+    assert by_variant["mqa"]["run"] == 2 and by_variant["mqa"]["ms"] == 3.0  # replaced, cites its own run
+    assert by_variant["differential"]["run"] == 1
+    assert not side.exists() and (tmp_path / "kernels_lm.csv").exists()
