@@ -38,6 +38,11 @@ _GPU_CONFIGS = [  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
 # every configuration above spills thousands of bytes per thread to local memory on
 # sm_90 (cuobjdump of the AOT build); these fewer rows per warp do not.
 _FMA_DOT_CONFIGS = [(64, 32, 8, 2), (32, 32, 8, 2), (64, 16, 8, 2), (32, 32, 4, 2)]
+# Tried when no candidate above fits in the GPU's shared memory: operand tiles of 128-256
+# float32 values per row (differential attention's keys and values at head widths
+# 128 / 256 in TF32 asked for 320 KB on an H200, which has 227 KB). One pipeline stage
+# and fewer rows and keys per step shrink what a program stages in shared memory.
+_SMALL_FOOTPRINT_CONFIGS = [(64, 32, 4, 1), (32, 32, 4, 1), (64, 16, 4, 1), (32, 16, 4, 1), (16, 16, 4, 1)]
 
 
 def load_module(src: KernelSource):
@@ -78,13 +83,26 @@ def config_space(src: KernelSource) -> list[tuple[int, int, int, int]]:
 
 
 def _configs(src: KernelSource, interpret: bool, autotune: bool):
-    import triton
-
     space = config_space(src)
     if interpret or not autotune:
         # unequal tiles under the interpreter, so a BLOCK_M / BLOCK_N mix-up cannot hide
         space = [(32, 16, 1, 1) if interpret else space[0]]
+    return _triton_configs(space)
+
+
+def _triton_configs(space):
+    import triton
+
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in space]
+
+
+def _out_of_resources(error: BaseException) -> bool:
+    """Whether ``error`` is Triton's report that a compiled kernel does not fit the GPU."""
+    try:
+        from triton.runtime.errors import OutOfResources
+    except ImportError:  # pragma: no cover - older layouts
+        return False
+    return isinstance(error, OutOfResources)
 
 
 @dataclasses.dataclass
@@ -142,11 +160,21 @@ class Launcher:
             self._fn = triton.autotune(configs=_configs(self.src, interpret, self.autotune), key=keys)(self._raw)
         return self._fn
 
+    def _small_footprint_tuner(self):
+        """The autotuner over :data:`_SMALL_FOOTPRINT_CONFIGS`, which replaces the usual one
+        for this kernel once none of its candidates fits the GPU."""
+        import triton
+
+        keys = [f"size{k}" for k in range(len(self.src.size_args))] or ["out_s0"]
+        self._fn = triton.autotune(configs=_triton_configs(_SMALL_FOOTPRINT_CONFIGS), key=keys)(self._raw)
+        return self._fn
+
     def _first_launch(self, fn, args: tuple, grid, sizes: tuple[int, ...], device: torch.device,
                       tune: bool) -> None:
         """Launch at sizes not seen in this process: with the choice an earlier process
         recorded, else through the autotuner (candidates compiled in parallel first),
-        whose choice is then recorded."""
+        whose choice is then recorded. When no candidate fits the GPU, autotuning runs
+        again over smaller tiles (:data:`_SMALL_FOOTPRINT_CONFIGS`)."""
         chosen = recall_choice(self.src, device, sizes) if tune else None
         if chosen is not None:
             self._chosen[sizes] = chosen
@@ -154,7 +182,15 @@ class Launcher:
             return
         if tune:
             precompile(self._raw, fn.configs, args, grid)
-        fn[grid](*args)
+        try:
+            fn[grid](*args)
+        except Exception as error:  # noqa: BLE001 - only running out of resources is retried
+            if not (tune and _out_of_resources(error)):
+                raise
+            log.info("flashlight: %s: no tile candidate fits the GPU (%s); trying smaller tiles", self.src.name, error)
+            fn = self._small_footprint_tuner()
+            precompile(self._raw, fn.configs, args, grid)
+            fn[grid](*args)
         self._chosen[sizes] = fn.best_config.all_kwargs()
         if tune and len(fn.configs) > 1:
             remember_choice(self.src, device, sizes, self._chosen[sizes])

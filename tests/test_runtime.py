@@ -192,3 +192,40 @@ def test_an_unreadable_tuning_record_means_tuning_again(tmp_path, monkeypatch):
     with settings.override(cache_dir=str(blocked)):  # a file where the folder should be
         runtime.remember_choice(src, device, (10,), {"BLOCK_M": 64, "BLOCK_N": 32})
         assert runtime.recall_choice(src, device, (10,)) is None
+
+
+def test_when_no_candidate_fits_the_gpu_smaller_tiles_are_tuned(tmp_path, monkeypatch):
+    from triton.runtime.errors import OutOfResources
+
+    monkeypatch.setenv("FLASHLIGHT_CACHE_DIR", str(tmp_path))
+    compiled = []
+    monkeypatch.setattr(runtime, "precompile", lambda jit, configs, args, grid: compiled.append(len(configs)))
+
+    class _TooBig(_FakeTuner):
+        def __getitem__(self, grid):
+            def launch(*args):
+                raise OutOfResources(327680, 232448, "shared memory")
+            return launch
+
+    src, device = _kernel_source(), torch.device("cpu")
+    usual = [triton.Config({"BLOCK_M": 128, "BLOCK_N": n}, num_warps=8, num_stages=2) for n in (64, 128)]
+    small = runtime._triton_configs(runtime._SMALL_FOOTPRINT_CONFIGS)
+    launcher, fallback = _fake_launcher(src), _FakeTuner(small)
+    launcher._small_footprint_tuner = lambda: fallback
+    launcher._first_launch(_TooBig(usual), ("args",), None, (96,), device, tune=True)
+    assert compiled == [2, len(small)] and fallback.launches == [("args",)]
+    assert launcher.chosen_configs() == {(96,): runtime._SMALL_FOOTPRINT_CONFIGS[1]}
+    assert all(stages == 1 for _, _, _, stages in runtime._SMALL_FOOTPRINT_CONFIGS)
+
+    # any other error is the caller's to see, and so is running out without autotuning
+    with pytest.raises(OutOfResources):
+        _fake_launcher(src)._first_launch(_TooBig(usual), ("args",), None, (96,), device, tune=False)
+
+    class _Broken(_FakeTuner):
+        def __getitem__(self, grid):
+            def launch(*args):
+                raise ValueError("not a resource problem")
+            return launch
+
+    with pytest.raises(ValueError):
+        _fake_launcher(src)._first_launch(_Broken(usual), ("args",), None, (97,), device, tune=True)
