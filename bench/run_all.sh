@@ -51,7 +51,7 @@ PARTS=(
     "kernels-lm-sinks|$K --variants attention_sinks --shapes all --dtypes bf16 --out $R/kernels_lm_sinks.json"
     "kernels-evoformer-fp32|$K --variants evoformer --shapes all --dtypes tf32,fp32 --out $R/kernels_evoformer.json"
     "evoformer-1024|$E --retry --n-res 1024 --scopes stack,model --modes stock,flashlight,compile --out $R/evoformer.json"
-    "kernels-lm-fp32|$K --variants lm --shapes all --dtypes tf32,fp32 --out $R/kernels_lm.json"
+    "kernels-lm-fp32|$K --retry --variants lm --shapes all --dtypes tf32,fp32 --out $R/kernels_lm.json"
 )
 
 part_name() { echo "${1%%|*}"; }
