@@ -4,7 +4,8 @@
            ->  make_online  ->  find_live_tiles  ->  tile  (per kernel)  ->  codegen
 
 ``compile_graph`` runs it, backing off fusion where a fused nest cannot become one
-online kernel or cannot be tiled (see [Note: demotion legality] in
+online kernel or cannot be tiled, or where its kernel would repeat the loop's work in
+every program along a grid dim (see [Note: demotion legality] in
 :mod:`flashlight.passes.fusion`).
 """
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Callable
 
 from flashlight import settings
 from flashlight.ir import (
+    Dim,
     Graph,
+    Kernel,
     Load,
     Nest,
     Reduce,
@@ -150,6 +153,23 @@ def recomputes_across_grid(tiled: TiledKernel) -> bool:
     return any(isinstance(node, Reduce) and grid - free_dims(node) for e in exprs for node in walk(e))
 
 
+def repeats_loop_work(tiled: TiledKernel) -> bool:
+    """Whether work done at every step of the loop is free of one of the grid dims, so
+    that every program along that dim repeats it over all the loop: a loop reduction, or
+    an inner reduction of the loop's values (a key projection, a key norm) in a kernel
+    with a program per query. Unlike :func:`recomputes_across_grid`, a reduction before
+    the loop (a norm of the query row, a mean of a weight) does not count: its cost does
+    not grow with the loop."""
+    grid = {d for d in tiled.tiling.grid if not (d.is_static and d.size == 1)}
+    kernel = tiled.kernel
+    loop_dims = {red.dim for red in kernel.loop}
+    if any(grid - free_dims(loop.body) for loop in kernel.loop):
+        return True
+    exprs = [e for loop in kernel.loop for e in loop.exprs()]
+    return any(isinstance(node, Reduce) and free_dims(node) & loop_dims and grid - free_dims(node)
+               for e in exprs for node in walk(e))
+
+
 def _rescuing_cut(base: Graph, failed: Nest, candidates: list[str], node_of_nest: dict[str, str]) -> str | None:
     """The candidate to keep separate so that ``failed`` stops failing.
 
@@ -178,6 +198,68 @@ def _rescuing_cut(base: Graph, failed: Nest, candidates: list[str], node_of_nest
             if _attempt(graph, candidate, node_of_nest):
                 return candidate
     return wasteful[0] if wasteful else None
+
+
+def _row_dims(kernel: Kernel) -> list[Dim]:
+    """The output dims every loop reduction is computed per (an attention's batch, heads
+    and queries, not its value features), the tiling's preferred row first: dynamic,
+    then larger."""
+    common = frozenset(kernel.dims)
+    for red in kernel.loop:
+        common &= free_dims(red.body)
+    rows = [d for d in kernel.dims if d in common]
+    return sorted(rows, key=lambda d: (not d.is_static, d.size if d.is_static else 0), reverse=True)
+
+
+def _read_along_loop_only(kernel: Kernel, tensor: str, row: Dim) -> bool:
+    """Whether ``kernel`` reads ``tensor`` inside its loop, always along the loop dim and
+    never along ``row``: a key-side value (key norms, a key or value projection), not a
+    matrix over rows and keys."""
+    loop_dims = {red.dim for red in kernel.loop}
+    reads = [free_dims(node) for red in kernel.loop for e in red.exprs() for node in walk(e)
+             if isinstance(node, Load) and node.base == tensor]
+    return bool(reads) and all(read & loop_dims and row not in read for read in reads)
+
+
+def _online_with(base: Graph, cuts: set[str], name: str, node_of_nest: dict[str, str]) -> Kernel | None:
+    """The online form of nest ``name`` once ``cuts`` are kept separate too, or None."""
+    graph = run_passes(base.replace(materialized=base.materialized | cuts), node_of_nest)
+    nest = next((n for n in graph.nests if n.name == name), None)
+    try:
+        return make_online(nest) if nest is not None else None
+    except NotOnline:
+        return None
+
+
+def _relieving_cuts(base: Graph, lowered: Lowered, nest: Nest, tiled: TiledKernel,
+                    node_of_nest: dict[str, str]) -> frozenset[str]:
+    """For a kernel that repeats work of its loop across its grid
+    (:func:`repeats_loop_work`): the reduction producers to keep separate so that it no
+    longer does, or nothing.
+
+    For each row dim the kernel's loop reductions share (the tiling's preference
+    first), the producers that, each kept separate on its own, are read inside the loop
+    along the loop dim but not along that row (key norms, key and value projections: the
+    reductions that block that row, see ``Layouts._inner_reduce``) are kept separate
+    together; they are taken if the kernel then repeats nothing. A producer read along
+    both the row and the loop (the scores, a distance matrix) is never one of them, so no
+    ``rows x keys`` matrix is materialized that the kernel kept in registers.
+    """
+    if not repeats_loop_work(tiled):
+        return frozenset()
+    candidates = _backoff_candidates(lowered, nest, base.materialized, node_of_nest)
+    with settings.override(debug=0):
+        trials = {c: _online_with(base, {c}, nest.name, node_of_nest) for c in candidates}
+        for row in _row_dims(tiled.kernel):
+            cuts = frozenset(c for c, kernel in trials.items()
+                             if kernel is not None and _read_along_loop_only(kernel, node_of_nest[c], row))
+            if not cuts:
+                continue
+            graph = run_passes(base.replace(materialized=base.materialized | cuts), node_of_nest)
+            relieved = _attempt(graph, nest.name, node_of_nest)
+            if relieved and not repeats_loop_work(relieved):
+                return cuts
+    return frozenset()
 
 
 def _operand_cut(base: Graph, lowered: Lowered, failed: Nest, node_of_nest: dict[str, str]) -> str | None:
@@ -232,6 +314,13 @@ def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
                     continue
                 base = base.replace(materialized=base.materialized | {candidate})
                 _debug("backoff", f"{node}: {why}; keeping {candidate} separate")
+                retry = True
+                break
+            cuts = _relieving_cuts(base, lowered, nest, kernels[node], node_of_nest)
+            if cuts:
+                base = base.replace(materialized=base.materialized | cuts)
+                _debug("backoff", f"{node}: repeats its loop's work across its grid; "
+                                  f"keeping {', '.join(sorted(cuts))} separate")
                 retry = True
                 break
         if not retry:

@@ -28,6 +28,15 @@ times the attention output, before an output projection) if any, else the latest
 so the failing op runs on its own and the operand is compiled (backing off in turn) on
 the next round. A nest left without any of these runs outside Flashlight, with the
 reason.
+
+A nest that does become a kernel may still repeat its loop's work in every program
+along a grid dim: a key projection or a key norm demoted into an attention's loop does
+not depend on the query, so no tiling takes the queries as rows, and the kernel runs a
+program per query or per output feature, each computing it again over all keys. The
+driver then keeps separate, together, the producers read along the loop but not along
+a row dim the loop's reductions share, and takes that cut if the kernel then repeats
+nothing; a producer read along both (the scores) is never kept, so the cut never
+materializes a matrix over queries and keys.
 """
 from __future__ import annotations
 
