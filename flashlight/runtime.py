@@ -156,8 +156,8 @@ class Launcher:
             import triton
 
             self._raw = load_module(self.src)
-            keys = [f"size{k}" for k in range(len(self.src.size_args))] or ["out_s0"]
-            self._fn = triton.autotune(configs=_configs(self.src, interpret, self.autotune), key=keys)(self._raw)
+            self._fn = triton.autotune(configs=_configs(self.src, interpret, self.autotune),
+                                       key=self._tuning_keys())(self._raw)
         return self._fn
 
     def _small_footprint_tuner(self):
@@ -165,9 +165,13 @@ class Launcher:
         for this kernel once none of its candidates fits the GPU."""
         import triton
 
-        keys = [f"size{k}" for k in range(len(self.src.size_args))] or ["out_s0"]
-        self._fn = triton.autotune(configs=_triton_configs(_SMALL_FOOTPRINT_CONFIGS), key=keys)(self._raw)
+        self._fn = triton.autotune(configs=_triton_configs(_SMALL_FOOTPRINT_CONFIGS),
+                                   key=self._tuning_keys())(self._raw)
         return self._fn
+
+    def _tuning_keys(self) -> list[str]:
+        """The arguments autotuning keys its choice on: the size arguments."""
+        return [f"size{k}" for k in range(len(self.src.size_args))] or ["out_s0"]
 
     def _first_launch(self, fn, args: tuple, grid, sizes: tuple[int, ...], device: torch.device,
                       tune: bool) -> None:
