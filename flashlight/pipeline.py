@@ -139,18 +139,31 @@ def _attempt(graph: Graph, name: str, node_of_nest: dict[str, str]) -> TiledKern
         return False
 
 
+def _spread_grid(tiled: TiledKernel) -> set[Dim]:
+    """The grid dims of ``tiled`` with more than one program along them."""
+    return {d for d in tiled.tiling.grid if not (d.is_static and d.size == 1)}
+
+
+def _repeated(tiled: TiledKernel, exprs, only_along_loop: bool) -> bool:
+    """Whether a loop reduction of ``tiled``, or a reduction inside ``exprs`` (only those
+    over loop values if ``only_along_loop``), is free of a grid dim with several programs."""
+    grid = _spread_grid(tiled)
+    loop_dims = {red.dim for red in tiled.kernel.loop}
+    if any(grid - free_dims(loop.body) for loop in tiled.kernel.loop):
+        return True
+    return any(isinstance(node, Reduce) and grid - free_dims(node)
+               and (free_dims(node) & loop_dims or not only_along_loop)
+               for e in exprs for node in walk(e))
+
+
 def recomputes_across_grid(tiled: TiledKernel) -> bool:
     """Whether some reduction of ``tiled`` is free of one of its grid dims, so that every
     program along that dim computes it again: e.g. a softmax's row statistics in a
     kernel with a program per output feature (attention averaged over heads, fused with
     the heads as its loop and the keys eliminated into tiles)."""
-    grid = {d for d in tiled.tiling.grid if not (d.is_static and d.size == 1)}
     kernel = tiled.kernel
-    for loop in kernel.loop:
-        if grid - free_dims(loop.body):
-            return True
     exprs = [kernel.epilogue, *(e for loop in kernel.loop for e in loop.exprs())]
-    return any(isinstance(node, Reduce) and grid - free_dims(node) for e in exprs for node in walk(e))
+    return _repeated(tiled, exprs, only_along_loop=False)
 
 
 def repeats_loop_work(tiled: TiledKernel) -> bool:
@@ -160,14 +173,8 @@ def repeats_loop_work(tiled: TiledKernel) -> bool:
     with a program per query. Unlike :func:`recomputes_across_grid`, a reduction before
     the loop (a norm of the query row, a mean of a weight) does not count: its cost does
     not grow with the loop."""
-    grid = {d for d in tiled.tiling.grid if not (d.is_static and d.size == 1)}
-    kernel = tiled.kernel
-    loop_dims = {red.dim for red in kernel.loop}
-    if any(grid - free_dims(loop.body) for loop in kernel.loop):
-        return True
-    exprs = [e for loop in kernel.loop for e in loop.exprs()]
-    return any(isinstance(node, Reduce) and free_dims(node) & loop_dims and grid - free_dims(node)
-               for e in exprs for node in walk(e))
+    exprs = [e for loop in tiled.kernel.loop for e in loop.exprs()]
+    return _repeated(tiled, exprs, only_along_loop=True)
 
 
 def _rescuing_cut(base: Graph, failed: Nest, candidates: list[str], node_of_nest: dict[str, str]) -> str | None:

@@ -98,10 +98,8 @@ def _triton_configs(space):
 
 def _out_of_resources(error: BaseException) -> bool:
     """Whether ``error`` is Triton's report that a compiled kernel does not fit the GPU."""
-    try:
-        from triton.runtime.errors import OutOfResources
-    except ImportError:  # pragma: no cover - older layouts
-        return False
+    from triton.runtime.errors import OutOfResources
+
     return isinstance(error, OutOfResources)
 
 

@@ -17,17 +17,13 @@ import torch.nn.functional as F
 import flashlight
 from flashlight.lower import lower
 from flashlight.pipeline import compile_graph, recomputes_across_grid, repeats_loop_work
-from tests.test_backoff import _matches_float64
+from tests.test_backoff import _matches_float64, rand
 from tests.test_compiler import capture
 
 pytest.importorskip("triton")
 
 B, H, L, D = 2, 3, 29, 16  # L differs from every other size: dims of size L are query or key dims
 C = H * D
-
-
-def rand(*shape, seed):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 def _qkv(seed):
