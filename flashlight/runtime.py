@@ -315,8 +315,10 @@ def precompile(jit_fn, configs, args: tuple, grid) -> int:
     and files the result in the JIT function's own cache under the key a launch with
     these arguments looks up, so the autotuner then finds every candidate compiled.
     A candidate that fails to compile is left out of the cache, and the autotuner meets
-    the same error through its own path. Returns the number of threads used (1: nothing
-    was done, Triton compiles as it always does).
+    the same error through its own path. Interrupted while it waits (Ctrl-C, a caller's
+    time limit), it drops the candidates no thread has started instead of compiling
+    them all first. Returns the number of threads used (1: nothing was done, Triton
+    compiles as it always does).
     """
     import triton
 
@@ -326,13 +328,18 @@ def precompile(jit_fn, configs, args: tuple, grid) -> int:
         return 1
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="flashlight-compile") as pool:
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="flashlight-compile")
+    finished = False
+    try:
         with async_mode(pool, ignore_errors=True):
             for config in configs:
                 try:
                     jit_fn.warmup(*args, grid=grid, **config.all_kwargs())  # what the autotuner launches
                 except Exception:  # noqa: BLE001 - the autotuner reports it when it compiles this candidate
                     continue
+        finished = True
+    finally:
+        pool.shutdown(wait=finished, cancel_futures=not finished)
     return threads
 
 

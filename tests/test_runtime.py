@@ -229,3 +229,45 @@ def test_when_no_candidate_fits_the_gpu_smaller_tiles_are_tuned(tmp_path, monkey
 
     with pytest.raises(ValueError):
         _fake_launcher(src)._first_launch(_Broken(usual), ("args",), None, (97,), device, tune=True)
+
+
+class _Interrupted(BaseException):
+    """Stands in for KeyboardInterrupt or a caller's time limit raised from a signal."""
+
+
+def test_an_interrupted_precompile_drops_the_candidates_not_yet_started():
+    """A signal raised while the candidates compile ends the call at once: candidates no
+    thread has started are dropped, not compiled before the exception reaches the caller."""
+    import signal
+    import time
+
+    started = []
+
+    class _SlowJit(_RecordingJit):
+        def warmup(self, *args, grid, **options):
+            from triton.runtime._async_compile import active_mode
+
+            def compile_candidate():
+                started.append(options["BLOCK_M"])
+                time.sleep(0.5)  # a slow candidate: IEEE float32 dots take seconds in ptxas
+
+            return active_mode.get().submit(("candidate", options["BLOCK_M"]), compile_candidate,
+                                            lambda kernel: None, lambda future: None)
+
+    def interrupt(signum, frame):  # noqa: ARG001
+        raise _Interrupted()
+
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": 16}, num_warps=4, num_stages=2) for m in range(16, 16 + 12)]
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    t0 = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with settings.override(compile_threads=2), pytest.raises(_Interrupted):
+            runtime.precompile(_SlowJit(), configs, (), None)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    waited = time.monotonic() - t0
+    time.sleep(1.2)  # the two compilations in flight end; nothing else may start
+    assert waited < 1.0, waited  # not 12 candidates / 2 threads * 0.5 s = 3 s
+    assert len(started) == 2, started
