@@ -31,6 +31,7 @@ IMPL_TITLES = {"flashlight": "Flashlight", "eager": "eager", "torch_compile": "t
 EVOFORMER = ("msa_row_pair_bias", "msa_column", "triangle_start", "triangle_end")
 BLOCK_MASK = ("causal_tril", "causal_triu", "causal_index", "alibi", "sliding_window", "prefix_lm", "document_mask",
               "attention_sinks")
+HEAD_WIDTH_KEYS = ("D", "Dv", "c")  # the catalog's names for the widths a head's dots run over
 DTYPE_TITLES = {"bf16": "bf16", "tf32": "fp32 (TF32)", "fp32": "fp32 (IEEE)"}
 MODE_TITLES = {"stock": "stock", "compile": "torch.compile per block", "flashlight": "Flashlight"}
 
@@ -122,9 +123,16 @@ def ok_ms(cell: dict | None) -> float | None:
     return cell["ms"] if cell is not None and cell.get("status") == "ok" else None
 
 
-def hypothesis(variant: str, dtype: str, winner: str) -> str:
+def hypothesis(variant: str, dtype: str, winner: str, row: dict[str, dict] | None = None) -> str:
     """A likely cause for Flashlight losing this case. A hypothesis to check (with
-    FLASHLIGHT_DEBUG=2 and a profiler), not a measured fact."""
+    FLASHLIGHT_DEBUG=2 and a profiler), not a measured fact. ``row`` (impl -> cell)
+    adds what the case's own measurements show: tiles, padding, memory."""
+    facts = _measured_facts(row or {}, winner)
+    general = _general_hypothesis(variant, dtype, winner, materialized=bool(facts["materialized"]))
+    return "; ".join([*facts["flashlight"], general, *facts["materialized"]])
+
+
+def _general_hypothesis(variant: str, dtype: str, winner: str, materialized: bool) -> str:
     if dtype == "fp32" and winner in ("flex", "torch_compile", "sdpa"):
         ieee = ("IEEE float32 dot products run on CUDA cores, where Triton's code for `tl.dot` "
                 "reaches a quarter to a third of the measured SGEMM rate where it loses (FL % roofline), "
@@ -150,6 +158,9 @@ def hypothesis(variant: str, dtype: str, winner: str) -> str:
         return "the hand-written memory-efficient (CUTLASS) kernel is better tuned for this shape"
     if winner in ("cuequivariance", "trifast"):
         return f"{IMPL_TITLES[winner]}'s hand-written kernel is specialised for this layout and size"
+    if winner == "torch_compile" and materialized:
+        return ("torch.compile runs the two matmuls as cuBLAS calls on tensor cores around "
+                "Inductor's fused softmax, which at this size outruns the generated kernel")
     if winner == "torch_compile":
         return ("default torch.compile pattern-matches this plain attention onto PyTorch's fused "
                 "SDPA (flash) kernel, hand-written CUDA; Flashlight's generated Triton kernel with "
@@ -157,6 +168,46 @@ def hypothesis(variant: str, dtype: str, winner: str) -> str:
     if winner == "eager":
         return "eager cuBLAS/cuDNN calls win at this size: launch and tiling overheads dominate"
     return "unknown"
+
+
+def _measured_facts(row: dict[str, dict], winner: str) -> dict[str, list[str]]:
+    """What the cells of one case show about why Flashlight is slower there."""
+    fl, peer = row.get("flashlight") or {}, row.get(winner) or {}
+    on_flashlight = []
+    if any(c[3] == 1 for c in fl.get("configs") or ()):
+        tiles = ", ".join(f"{m}x{n}" for m, n, _, stages in fl["configs"] if stages == 1)
+        on_flashlight.append(
+            f"no regular tile candidate fitted in shared memory at these head widths, so the kernel "
+            f"ran on the one-stage small tiles tried then ({tiles}; "
+            f"{_pct(fl.get('roofline_frac'))} of roofline)")
+    padded = {k: v for k, v in (fl.get("shape") or {}).items()
+              if k in HEAD_WIDTH_KEYS and isinstance(v, int) and v & (v - 1)}
+    for key, width in padded.items():
+        tile = 1 << (width - 1).bit_length()
+        on_flashlight.append(f"head width {key}={width} is not a power of two: the kernel's tiles span "
+                             f"{tile} lanes, {tile / width - 1:.0%} more work on padding")
+    materialized = []
+    scores_mib, peer_mib = _scores_mib(fl), peer.get("peak_extra_mib")
+    if scores_mib and peer_mib is not None and peer_mib >= scores_mib / 2:
+        materialized.append(f"{IMPL_TITLES.get(winner, winner)} uses {peer_mib:.0f} MiB of extra memory "
+                            f"(Flashlight {fl.get('peak_extra_mib', 0):.0f} MiB; the scores are about "
+                            f"{scores_mib:.0f} MiB): it materializes them")
+    return {"flashlight": on_flashlight, "materialized": materialized}
+
+
+def _scores_mib(cell: dict) -> float | None:
+    """About how much memory the case's scores take: its counted FLOPs are two per
+    (query, key) pair and head-width lane, over ``q . k`` and ``p @ v``."""
+    shape, flops = cell.get("shape") or {}, cell.get("flops")
+    width = shape.get("c") or shape.get("D")
+    if not flops or not width:
+        return None
+    pairs = flops / (2 * (width + shape.get("Dv", width)))
+    return pairs * (2 if cell.get("dtype") == "bf16" else 4) / 2**20
+
+
+def _pct(frac: float | None) -> str:
+    return "?" if frac is None else f"{frac:.0%}"
 
 
 def _block_mask_hypothesis(variant: str) -> str:
@@ -283,7 +334,7 @@ def losses(case_map: dict) -> list[dict]:
         what = f"Flashlight {fmt_ms(fl['ms'])} ms; faster: " + ", ".join(
             f"{IMPL_TITLES[i]} {fmt_ms(ms)} ms ({fl['ms'] / ms:.2f}×)" for ms, i in faster)
         out.append({"case": label, "variant": variant, "peer": winner, "ratio": fl["ms"] / best_ms,
-                    "what": what, "why": hypothesis(variant, dtype, winner)})
+                    "what": what, "why": hypothesis(variant, dtype, winner, row)})
     return sorted(out, key=lambda d: -d["ratio"])
 
 

@@ -340,3 +340,25 @@ def test_merge_results_folds_side_files_into_the_part_file(tmp_path):
     assert by_variant["mqa"]["run"] == 2 and by_variant["mqa"]["ms"] == 3.0  # replaced, cites its own run
     assert by_variant["differential"]["run"] == 1
     assert not side.exists() and (tmp_path / "kernels_lm.csv").exists()
+
+
+def test_loss_hypotheses_cite_what_the_case_measured():
+    """The stated cause of a loss follows the case's own cells: the tiles Flashlight ran
+    with, a head width padded to a power of two, and whether the winner's memory shows
+    the scores materialized (cuBLAS matmuls) or not (a fused attention kernel)."""
+    shape = {"B": 1, "H": 16, "L": 4096, "D": 192}
+    flops = 2.0 * 16 * 4096 * 4096 * (192 + 192)  # scores: 16 * 4096^2 float32 = 1024 MiB
+    flashlight = {"status": "ok", "ms": 2.0, "shape": shape, "dtype": "tf32", "flops": flops,
+                  "peak_extra_mib": 32.0, "roofline_frac": 0.15, "configs": [[32, 32, 4, 1]]}
+    materializing = {"status": "ok", "ms": 1.0, "peak_extra_mib": 1100.0}
+    fused = {"status": "ok", "ms": 1.0, "peak_extra_mib": 40.0}
+
+    why = report.hypothesis("any", "tf32", "torch_compile", {"flashlight": flashlight, "torch_compile": materializing})
+    assert "one-stage small tiles" in why and "32x32" in why
+    assert "D=192" in why and "256 lanes" in why
+    assert "1100 MiB" in why and "materializes" in why and "cuBLAS" in why
+
+    plain = {**flashlight, "shape": {**shape, "D": 128}, "configs": [[128, 64, 8, 2]]}
+    why = report.hypothesis("any", "tf32", "torch_compile", {"flashlight": plain, "torch_compile": fused})
+    assert "small tiles" not in why and "power of two" not in why and "materializes" not in why
+    assert "SDPA" in why
