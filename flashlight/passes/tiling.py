@@ -35,6 +35,7 @@ from flashlight.ir import (
     free_dims,
     walk,
 )
+from flashlight.passes.contractions import group_dot_operands
 
 MAX_TILE = 256  # largest dim eliminated into one tile
 MIN_DOT = 16  # tl.dot needs every tile dim >= 16
@@ -214,8 +215,9 @@ def tile(kernel: Kernel) -> TiledKernel:
         if feature is not None:
             roles[feature] = "f"
         grid = [d for d in out if d not in (row, feature)]
+        candidate = group_dot_operands(kernel, roles)  # [Note: dot operands]
         try:
-            layouts = Layouts(kernel, roles, set(grid))
+            layouts = Layouts(candidate, roles, set(grid))
         except NotTileable as why:
             last_error = str(why)
             continue
@@ -223,9 +225,10 @@ def tile(kernel: Kernel) -> TiledKernel:
         if best_score is None or score > best_score:
             padded = tuple((d, padded_size(int(d.size))) for d in [*inner, *([feature] if feature else [])])
             best = Tiling(row, feature, tuple(grid), tuple(inner), padded, layouts.dots)
-            best_score, best_layouts = score, layouts
+            best_score, best_layouts, best_kernel = score, layouts, candidate
     if best is None:
         raise NotTileable(last_error)
+    kernel = best_kernel
     if kernel.unmasked is not None and not _unmasked_loop_tiles_alike(kernel, best_layouts):
         kernel = dataclasses.replace(kernel, full=None, unmasked=None)
     best = dataclasses.replace(best, scan_tiles=_scan_tiles(kernel, best_layouts))

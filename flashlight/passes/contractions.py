@@ -1,0 +1,115 @@
+"""Contraction operands: the product inside a sum, regrouped as the two operands of one
+``tl.dot`` under a candidate tiling.
+
+[Note: dot operands]
+A sum over one tile role ``r`` of a product ``f_1 * f_2 * ... * f_k`` is one ``tl.dot``
+when the factors split in two: a left operand varying along ``r`` and one other tile
+role ``x``, and a right operand varying along ``r`` and a role ``y != x`` (grid dims
+do not count: every program holds one index of them). Multiplication is associative
+and commutative, so any split gives the same sum up to the order of rounding, which
+``tl.dot`` changes anyway.
+
+Passes before tiling leave the product in whatever association suits them: the online
+rewrite factors per-row and per-key scalars out of a contraction, so RMS-normalised
+queries and keys, each times a weight, reach tiling as
+``sum_d(((q[i, d] * w_q[d]) * k[j, d]) * w_k[d])``, where no binary split has the
+operand shapes a dot needs. Grouping the flattened factors by the role they vary
+along restores them: ``(q * w_q * w_k) . k``. Factors that vary along ``r`` alone (a
+weight) or along no tile role (a scalar) join the left operand. A factor that varies
+along both ``x`` and ``y``, or a product over a third role, is not a contraction the
+dot can run, and the product is left as written; so is one whose factors read the
+online loop's running results, whose tile shape only the tiling knows.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from flashlight.ir import (
+    Dim,
+    Expr,
+    Kernel,
+    LoopReduction,
+    LoopResult,
+    Pointwise,
+    Reduce,
+    RunningMax,
+    free_dims,
+    rebuild,
+    walk,
+)
+
+
+def group_dot_operands(kernel: Kernel, roles: dict[Dim, str]) -> Kernel:
+    """``kernel`` with the product of each contraction regrouped as ``left * right``
+    under the tile ``roles`` of one candidate tiling ([Note: dot operands]); products
+    that already split that way, or cannot, are kept as they are."""
+    def in_expr(expr: Expr) -> Expr:
+        def visit(node: Expr) -> Expr | None:
+            if isinstance(node, Reduce) and node.op == "sum" and len(node.dims) == 1 and node.dims[0] in roles:
+                body = _grouped(node.body, roles[node.dims[0]], roles)
+                return None if body is node.body else dataclasses.replace(node, body=body)
+            return None
+
+        return rebuild(expr, visit)
+
+    def in_loop(loop: tuple[LoopReduction, ...]) -> tuple[LoopReduction, ...]:
+        out = []
+        for red in loop:
+            body = in_expr(red.body)
+            if red.op == "sum" and red.dim in roles:
+                body = _grouped(body, roles[red.dim], roles)
+            out.append(red if body is red.body else dataclasses.replace(red, body=body))
+        return tuple(out)
+
+    loop = in_loop(kernel.loop)
+    unmasked = None if kernel.unmasked is None else in_loop(kernel.unmasked)
+    if loop == kernel.loop and unmasked == kernel.unmasked:
+        return kernel
+    return dataclasses.replace(kernel, loop=loop, unmasked=unmasked)
+
+
+def _grouped(body: Expr, reduced: str, roles: dict[Dim, str]) -> Expr:
+    """``body`` as ``left * right`` where that makes it a contraction over ``reduced``."""
+    if not (isinstance(body, Pointwise) and body.op == "mul"):
+        return body
+    if _operand_roles(body.args[0], body.args[1], reduced, roles) is not None:
+        return body  # already two operands
+    factors = _factors(body)
+    if len(factors) < 3 or any(isinstance(n, (RunningMax, LoopResult)) for f in factors for n in walk(f)):
+        return body
+    sides = [_roles_of(f, roles) - {reduced} for f in factors]
+    outer = set().union(*sides)
+    if len(outer) != 2 or any(len(s) > 1 for s in sides):
+        return body
+    x = min(outer)
+    left = [f for f, s in zip(factors, sides) if s <= {x}]
+    right = [f for f, s in zip(factors, sides) if s and not s <= {x}]
+    product = functools.partial(_product, dtype=body.dtype)
+    grouped = Pointwise("mul", (product(left), product(right)), body.dtype)
+    if _operand_roles(grouped.args[0], grouped.args[1], reduced, roles) is None:
+        return body
+    return grouped
+
+
+def _operand_roles(a: Expr, b: Expr, reduced: str, roles: dict[Dim, str]) -> tuple | None:
+    """The two operands' tile roles when ``a * b`` summed over ``reduced`` is one dot."""
+    ra, rb = _roles_of(a, roles), _roles_of(b, roles)
+    if len(ra) == 2 and len(rb) == 2 and reduced in ra and reduced in rb and ra != rb:
+        return ra, rb
+    return None
+
+
+def _roles_of(expr: Expr, roles: dict[Dim, str]) -> frozenset[str]:
+    return frozenset(roles[d] for d in free_dims(expr) if d in roles)
+
+
+def _factors(expr: Expr) -> list[Expr]:
+    """The leaves of a tree of multiplications, left to right."""
+    if isinstance(expr, Pointwise) and expr.op == "mul":
+        return [f for a in expr.args for f in _factors(a)]
+    return [expr]
+
+
+def _product(factors: list[Expr], dtype) -> Expr:
+    return functools.reduce(lambda a, b: Pointwise("mul", (a, b), dtype), factors)

@@ -1,0 +1,112 @@
+"""Contraction operands ([Note: dot operands]): a product inside a sum, in whatever
+association earlier passes left it, becomes the two operands of one ``tl.dot``
+when its factors split by tile role, and is left alone when they do not."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import flashlight
+from flashlight.ir import Dim, Kernel, Load, LoopReduction, LoopResult, Pointwise, Reduce, check_kernel_invariants
+from flashlight.passes.contractions import group_dot_operands
+from tests.test_backoff import _matches_float64, rand
+from tests.test_backoff_projections import B, D, H, L, _assert_row_tiled, _plan
+
+pytest.importorskip("triton")
+
+F32 = torch.float32
+
+
+def _weights(seed):
+    return rand(D, seed=seed) + 1.5, rand(D, seed=seed + 1) + 1.5  # away from zero
+
+
+def _qk_rms_norm_weighted(q, k, v, wq, wk):
+    q = q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + 1e-6) * wq  # [B, H, L, D]
+    k = k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + 1e-6) * wk
+    return torch.softmax(q @ k.transpose(-1, -2) * D ** -0.5, -1) @ v
+
+
+def _qk_rms_norm_functional(q, k, v, wq, wk):
+    q, k = F.rms_norm(q, (D,), wq, eps=1e-6), F.rms_norm(k, (D,), wk, eps=1e-6)
+    return torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+
+
+def _normalised_weighted_keys(q, k, v, wq, wk):
+    k = F.normalize(k, dim=-1) * wk  # [B, H, L, D]: unit keys, one learned scale per feature
+    return torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+
+
+@pytest.mark.parametrize("fn", [_qk_rms_norm_weighted, _qk_rms_norm_functional, _normalised_weighted_keys])
+def test_normalised_and_weighted_queries_and_keys_run_both_contractions_as_dots(fn):
+    """Row and key scalars factored out of ``q . k`` leave weights along the contracted
+    dim on both sides of it; the attention still tiles query rows with two ``tl.dot``s
+    and matches float64 (it once ran a program per query, with no dot at all)."""
+    args = (*(rand(B, H, L, D, seed=41 + k) for k in range(3)), *_weights(44))
+    _assert_row_tiled(_plan(fn, args), dots=2)
+    report = flashlight.explain(fn, *args)
+    attention = [kr for kr in report.kernels if "_softmax.default" in kr.aten_ops]
+    assert len(attention) == 1 and attention[0].source.count("tl.dot(") >= 2, str(report)
+    _matches_float64(fn, args)
+
+
+# ------------------------------------------------------------------------ the rewrite on IR
+
+
+def _attention_kernel(scores_product):
+    """out[i, f] = sum_j exp(sum_d scores_product(i, j, d)) v[j, f], and its tile roles."""
+    i, j, d, f = Dim.fresh(L, "i"), Dim.fresh(L, "j"), Dim.fresh(D, "d"), Dim.fresh(D, "f")
+    scores = Reduce("sum", scores_product(i, j, d), (d,), F32)
+    body = _mul(Pointwise("exp", (scores,), F32), Load("v", ((j,), (f,)), F32))
+    kernel = Kernel("attention", ((i,), (f,)), F32, (LoopReduction("sum", body, j, (), F32),),
+                    LoopResult(0, F32), ("test",))
+    return kernel, {i: "m", j: "n", d: "e0", f: "f"}
+
+
+def _mul(*factors):
+    out = factors[0]
+    for factor in factors[1:]:
+        out = Pointwise("mul", (out, factor), F32)
+    return out
+
+
+def _q(i, d):
+    return Load("q", ((i,), (d,)), F32)
+
+
+def _k(j, d):
+    return Load("k", ((j,), (d,)), F32)
+
+
+def test_factors_split_by_the_role_they_vary_along():
+    """``((q w) k) w'`` summed over ``d``: q and both weights form the left operand, k the
+    right, whatever the association; every factor is kept, and the loop's own
+    contraction (``exp(s) . v``, already two operands) is unchanged."""
+    def product(i, j, d):
+        return _mul(_q(i, d), Load("wq", ((d,),), F32), _k(j, d), Load("wk", ((d,),), F32))
+
+    kernel, roles = _attention_kernel(product)
+    grouped = group_dot_operands(kernel, roles)
+    check_kernel_invariants(grouped)
+    exp_scores, v = grouped.loop[0].body.args
+    assert v == kernel.loop[0].body.args[1]
+    left, right = exp_scores.args[0].body.args
+    assert sorted(x.base for x in _leaves(left)) == ["q", "wk", "wq"] and [x.base for x in _leaves(right)] == ["k"]
+
+
+def test_a_factor_along_both_sides_leaves_the_product_as_written():
+    """``q[i, d] k[j, d] g[i, j]`` summed over ``d`` is not one dot: nothing changes."""
+    kernel, roles = _attention_kernel(lambda i, j, d: _mul(_q(i, d), _k(j, d), Load("g", ((i,), (j,)), F32)))
+    assert group_dot_operands(kernel, roles) is kernel
+
+
+def test_a_product_that_already_splits_is_kept():
+    kernel, roles = _attention_kernel(lambda i, j, d: _mul(_q(i, d), _k(j, d)))
+    assert group_dot_operands(kernel, roles) is kernel
+
+
+def _leaves(expr):
+    if isinstance(expr, Pointwise) and expr.op == "mul":
+        return [f for a in expr.args for f in _leaves(a)]
+    return [expr]
