@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flashlight
 from flashlight.ir import Dim, Kernel, Load, LoopReduction, LoopResult, Pointwise, Reduce, check_kernel_invariants
@@ -110,3 +112,56 @@ def _leaves(expr):
     if isinstance(expr, Pointwise) and expr.op == "mul":
         return [f for a in expr.args for f in _leaves(a)]
     return [expr]
+
+
+# ------------------------------------------------------------------------ any association
+
+# what a factor varies along: query rows m, keys n, the contracted dim d
+_ROLE_SETS = ("md", "nd", "d", "", "m", "n", "mn")
+
+
+def _evaluate(expr, values):
+    """A product of loads as a [rows, keys, d] float64 tensor (size 1 where a dim is absent)."""
+    if isinstance(expr, Load):
+        return values[expr.base]
+    left, right = (_evaluate(a, values) for a in expr.args)
+    return left * right
+
+
+@settings(max_examples=80, deadline=None)
+@given(order=st.lists(st.sampled_from(_ROLE_SETS), min_size=2, max_size=6),
+       joins=st.lists(st.integers(min_value=0, max_value=10), max_size=6))
+def test_regrouping_keeps_the_product_and_finds_a_dot_exactly_when_one_exists(order, joins):
+    """Any product of factors over rows, keys and the contracted dim, in any association:
+    regrouped, it has the same value, and it is two dot operands exactly when no factor
+    varies along both rows and keys, the factors together vary along both, and each
+    side (the key factors; the rest) has a factor along the contracted dim."""
+    sizes = {"m": L, "n": L + 2, "d": D}
+    loads = []
+
+    def product(i, j, d):
+        dims = {"m": i, "n": j, "d": d}
+        loads.extend(Load(f"x{k}", tuple((dims[c],) for c in roles), F32) for k, roles in enumerate(order))
+        pending = list(loads)
+        for join in joins:  # join two neighbouring subtrees, in the drawn order
+            if len(pending) > 1:
+                at = join % (len(pending) - 1)
+                pending[at:at + 2] = [_mul(pending[at], pending[at + 1])]
+        return _mul(*pending)
+
+    kernel, roles = _attention_kernel(product)
+    grouped = group_dot_operands(kernel, roles)
+    before, after = (k.loop[0].body.args[0].args[0].body for k in (kernel, grouped))
+
+    generator = torch.Generator().manual_seed(len(order))
+    values = {load.base: torch.randn([sizes[c] if c in r else 1 for c in "mnd"], generator=generator,
+                                     dtype=torch.float64)
+              for load, r in zip(loads, order)}
+    torch.testing.assert_close(_evaluate(after, values), _evaluate(before, values))
+
+    splittable = ("mn" not in order and {"m", "n"} <= set("".join(order))
+                  and ("md" in order or "d" in order) and "nd" in order)
+    sides = [{c for x in _leaves(arg) for c in order[int(x.base[1:])]} for arg in after.args]
+    is_dot = all("d" in r and len(r - {"d"}) == 1 for r in sides) and sides[0] != sides[1]
+    assert is_dot == splittable, (order, sides)
+
