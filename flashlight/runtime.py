@@ -329,17 +329,21 @@ def precompile(jit_fn, configs, args: tuple, grid) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="flashlight-compile")
-    finished = False
+    finished, handed_out = False, []
     try:
-        with async_mode(pool, ignore_errors=True):
+        with async_mode(pool, ignore_errors=True) as mode:
             for config in configs:
                 try:
                     jit_fn.warmup(*args, grid=grid, **config.all_kwargs())  # what the autotuner launches
                 except Exception:  # noqa: BLE001 - the autotuner reports it when it compiles this candidate
                     continue
+            handed_out = list(mode.future_kernels.values())
         finished = True
     finally:
         pool.shutdown(wait=finished, cancel_futures=not finished)
+        for placeholder in handed_out:
+            if placeholder.future is not None and placeholder.future.cancelled():
+                placeholder.result(ignore_errors=True)  # drops it from the JIT cache: a later launch compiles
     return threads
 
 

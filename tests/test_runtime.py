@@ -241,7 +241,7 @@ def test_an_interrupted_precompile_drops_the_candidates_not_yet_started():
     import signal
     import time
 
-    started = []
+    started, dropped = [], []
 
     class _SlowJit(_RecordingJit):
         def warmup(self, *args, grid, **options):
@@ -252,7 +252,7 @@ def test_an_interrupted_precompile_drops_the_candidates_not_yet_started():
                 time.sleep(0.5)  # a slow candidate: IEEE float32 dots take seconds in ptxas
 
             return active_mode.get().submit(("candidate", options["BLOCK_M"]), compile_candidate,
-                                            lambda kernel: None, lambda future: None)
+                                            lambda kernel: None, lambda future: dropped.append(options["BLOCK_M"]))
 
     def interrupt(signum, frame):  # noqa: ARG001
         raise _Interrupted()
@@ -270,4 +270,7 @@ def test_an_interrupted_precompile_drops_the_candidates_not_yet_started():
     waited = time.monotonic() - t0
     time.sleep(1.2)  # the two compilations in flight end; nothing else may start
     assert waited < 1.0, waited  # not 12 candidates / 2 threads * 0.5 s = 3 s
-    assert len(started) == 2, started
+    assert len(started) <= 2, started
+    # the JIT's placeholder of every candidate never built is dropped (Triton's cleanup
+    # hook), so a later launch in this process compiles it instead of failing
+    assert sorted(dropped) == sorted(set(range(16, 16 + 12)) - set(started)), (dropped, started)
