@@ -73,7 +73,7 @@ def _grouped(body: Expr, reduced: str, roles: dict[Dim, str]) -> Expr:
     """``body`` as ``left * right`` where that makes it a contraction over ``reduced``."""
     if not (isinstance(body, Pointwise) and body.op == "mul"):
         return body
-    if _operand_roles(body.args[0], body.args[1], reduced, roles) is not None:
+    if _is_dot(body.args[0], body.args[1], reduced, roles):
         return body  # already two operands
     factors = _factors(body)
     if len(factors) < 3 or any(isinstance(n, (RunningMax, LoopResult)) for f in factors for n in walk(f)):
@@ -85,19 +85,19 @@ def _grouped(body: Expr, reduced: str, roles: dict[Dim, str]) -> Expr:
     x = min(outer)
     left = [f for f, s in zip(factors, sides) if s <= {x}]
     right = [f for f, s in zip(factors, sides) if s and not s <= {x}]
-    product = functools.partial(_product, dtype=body.dtype)
-    grouped = Pointwise("mul", (product(left), product(right)), body.dtype)
-    if _operand_roles(grouped.args[0], grouped.args[1], reduced, roles) is None:
-        return body
-    return grouped
+    grouped = Pointwise("mul", (_product(left, body.dtype), _product(right, body.dtype)), body.dtype)
+    return grouped if _is_dot(grouped.args[0], grouped.args[1], reduced, roles) else body
 
 
-def _operand_roles(a: Expr, b: Expr, reduced: str, roles: dict[Dim, str]) -> tuple | None:
-    """The two operands' tile roles when ``a * b`` summed over ``reduced`` is one dot."""
-    ra, rb = _roles_of(a, roles), _roles_of(b, roles)
-    if len(ra) == 2 and len(rb) == 2 and reduced in ra and reduced in rb and ra != rb:
-        return ra, rb
-    return None
+def splits_as_dot(a_roles, b_roles, reduced: str) -> bool:
+    """Whether operands over tile roles ``a_roles`` and ``b_roles``, multiplied and summed
+    over ``reduced``, are one ``tl.dot``: each spans ``reduced`` and one other role."""
+    a, b = set(a_roles), set(b_roles)
+    return len(a) == 2 and len(b) == 2 and reduced in a and reduced in b and a != b
+
+
+def _is_dot(a: Expr, b: Expr, reduced: str, roles: dict[Dim, str]) -> bool:
+    return splits_as_dot(_roles_of(a, roles), _roles_of(b, roles), reduced)
 
 
 def _roles_of(expr: Expr, roles: dict[Dim, str]) -> frozenset[str]:

@@ -35,7 +35,7 @@ from flashlight.ir import (
     free_dims,
     walk,
 )
-from flashlight.passes.contractions import group_dot_operands
+from flashlight.passes.contractions import group_dot_operands, splits_as_dot
 
 MAX_TILE = 256  # largest dim eliminated into one tile
 MIN_DOT = 16  # tl.dot needs every tile dim >= 16
@@ -156,7 +156,7 @@ class Layouts:
         if not (isinstance(body, Pointwise) and body.op == "mul"):
             return False
         a, b = (self.of(x) for x in body.args)
-        ok = len(a) == 2 and len(b) == 2 and reduced in a and reduced in b and set(a) != set(b)
+        ok = splits_as_dot(a, b, reduced)
         if ok and body not in self.memo:
             self.dots += 1
             self.memo[body] = canonical(a + b)
