@@ -30,7 +30,11 @@ unchanged and weights loaded later take effect), then the core of
 :mod:`flashlight.integrations.openfold_core` compiled by Flashlight into one kernel that
 applies the scale, both biases, the softmax, ``@ v`` and the sigmoid gate.
 :func:`unpatch_openfold` deletes the attribute; the class's own ``forward`` is back,
-bit for bit. Nothing in torch, Triton or OpenFold is modified. Modules are found by type,
+bit for bit. Nothing in torch, Triton or OpenFold is modified. The ``forward`` attribute
+is a small picklable object (:class:`PatchedForward`) and the record a dataclass, so a
+patched model goes through ``copy.deepcopy`` and ``torch.save`` / ``torch.load(...,
+weights_only=False)`` and comes back patched, with its options (loading it needs
+Flashlight importable; unpatch before saving to write a file that loads without it). Modules are found by type,
 not by path, so the same patch covers OpenFold 0.0.1 (``blocks[i].core.tri_att_start``)
 and 2.x (``blocks[i].pair_stack.tri_att_start``).
 
@@ -73,7 +77,7 @@ import dataclasses
 import inspect
 import threading
 import warnings
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 
@@ -278,9 +282,36 @@ def _stock_params(attention: torch.nn.Module) -> tuple[str, ...]:
     return tuple(names[1:])
 
 
-def is_patched(attention: torch.nn.Module) -> bool:
-    """Whether ``attention`` (an OpenFold ``Attention``) carries a Flashlight patch."""
-    return hasattr(attention, _STATE_ATTR) and "forward" in vars(attention)
+class PatchedForward:
+    """The ``forward`` that :func:`patch_openfold` sets on a module instance.
+
+    Calling it calls ``__func__(__self__, *args, **kwargs)``, as a bound method would.
+    Unlike a bound method of a function that the module's class lacks, it pickles (by
+    reference to a function of this module), so a patched model goes through
+    ``torch.save`` / ``torch.load`` and ``copy.deepcopy``, and the copy's forward is
+    bound to the copy.
+    """
+
+    def __init__(self, module: torch.nn.Module, func):
+        self.__self__ = module
+        self.__func__ = func
+
+    def __call__(self, *args, **kwargs):
+        return self.__func__(self.__self__, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Flashlight-patched forward of {type(self.__self__).__name__}>"
+
+
+def is_patched(module: torch.nn.Module) -> bool:
+    """Whether ``module`` (an OpenFold ``Attention`` or its owner) carries a Flashlight patch."""
+    forward = vars(module).get("forward") if hasattr(module, "__dict__") else None
+    return isinstance(forward, PatchedForward) and hasattr(module, _STATE_ATTR)
+
+
+def _foreign_forward(module: torch.nn.Module) -> bool:
+    """Whether ``module`` has an instance ``forward`` that is not this patch's."""
+    return "forward" in vars(module) and not is_patched(module)
 
 
 # -- public API ----------------------------------------------------------------------
@@ -297,11 +328,13 @@ def patch_openfold(
 
     Patches ``model`` (an ``AlphaFold`` model or any module containing OpenFold's
     attention modules) in place and returns a :class:`PatchReport`. Calling it again is
-    harmless: already patched modules are counted and get the new options.
+    harmless: already patched modules are counted and get the new options (modules
+    patched earlier and not of the kinds asked for now stay patched).
 
     Args:
         model: the module to patch.
-        kinds: which module kinds to patch (default: all of :data:`KINDS`).
+        kinds: which module kinds to patch: one name of :data:`KINDS` or an iterable of
+            them (default: all).
         fallback_on_cpu: for CPU tensors when ``TRITON_INTERPRET`` is not set, run the
             stock attention with a one-time warning (True) or raise (False).
         compile_options: passed to :func:`flashlight.compile`, e.g.
@@ -309,16 +342,16 @@ def patch_openfold(
 
     Raises:
         ValueError: ``model`` holds no OpenFold attention module (of the chosen kinds),
-            or ``kinds`` names an unknown kind.
+            ``kinds`` is empty or names an unknown kind, or a module to patch already has
+            an instance ``forward`` set by something else (then nothing is patched).
+        TypeError: ``model`` is not a module, ``kinds`` is neither a string nor an
+            iterable of strings, or ``compile_options`` is not a dict of known options.
         ImportError: OpenFold is not installed.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"patch_openfold expects a torch.nn.Module, not {type(model).__name__}")
-    wanted = tuple(KINDS if kinds is None else kinds)
-    unknown = sorted(set(wanted) - set(KINDS))
-    if unknown:
-        raise ValueError(f"unknown OpenFold attention kinds {unknown}; choose from {list(KINDS)}")
-    options = _Options(bool(fallback_on_cpu), dict(compile_options or {}))
+    wanted = _kinds_arg(kinds)
+    options = _Options(bool(fallback_on_cpu), _compile_options_arg(compile_options))
 
     targets = _find_targets(model)
     if not targets:
@@ -334,6 +367,13 @@ def patch_openfold(
         raise ValueError(
             f"patch_openfold: {type(model).__name__} has OpenFold attention modules of kinds "
             f"{found}, none of the requested kinds {list(wanted)}"
+        )
+
+    taken = [t.path for t in chosen if _foreign_forward(t.attention)]
+    if taken:
+        raise ValueError(
+            f"patch_openfold: {taken[0]} already has a forward of its own set on the instance "
+            "(by another tool's hook or patch); remove it first, nothing was patched"
         )
 
     report = PatchReport(options=dataclasses.asdict(options))
@@ -353,10 +393,52 @@ def patch_openfold(
             )
             setattr(attention, _STATE_ATTR, state)
             # An instance attribute shadows the class's forward; nn.Module.__call__
-            # (hooks included) then calls it. A bound method, so deepcopy rebinds it.
-            attention.forward = _patched_forward.__get__(attention, type(attention))
+            # (hooks included) then calls it.
+            attention.forward = PatchedForward(attention, _patched_forward)
         report._add(target.stack, target.kind, target.path)
     return report
+
+
+def _kinds_arg(kinds: Iterable[str] | str | None) -> tuple[str, ...]:
+    """``kinds`` checked: a tuple of known kind names (one string is one kind)."""
+    if kinds is None:
+        return KINDS
+    if isinstance(kinds, str):
+        kinds = (kinds,)
+    try:
+        wanted = tuple(kinds)
+    except TypeError:
+        raise TypeError(
+            f"patch_openfold: kinds must be a kind name or an iterable of kind names, "
+            f"not {type(kinds).__name__}"
+        ) from None
+    for kind in wanted:
+        if not isinstance(kind, str):
+            raise TypeError(f"patch_openfold: kinds must be strings, not {kind!r}")
+    if not wanted:
+        raise ValueError(f"patch_openfold: kinds is empty; choose from {list(KINDS)}")
+    unknown = sorted(set(wanted) - set(KINDS))
+    if unknown:
+        raise ValueError(f"unknown OpenFold attention kinds {unknown}; choose from {list(KINDS)}")
+    return wanted
+
+
+def _compile_options_arg(compile_options) -> dict[str, Any]:
+    """``compile_options`` checked now, not at the first forward."""
+    if compile_options is None:
+        return {}
+    if not isinstance(compile_options, Mapping):
+        raise TypeError(
+            f"patch_openfold: compile_options must be a dict, not {type(compile_options).__name__}"
+        )
+    from flashlight.backend import KNOWN_OPTIONS
+
+    unknown = sorted(set(compile_options) - KNOWN_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"patch_openfold: unknown compile_options {unknown}; known: {sorted(KNOWN_OPTIONS)}"
+        )
+    return dict(compile_options)
 
 
 def unpatch_openfold(model: torch.nn.Module) -> int:
@@ -365,6 +447,8 @@ def unpatch_openfold(model: torch.nn.Module) -> int:
     The class's own ``forward`` is used again, so outputs are bit-identical to a model
     that was never patched. Unpatching an unpatched model does nothing.
     """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"unpatch_openfold expects a torch.nn.Module, not {type(model).__name__}")
     restored = 0
     for module in model.modules():
         if is_patched(module):

@@ -32,30 +32,33 @@ def gen():
     return torch.Generator().manual_seed(torch.seed() % 2**31)
 
 
+class _PairCore(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tri_att_start = TriangleAttention(16, 32, 2, starting=True)
+        self.tri_att_end = TriangleAttention(16, 32, 2, starting=False)
+
+
+class _Block(torch.nn.Module):
+    """An Evoformer-like module tree (0.0.1 layout); module level, so that it pickles."""
+
+    def __init__(self):
+        super().__init__()
+        self.msa_att_row = MSARowAttentionWithPairBias(32, 16, 32, 2)
+        self.msa_att_col = MSAColumnAttention(32, 32, 2)
+        self.core = _PairCore()
+
+    def forward(self, m, z, msa_mask, pair_mask, chunk_size=None):
+        m = m + self.msa_att_row(m, z=z, mask=msa_mask, chunk_size=chunk_size)
+        m = m + self.msa_att_col(m, mask=msa_mask, chunk_size=chunk_size)
+        z = z + self.core.tri_att_start(z, mask=pair_mask, chunk_size=chunk_size)
+        z = z + self.core.tri_att_end(z, mask=pair_mask, chunk_size=chunk_size)
+        return m, z
+
+
 def _block_like(gen):
-    """A small Evoformer-like module tree (0.0.1 layout) with its inputs."""
-
-    class PairCore(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tri_att_start = TriangleAttention(16, 32, 2, starting=True)
-            self.tri_att_end = TriangleAttention(16, 32, 2, starting=False)
-
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.msa_att_row = MSARowAttentionWithPairBias(32, 16, 32, 2)
-            self.msa_att_col = MSAColumnAttention(32, 32, 2)
-            self.core = PairCore()
-
-        def forward(self, m, z, msa_mask, pair_mask, chunk_size=None):
-            m = m + self.msa_att_row(m, z=z, mask=msa_mask, chunk_size=chunk_size)
-            m = m + self.msa_att_col(m, mask=msa_mask, chunk_size=chunk_size)
-            z = z + self.core.tri_att_start(z, mask=pair_mask, chunk_size=chunk_size)
-            z = z + self.core.tri_att_end(z, mask=pair_mask, chunk_size=chunk_size)
-            return m, z
-
-    block = Block().eval()
+    """A small Evoformer-like block with random weights, and its inputs."""
+    block = _Block().eval()
     oft.randomize_(block, gen)
     n_seq, n_res = 5, 11
     inputs = (
@@ -375,3 +378,74 @@ def test_inference_mode(gen):
     flashlight.patch_openfold(block)
     with torch.inference_mode():
         _close(block(*inputs), stock(*inputs))
+
+
+def test_torch_save_round_trip_loads_a_patched_model(gen, tmp_path):
+    """A patched model pickles whole; the loaded model is patched, with its options."""
+    block, inputs = _block_like(gen)
+    want = _run(copy.deepcopy(block), inputs)
+    flashlight.patch_openfold(block, fallback_on_cpu=False)
+    path = tmp_path / "model.pt"
+    torch.save(block, path)
+    loaded = torch.load(path, weights_only=False)
+    attentions = [loaded.msa_att_row.mha, loaded.msa_att_col._msa_att.mha,
+                  loaded.core.tri_att_start.mha, loaded.core.tri_att_end.mha]
+    for mha in attentions:
+        assert ofp.is_patched(mha) and mha.forward.__self__ is mha
+        assert getattr(mha, "_flashlight_openfold").options.fallback_on_cpu is False
+    _close(_run(loaded, inputs), want)
+    with flashlight.settings.override(interpret=False):
+        with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+            _run(loaded, inputs)
+    assert flashlight.unpatch_openfold(loaded) == 4
+    for x, y in zip(_run(loaded, inputs), want):
+        assert torch.equal(x, y)
+    # unpatched before saving: the file holds a stock model
+    torch.save(loaded, path)
+    again = torch.load(path, weights_only=False)
+    assert not any("forward" in vars(m) for m in again.modules())
+
+
+def test_unpatch_leaves_every_module_as_it_was(gen):
+    block, _ = _block_like(gen)
+    before = {name: sorted(vars(m)) for name, m in block.named_modules()}
+    flashlight.patch_openfold(block)
+    flashlight.patch_openfold(block, kinds="triangle_attention_end")
+    flashlight.unpatch_openfold(block)
+    assert {name: sorted(vars(m)) for name, m in block.named_modules()} == before
+
+
+def test_kinds_argument_forms(gen):
+    block, _ = _block_like(gen)
+    report = flashlight.patch_openfold(block, kinds="triangle_attention_start")
+    assert report.by_kind == {"triangle_attention_start": 1}
+    report = flashlight.patch_openfold(block, kinds=(k for k in ["msa_column_attention"]))
+    assert report.by_kind == {"msa_column_attention": 1}
+    # the earlier call's module stays patched
+    assert ofp.is_patched(block.core.tri_att_start.mha)
+    assert not ofp.is_patched(block.core.tri_att_end.mha)
+    with pytest.raises(TypeError, match="kinds must be a kind name or an iterable"):
+        flashlight.patch_openfold(block, kinds=3)
+    with pytest.raises(TypeError, match="kinds must be strings"):
+        flashlight.patch_openfold(block, kinds=["triangle_attention_end", 1])
+    with pytest.raises(ValueError, match="kinds is empty"):
+        flashlight.patch_openfold(block, kinds=[])
+    assert not ofp.is_patched(block.core.tri_att_end.mha)
+
+
+def test_bad_arguments_are_clear_errors_and_patch_nothing(gen):
+    block, _ = _block_like(gen)
+    with pytest.raises(TypeError, match="unpatch_openfold expects a torch.nn.Module"):
+        flashlight.unpatch_openfold("x")
+    with pytest.raises(TypeError, match="compile_options must be a dict"):
+        flashlight.patch_openfold(block, compile_options="autotune")
+    with pytest.raises(TypeError, match=r"unknown compile_options \['autotnue'\]"):
+        flashlight.patch_openfold(block, compile_options={"autotnue": False})
+    assert not any(ofp.is_patched(m) for m in block.modules())
+    # an instance forward set by something else is not overwritten
+    other = block.core.tri_att_end.mha.forward
+    block.core.tri_att_end.mha.forward = other
+    with pytest.raises(ValueError, match="core.tri_att_end.mha already has a forward"):
+        flashlight.patch_openfold(block)
+    assert not any(ofp.is_patched(m) for m in block.modules())
+    assert vars(block.core.tri_att_end.mha)["forward"] is other
