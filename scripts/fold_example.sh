@@ -9,9 +9,10 @@
 # weights: the coordinates are not a structure prediction, and the outputs say so.
 #
 # With no arguments, the options depend on the machine: with a CUDA GPU, the
-# flashlight-fold defaults (Flashlight on); without one, stock OpenFold on the CPU,
-# one timed run per record, MSAs padded to 16 rows instead of the preset's 512/5120. Any arguments replace these options (the input files and
-# --out-dir stay unless given again); see: .venv/bin/flashlight-fold --help
+# flashlight-fold defaults (Flashlight on); without one, stock OpenFold on the CPU.
+# Either way each record is folded once, with its MSA at its own depth. Any arguments
+# replace these options (the input files and --out-dir stay unless given again); see:
+# .venv/bin/flashlight-fold --help
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
@@ -26,10 +27,8 @@ if [ $# -eq 0 ]; then
     if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
         set --
     else
-        # The example MSAs are a few rows deep: padding them to the preset's 512 MSA
-        # clusters and 5120 extra rows would only add masked rows (minutes on a CPU).
         echo "fold_example: no CUDA GPU: folding with stock OpenFold on the CPU" >&2
-        set -- --no-flashlight --repeats 1 --warmup 0 --max-msa-clusters 16 --max-extra-msa 16
+        set -- --no-flashlight
     fi
 fi
 

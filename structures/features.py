@@ -83,6 +83,43 @@ def raw_features(record: Record) -> Dict[str, np.ndarray]:
     }
 
 
+def msa_depth(record: Record) -> int:
+    """Distinct MSA rows of ``record`` (1 without an alignment), as the features hold them."""
+    if record.alignment is None:
+        return 1
+    return len(set(record.alignment.rows))
+
+
+def fit_msa_rows(data_config, depth: int):
+    """A copy of ``data_config`` whose MSA sizes fit an MSA of ``depth`` distinct rows.
+
+    [Note: folding at the MSA's depth]
+    In predict mode OpenFold's feature pipeline samples up to ``max_msa_clusters`` rows
+    of the MSA as cluster centres (the query first), hands the rest to the extra MSA (up
+    to ``max_extra_msa``), and then pads both with masked rows to those fixed sizes. The
+    padded rows change nothing: MSA row attention works on each row alone, column
+    attention, the extra stack's global attention and the outer product mean mask them
+    out, so the real rows and the pair representation come out the same. They do cost
+    time: a single-sequence record padded to model_1's 512 + 5120 rows spends almost all
+    of its MSA work on padding. The fitted sizes keep every real row (clusters: as many
+    as the MSA has, within the configured maximum; the extra MSA: what is left, at least
+    one masked row, since the extra stack needs a row), so the sampling draws the same
+    rows with the same random numbers, and only the padding goes. Tested against the
+    padded fold in ``tests/test_fold_msa_depth.py``.
+    """
+    import copy
+
+    config = copy.deepcopy(data_config)
+    predict = config.predict
+    reduce = config.common.get("reduce_msa_clusters_by_max_templates", False)
+    reserved = int(predict.max_templates) if reduce else 0
+    clusters = min(int(predict.max_msa_clusters), depth + reserved)
+    extra = min(int(predict.max_extra_msa), max(1, depth - (clusters - reserved)))
+    predict.max_msa_clusters = clusters
+    predict.max_extra_msa = extra
+    return config
+
+
 def processed_features(record: Record, data_config, seed: int) -> Dict[str, torch.Tensor]:
     """Model-ready tensors for ``record`` (CPU), with a trailing recycling dimension.
 

@@ -1,10 +1,23 @@
 """Per-layer latency of an OpenFold model, measured with forward hooks.
 
 A forward pre-hook marks the start and a forward hook the end of every timed module:
-with CUDA events on a GPU (recorded on the current stream, read after one synchronise
-at the end of the run, so timing adds no host-device round trips), with the wall clock
-on a CPU. A module called several times in one forward pass (once per recycling
-iteration) reports the sum of its calls.
+with CUDA events on a GPU, with the wall clock on a CPU. A module called several times
+in one forward pass (once per recycling iteration) reports the sum of its calls.
+
+[Note: synchronised module spans]
+On a GPU the host runs ahead of the device: when a module starts, kernels of earlier
+modules may still be queued. Events recorded on the stream then measure a module's own
+device time only if the device never waits for the host inside it. A launch-bound
+module (a chunked transition: many small kernels) behaves differently depending on what
+ran before it: after a slow module the queue is full and its kernels run back to back
+(short span); after a fast one the device idles between its launches (long span). The
+same unpatched module then measured 64 ms behind stock attention and 107 ms behind
+Flashlight's (bench/results/fold_noise_256.json: host spans 152 vs 104 ms). So the
+pre-hook synchronises before it records the start: every module starts on an idle
+device, and its span is its own latency, host launch time included, whatever ran before
+it. The end event is not synchronised (the next start is). This costs one synchronise
+per timed module (about 500 per pass of a 48-block model) and the host's head start
+at each module boundary, for stock and Flashlight alike.
 
 Timed modules, found by structure rather than by one fixed attribute path:
 
@@ -125,13 +138,19 @@ class RunTiming:
 
 
 class Clock:
-    """Start/end markers: CUDA events on a GPU, ``perf_counter`` on a CPU."""
+    """Start/end markers: CUDA events on a GPU, ``perf_counter`` on a CPU.
+
+    ``mark(start=True)`` first waits for the device to finish queued work, so that the
+    span it opens is the module's own ([Note: synchronised module spans]).
+    """
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
 
-    def mark(self):
+    def mark(self, start: bool = False):
         if self.cuda:
+            if start:
+                torch.cuda.synchronize()
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             return event
@@ -151,7 +170,7 @@ class Clock:
 
     @property
     def method(self) -> str:
-        return "cuda_events" if self.cuda else "wall_clock"
+        return "cuda_events_synchronized" if self.cuda else "wall_clock"
 
 
 class LayerTimer:
@@ -192,7 +211,7 @@ class LayerTimer:
 
     @property
     def method(self) -> str:
-        """``cuda_events`` or ``wall_clock``."""
+        """``cuda_events_synchronized`` or ``wall_clock``."""
         return self.clock.method
 
     def __enter__(self) -> "LayerTimer":
@@ -216,7 +235,7 @@ class LayerTimer:
     def _pre_hook(self, key):
         @torch.compiler.disable
         def hook(module, args):
-            self._open.setdefault(key, []).append(self.clock.mark())
+            self._open.setdefault(key, []).append(self.clock.mark(start=True))
 
         return hook
 

@@ -1,0 +1,147 @@
+"""Per-module timing of stock and Flashlight-patched OpenFold, run in alternation.
+
+Answers two questions the end-to-end comparison cannot: how large is run-to-run noise
+per module (stock against stock), and does a module that Flashlight does not patch
+really run slower in the patched model, or is it the order of the runs, the timer or the
+host? Each module is timed twice per run: on the GPU (CUDA events between the module's
+forward pre-hook and hook, what ``latency.json`` reports) and on the host
+(``perf_counter`` at the same hooks). A module whose host span is as long as its GPU
+span is launch-bound: the GPU waited for the host to issue its kernels.
+
+    python -m bench.fold_noise --length 256 --chunk-size preset none --rounds 3
+
+Prints one table per configuration: per-module medians (ms, all blocks summed) for
+stock and Flashlight, their ratio, the stock-vs-stock spread (max/min over rounds) and
+the host/GPU span ratio; writes the rows as JSON with ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import statistics
+import time
+
+import torch
+
+
+def _host_spans(model, kinds):
+    """Hooks recording host-side seconds per timed module kind; returns (totals, handles)."""
+    from flashlight.structures.timing import find_block_modules, find_evoformer_blocks
+
+    totals: dict[str, float] = {}
+    handles = []
+    for block in find_evoformer_blocks(model):
+        for kind, module in find_block_modules(block).items():
+            if kind not in kinds:
+                continue
+            opened: list[float] = []
+
+            def pre(mod, args, opened=opened):
+                opened.append(time.perf_counter())
+
+            def post(mod, args, out, opened=opened, kind=kind):
+                if opened:
+                    totals[kind] = totals.get(kind, 0.0) + time.perf_counter() - opened.pop()
+
+            handles.append(module.register_forward_pre_hook(pre))
+            handles.append(module.register_forward_hook(post))
+    return totals, handles
+
+
+def _timed_run(model, batch, device):
+    from flashlight.structures.timing import MODULE_KINDS, LayerTimer, module_totals
+
+    host, handles = _host_spans(model, MODULE_KINDS)
+    try:
+        with torch.no_grad(), LayerTimer(model, device) as timer:
+            _, timing = timer.run(lambda: model(batch))
+    finally:
+        for handle in handles:
+            handle.remove()
+    gpu = module_totals(timing)
+    gpu.update({f"stage:{k}": v for k, v in timing.stages.items()})
+    gpu["model"] = timing.model_s
+    return gpu, dict(host)
+
+
+def run_config(length: int, chunk_size, rounds: int, recycles: int, dtype: str, seed: int) -> list[dict]:
+    from flashlight.structures.features import processed_features, to_device
+    from flashlight.structures.inputs import load_inputs
+    from flashlight.structures.models import DTYPES, ModelInfo, apply_flashlight, build_model, make_config
+
+    device = torch.device("cuda")
+    config = make_config("model_1", None, recycles, dtype, chunk_size)
+    info = ModelInfo("model_1", 48, recycles, dtype, "cuda", "random", seed, config.globals.chunk_size,
+                     int(config.data.predict.max_msa_clusters), int(config.data.predict.max_extra_msa))
+    records, problems = load_inputs([f"structures/examples/synthetic_{length}.fasta"], None)
+    assert not problems, problems
+    feats = processed_features(records[0], config.data, seed)
+    batch = to_device(feats, device, DTYPES[dtype])
+    stock = build_model(config, info)
+    flash = copy.deepcopy(stock)
+    status = apply_flashlight(flash)
+    assert status.active, status.reason
+    first = {}
+    for name, model in (("stock", stock), ("flashlight", flash)):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.no_grad():
+            model(batch)
+        torch.cuda.synchronize()
+        first[name] = time.perf_counter() - start
+    samples: dict[str, list] = {"stock": [], "flashlight": []}
+    for _ in range(rounds):
+        for name, model in (("stock", stock), ("flashlight", flash)):
+            samples[name].append(_timed_run(model, batch, device))
+    rows = []
+    for key in samples["stock"][0][0]:
+        s = [g[key] for g, _ in samples["stock"]]
+        f = [g[key] for g, _ in samples["flashlight"]]
+        hs = [h.get(key) for _, h in samples["stock"]]
+        hf = [h.get(key) for _, h in samples["flashlight"]]
+        rows.append({
+            "key": key, "stock_ms": 1e3 * statistics.median(s), "flashlight_ms": 1e3 * statistics.median(f),
+            "stock_spread": max(s) / max(min(s), 1e-9), "flash_spread": max(f) / max(min(f), 1e-9),
+            "stock_host_ms": 1e3 * statistics.median(hs) if None not in hs else None,
+            "flash_host_ms": 1e3 * statistics.median(hf) if None not in hf else None,
+        })
+    rows.append({"key": "first_call_s", "stock_ms": first["stock"], "flashlight_ms": first["flashlight"]})
+    gc.collect()
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--length", type=int, default=256)
+    p.add_argument("--chunk-size", nargs="+", default=["preset", "none"])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--recycles", type=int, default=3)
+    p.add_argument("--dtype", default="fp32")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out")
+    args = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    results = {}
+    for text in args.chunk_size:
+        chunk = "preset" if text == "preset" else (None if text == "none" else int(text))
+        rows = run_config(args.length, chunk, args.rounds, args.recycles, args.dtype, args.seed)
+        results[text] = rows
+        print(f"\n== N_res {args.length}, chunk_size {text}, {args.dtype}, {args.rounds} rounds (medians, ms)")
+        print(f"{'module':<28}{'stock':>9}{'flash':>9}{'ratio':>7}{'s-spr':>7}{'f-spr':>7}{'s-host':>9}{'f-host':>9}")
+        for r in rows:
+            ratio = r["stock_ms"] / r["flashlight_ms"] if r["flashlight_ms"] else float("nan")
+            host = "".join(f"{v:>9.1f}" if v is not None else f"{'-':>9}"
+                           for v in (r.get("stock_host_ms"), r.get("flash_host_ms")))
+            print(f"{r['key']:<28}{r['stock_ms']:>9.1f}{r['flashlight_ms']:>9.1f}{ratio:>7.2f}"
+                  f"{r.get('stock_spread', 0):>7.2f}{r.get('flash_spread', 0):>7.2f}{host}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"args": vars(args), "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
