@@ -13,8 +13,10 @@ FLASHLIGHT_DEBUG       0           1: log fusion decisions and fallbacks;
                                    2: also the IR after each pass and Triton source
 FLASHLIGHT_CACHE_DIR   ~/.cache/   where generated kernel sources and autotuning
                        flashlight  choices are written
-FLASHLIGHT_AUTOTUNE    1           autotune tile configurations on the GPU (0: use
-                                   the first candidate configuration)
+FLASHLIGHT_AUTOTUNE    1           autotune tile configurations on the GPU over a
+                                   few candidates a cost model picks, and against
+                                   the unfused graph (0: the first candidate only;
+                                   full: every candidate, no shipped choices)
 FLASHLIGHT_COMPILE_    0           threads compiling a kernel's autotuning candidates
 THREADS                            before they are timed (0: one per CPU core, at most
                                    one per candidate; 1: one at a time, as Triton's
@@ -22,6 +24,10 @@ THREADS                            before they are timed (0: one per CPU core, a
 FLASHLIGHT_TUNING_     1           remember each kernel's autotuning choice per GPU,
 CACHE                              Triton version and sizes in the cache folder, so
                                    a later process launches it without autotuning
+FLASHLIGHT_TUNED_      (shipped)   data file of tuned choices per GPU model, Triton
+CONFIGS                            version, kernel structure and size bucket,
+                                   consulted after the tuning cache (empty: the one
+                                   shipped in flashlight/data/; 0: none)
 FLASHLIGHT_CHECK_      0           1: generated kernels assert that every load and
 BOUNDS                             store stays inside its tensor (debugging; slow)
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
@@ -47,6 +53,11 @@ def _bool(text: str) -> bool:
     return text.strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def _autotune(text: str) -> bool | str:
+    """``full`` (every candidate), else on or off."""
+    return "full" if text.strip().lower() == "full" else _bool(text)
+
+
 _KNOBS: dict[str, _Knob] = {
     "debug": _Knob("FLASHLIGHT_DEBUG", 0, int),
     "cache_dir": _Knob(
@@ -54,11 +65,12 @@ _KNOBS: dict[str, _Knob] = {
         os.path.join(os.path.expanduser("~"), ".cache", "flashlight"),
         str,
     ),
-    "autotune": _Knob("FLASHLIGHT_AUTOTUNE", True, _bool),
+    "autotune": _Knob("FLASHLIGHT_AUTOTUNE", True, _autotune),
     "interpret": _Knob("TRITON_INTERPRET", False, _bool),
     "check_bounds": _Knob("FLASHLIGHT_CHECK_BOUNDS", False, _bool),
     "compile_threads": _Knob("FLASHLIGHT_COMPILE_THREADS", 0, int),
     "tuning_cache": _Knob("FLASHLIGHT_TUNING_CACHE", True, _bool),
+    "tuned_configs": _Knob("FLASHLIGHT_TUNED_CONFIGS", "", str),
 }
 
 _overrides: dict[str, Any] = {}

@@ -1,0 +1,146 @@
+"""Tuned choices shipped with Flashlight, measured on common GPUs.
+
+The data file (``flashlight/data/tuned_configs.json``, or ``FLASHLIGHT_TUNED_CONFIGS``)
+holds one entry per GPU model, Triton version (major.minor), kernel signature
+(:func:`flashlight.tuning.kernel_signature`: structural, not the source text) and size
+bucket (:func:`flashlight.tuning.size_bucket`). At a kernel's first launch at some sizes,
+after the tuning cache (per exact source and sizes) misses, a hit here launches its
+choice without autotuning. ``bench/tune_configs.py`` measures and writes the entries;
+none is written by hand. Any problem with the file (missing, unreadable, another
+schema, a malformed entry) means no hit, and autotuning runs as without it.
+
+Format::
+
+    {"schema": "flashlight-tuned-configs/1",
+     "entries": [{"gpu": "NVIDIA H200", "triton": "3.6",
+                  "signature": "out bfloat16 | loads bfloat16 | ...",
+                  "bucket": "rows 256 | keys 256 | grid 1024",
+                  "choice": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
+                  "kernel_ms": 0.31, "eager_ms": 2.9, "measured": "msa_row_pair_bias ..."}]}
+
+``choice`` is a configuration, or ``"eager"`` for the unfused graph; the other fields
+record the measurement and are not read by the lookup.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from flashlight import settings
+from flashlight.tuning import EAGER
+
+log = logging.getLogger("flashlight")
+
+SCHEMA = "flashlight-tuned-configs/1"
+SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tuned_configs.json")
+ABOUT = ("Autotuning choices measured by bench/tune_configs.py, keyed by GPU model, Triton major.minor, "
+         "kernel signature and size bucket (flashlight/tuned_configs.py); choice: a configuration or 'eager'")
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+_LOADED: dict[str, tuple[tuple, dict]] = {}  # path -> (file stamp, index)
+
+
+def data_path() -> str | None:
+    """The data file consulted (``FLASHLIGHT_TUNED_CONFIGS``; empty: the shipped one), or
+    None when switched off (``0``)."""
+    chosen = str(settings.get("tuned_configs")).strip()
+    if chosen in ("0", "off", "false", "no"):
+        return None
+    return chosen or SHIPPED
+
+
+def triton_version(version: str | None = None) -> str:
+    """Triton's version as ``major.minor`` (the installed one by default)."""
+    if version is None:
+        import triton
+
+        version = triton.__version__
+    return ".".join(version.split(".")[:2])
+
+
+def parse_choice(value) -> dict | str | None:
+    """A valid choice (a configuration of four positive ints, or ``"eager"``), else None."""
+    if value == EAGER:
+        return EAGER
+    if not isinstance(value, dict) or set(value) != set(CONFIG_KEYS):
+        return None
+    if not all(isinstance(value[k], int) and not isinstance(value[k], bool) and value[k] > 0 for k in CONFIG_KEYS):
+        return None
+    return {k: value[k] for k in CONFIG_KEYS}
+
+
+def entry_key(entry: dict) -> tuple[str, str, str, str]:
+    """What an entry holds for: (GPU model, Triton major.minor, signature, size bucket)."""
+    return tuple(str(entry.get(k, "")) for k in ("gpu", "triton", "signature", "bucket"))
+
+
+def read_entries(path: str) -> list[dict]:
+    """The entries of data file ``path`` (none when it is missing or not of this schema)."""
+    try:
+        with open(path) as f:
+            found = json.load(f)
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as why:
+        log.warning("flashlight: ignoring the tuned configurations in %s (%s)", path, why)
+        return []
+    if not isinstance(found, dict) or found.get("schema") != SCHEMA or not isinstance(found.get("entries"), list):
+        log.warning("flashlight: ignoring %s: not a %s file", path, SCHEMA)
+        return []
+    return [e for e in found["entries"] if isinstance(e, dict)]
+
+
+def _index(path: str) -> dict:
+    try:
+        stat = os.stat(path)
+        stamp = (stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        return {}
+    cached = _LOADED.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    index = {}
+    for entry in read_entries(path):
+        choice = parse_choice(entry.get("choice"))
+        if choice is not None:
+            index[entry_key(entry)] = choice
+    _LOADED[path] = (stamp, index)
+    return index
+
+
+def lookup(gpu: str, triton: str, signature: str, bucket: str, path: str | None = None) -> dict | str | None:
+    """The shipped choice for this GPU model, Triton ``major.minor``, kernel signature and
+    size bucket: a configuration dict, ``"eager"``, or None (no entry, no file, or the
+    lookup switched off). ``path`` overrides :func:`data_path`."""
+    path = path or data_path()
+    if path is None:
+        return None
+    choice = _index(path).get((gpu, triton, signature, bucket))
+    return dict(choice) if isinstance(choice, dict) else choice
+
+
+def entry_from_event(event: dict, **notes) -> dict:
+    """A data-file entry from one autotuning outcome (``flashlight.runtime.TUNING_EVENTS``),
+    with its measured times and ``notes`` on the measurement (``measured``: what ran)."""
+    entry = {k: event[k] for k in ("gpu", "triton", "signature", "bucket", "choice")}
+    entry.update({k: event.get(k) for k in ("kernel_ms", "eager_ms", "candidates")})
+    entry.update(notes)
+    return entry
+
+
+def write_entries(path: str, entries: list[dict]) -> int:
+    """Merge ``entries`` into data file ``path`` (an entry replaces one with the same GPU,
+    Triton version, signature and bucket), written atomically; returns the entry count."""
+    for entry in entries:
+        if parse_choice(entry.get("choice")) is None or not all(entry_key(entry)):
+            raise ValueError(f"not a tuned-configuration entry: {entry}")
+    merged = {entry_key(e): e for e in read_entries(path)}
+    merged.update({entry_key(e): e for e in entries})
+    document = {"schema": SCHEMA, "about": ABOUT, "entries": [merged[k] for k in sorted(merged)]}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(document, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+    return len(merged)

@@ -1,0 +1,200 @@
+"""What autotuning tries and keys on: a cost-model prior over tile configurations, a
+structural signature of a kernel, size buckets, and the choice against the unfused graph.
+
+Everything here is a pure function of a tiled kernel, its source and measured times,
+so it is tested without a GPU; :mod:`flashlight.runtime` calls it.
+
+- :func:`pruned_space`: the few configurations (at most :data:`MAX_CANDIDATES`) that
+  autotuning tries by default, out of :func:`flashlight.runtime.config_space`. A prior
+  order per kind of dot (tensor cores, or IEEE float32 on CUDA cores), taken from the
+  winners the H200 benchmarks recorded (``bench/results/*.csv``, column ``configs``),
+  then two estimates made from the kernel's loads: shared memory staged per program
+  (the key-side tiles per pipeline stage; candidates over :data:`SHARED_MEMORY_BUDGET`
+  are dropped) and float32 values per
+  thread (candidates over the limit of their kind of dot go to the end of the order).
+- :func:`kernel_signature` and :func:`size_bucket`: the key of the shipped tuned
+  configurations (:mod:`flashlight.tuned_configs`), which does not depend on the exact
+  source text: dtypes, fp32 precision, padded head widths, loop reductions, dots, the
+  live-tile predicate, and the launch's rows, keys and grid rounded up to powers of two.
+- :func:`choose`: the kernel or the unfused graph (:data:`EAGER`), from their times.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import torch
+
+from flashlight.ir import Dim, Load, TiledKernel, free_dims, walk
+
+Config = tuple  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
+
+EAGER = "eager"  # the choice of running the unfused graph (PyTorch) instead of the kernel
+MAX_CANDIDATES = 4
+# sm_90's shared memory per block (opt-in, bytes); GPUs with less reject the candidates
+# that do not fit when they are timed, and the runtime falls back to smaller tiles
+SHARED_MEMORY_BUDGET = 232448
+# The unfused graph must be this much faster than the kernel to be chosen: timings are
+# medians with some noise, and the kernel needs far less memory (no score matrix).
+EAGER_MARGIN = 0.05
+# Largest grid bucket: past this many programs per row block, every candidate fills a
+# GPU many times over and the best one no longer depends on the count.
+GRID_BUCKET_CAP = 1024
+
+# Winners first. Tensor cores (16-bit dots, TF32): 128x64 / 128x32 at 4 warps and 128x64
+# at 8 warps won the TF32 cells of every head width up to 64 (and 128x64 at 8 warps at
+# 128), 64x64 at 3 stages the bf16 ones.
+_TENSOR_CORE_PRIOR = [(128, 64, 4, 2), (128, 32, 4, 2), (128, 64, 8, 2), (64, 64, 4, 3), (64, 32, 4, 3),
+                      (64, 64, 4, 2), (128, 128, 8, 2), (64, 128, 4, 2)]
+# IEEE float32 dots on CUDA cores: 32x32 and 64x64 at 4 warps won most cells, 128x64 the
+# Evoformer ones at head width 32, 64x32 the ones at 128.
+_FMA_PRIOR = [(32, 32, 4, 2), (64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 4, 2), (64, 32, 4, 3), (64, 32, 8, 2),
+              (128, 64, 8, 2), (32, 32, 8, 2), (128, 32, 4, 2), (64, 16, 8, 2)]
+# Float32 values per thread above which a candidate goes to the end of the order: the
+# largest a winner of its kind needed (tensor cores: 128x64 at 4 warps, head width 64;
+# IEEE float32: 64x32 at 4 warps, head width 128, whose operand tiles sit in registers).
+_VALUES_PER_THREAD = {False: 128, True: 224}
+
+
+def _bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _loads(tiled: TiledKernel) -> list[Load]:
+    """The distinct tensor loads of the kernel's loop (bodies and initial values)."""
+    found: dict[Load, None] = {}
+    for red in tiled.kernel.loop:
+        for expr in red.exprs():
+            found.update((node, None) for node in walk(expr) if isinstance(node, Load))
+    return list(found)
+
+
+class _Footprint:
+    """Per-program tile sizes of a kernel, in elements, as functions of BLOCK_M / BLOCK_N."""
+
+    def __init__(self, tiled: TiledKernel):
+        kernel, tiling = tiled.kernel, tiled.tiling
+        padded = dict(tiling.padded)
+        loop_dim = kernel.loop[0].dim
+        # per load: (reads the row dim, reads the loop dim, padded width, bytes per element)
+        self.loads: list[tuple[bool, bool, int, int]] = []
+        for load in _loads(tiled):
+            dims = {d for axis in load.index for d in axis}
+            width = math.prod(padded.get(d, 1) for d in dims)
+            self.loads.append((tiling.row in dims, loop_dim in dims, width, _bytes(load.dtype)))
+        feature = padded.get(tiling.feature, 0) if tiling.feature is not None else 0
+        accumulators = sum(1 for red in kernel.loop if tiling.feature in free_dims(red.body)) if feature else 0
+        self.accumulated = feature * accumulators  # float32 values per row kept across the loop
+
+    def shared_bytes(self, config: Config) -> int:
+        """Shared memory a program stages: the key-side tiles the loop loads (the keys and
+        values of ``tl.dot``: the loop dim without the row dim), once per pipeline stage.
+        That is what Triton allocates for such kernels on sm_90 at two stages (checked
+        against the AOT builds of triangle attention in TF32 and bf16); the queries stay in
+        registers, and bias tiles over rows and keys are not staged."""
+        _, block_n, _, stages = config
+        per_stage = sum(width * block_n * size for has_row, has_loop, width, size in self.loads
+                        if has_loop and not has_row)
+        return per_stage * max(1, stages)
+
+    def values_per_thread(self, config: Config, fma: bool) -> float:
+        """Float32 values a thread holds: the score tile and the accumulators, and for IEEE
+        float32 dots the operand tiles too (they stay in registers there)."""
+        block_m, block_n, warps, _ = config
+        values = block_m * (block_n + self.accumulated)
+        if fma:
+            values += sum(width * (block_m if has_row else 1) * (block_n if has_loop else 1)
+                          for has_row, has_loop, width, _ in self.loads if has_row != has_loop)
+        return values / (32 * warps)
+
+
+def pruned_space(tiled: TiledKernel, fma_dots: bool, space: Sequence[Config],
+                 budget: int = SHARED_MEMORY_BUDGET, limit: int = MAX_CANDIDATES) -> list[Config]:
+    """The candidates autotuning tries by default: a non-empty, ordered subset of ``space``
+    (at most ``limit``), best first by the prior and the two estimates (module docstring)."""
+    footprint = _Footprint(tiled)
+    prior = _FMA_PRIOR if fma_dots else _TENSOR_CORE_PRIOR
+    rank = {c: k for k, c in enumerate(prior)}
+    ordered = sorted(space, key=lambda c: rank.get(tuple(c), len(prior)))
+    fitting = [c for c in ordered if footprint.shared_bytes(c) <= budget]
+    if not fitting:  # nothing fits: the smallest, and the runtime's small-tile fallback
+        return sorted(ordered, key=footprint.shared_bytes)[:limit]
+    ceiling = _VALUES_PER_THREAD[fma_dots]
+    light = [c for c in fitting if footprint.values_per_thread(c, fma_dots) <= ceiling]
+    heavy = [c for c in fitting if c not in light]
+    return (light + heavy)[:limit]
+
+
+def estimates(tiled: TiledKernel, fma_dots: bool, config: Config) -> tuple[int, float]:
+    """(shared memory bytes, float32 values per thread) the cost model estimates for ``config``."""
+    footprint = _Footprint(tiled)
+    return footprint.shared_bytes(config), footprint.values_per_thread(config, fma_dots)
+
+
+# ------------------------------------------------------------------ keys of shipped choices
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def kernel_signature(tiled: TiledKernel, fp32_precision: str, fma_dots: bool) -> str:
+    """A kernel's structure, independent of its exact source: kernels that share it share
+    tuned configurations. Output dtype, the floating dtypes the loop loads, fp32 precision
+    (when float32 is loaded), padded head widths, loop reductions, ``tl.dot`` count,
+    IEEE float32 dots, a live-tile predicate, and the number of tensors loaded."""
+    kernel, tiling = tiled.kernel, tiled.tiling
+    loaded = sorted({_dtype_name(load.dtype) for load in _loads(tiled) if load.dtype.is_floating_point})
+    precision = fp32_precision if "float32" in loaded else "-"
+    widths = ",".join(str(w) for w in sorted(w for _, w in tiling.padded)) or "-"
+    tensors = len({load.base for load in _loads(tiled)})
+    return (f"out {_dtype_name(kernel.dtype)} | loads {','.join(loaded) or '-'} | fp32 {precision} | "
+            f"widths {widths} | loop {len(kernel.loop)} | dots {tiling.dots} | fma {int(fma_dots)} | "
+            f"live {int(kernel.live is not None)} | tensors {tensors}")
+
+
+def next_power_of_two(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def size_bucket(rows: int, keys: int, grid: int) -> str:
+    """The launch's extents rounded up to powers of two (the grid capped at
+    :data:`GRID_BUCKET_CAP`): folds of 250 and 256 residues share a bucket."""
+    return (f"rows {next_power_of_two(rows)} | keys {next_power_of_two(keys)} | "
+            f"grid {min(next_power_of_two(grid), GRID_BUCKET_CAP)}")
+
+
+def extents(tiled: TiledKernel, values: dict[str, int]) -> tuple[int, int, int]:
+    """(rows, keys, grid programs per row block) of a launch, from its size arguments."""
+    tiling = tiled.tiling
+
+    def size(d: Dim | None) -> int:
+        if d is None:
+            return 1
+        return int(d.size) if d.is_static else int(values[d.size])
+
+    return size(tiling.row), size(tiled.kernel.loop[0].dim), math.prod(size(d) for d in tiling.grid)
+
+
+# ------------------------------------------------------------------ the kernel or the graph
+
+
+def choose(kernel_ms: float | None, eager_ms: float | None, margin: float = EAGER_MARGIN) -> str:
+    """``"kernel"`` or :data:`EAGER`, from the median times of the best kernel candidate and
+    of the unfused graph (None or NaN: not measured, or it failed). The graph is chosen
+    only when it is faster by more than ``margin``, or when the kernel has no time."""
+    kernel_ok = kernel_ms is not None and math.isfinite(kernel_ms) and kernel_ms > 0
+    eager_ok = eager_ms is not None and math.isfinite(eager_ms) and eager_ms > 0
+    if not eager_ok:
+        return "kernel"
+    if not kernel_ok:
+        return EAGER
+    return EAGER if eager_ms * (1.0 + margin) < kernel_ms else "kernel"
+
+
+def describe(config: Iterable[int] | str) -> str:
+    """``128x64 w4 s2`` for a configuration, ``eager`` for the unfused graph."""
+    if config == EAGER:
+        return EAGER
+    m, n, w, s = config
+    return f"{m}x{n} w{w} s{s}"
