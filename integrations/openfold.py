@@ -23,28 +23,32 @@ transposes around a starting node)
 =====================================  =============================  ==================
 
 :func:`patch_openfold` sets one instance attribute, ``forward``, on each of those
-``Attention`` instances (and a small record, ``_flashlight_openfold``, of what it did).
-The new ``forward`` computes the same thing as OpenFold's: projections with the module's
-own ``linear_q/k/v/g/o`` layers (the parameters themselves, so ``state_dict()`` is
-unchanged and weights loaded later take effect), then the core of
-:mod:`flashlight.integrations.openfold_core` compiled by Flashlight into one kernel that
-applies the scale, both biases, the softmax, ``@ v`` and the sigmoid gate.
-:func:`unpatch_openfold` deletes the attribute; the class's own ``forward`` is back,
-bit for bit. Nothing in torch, Triton or OpenFold is modified. The ``forward`` attribute
-is a small picklable object (:class:`PatchedForward`) and the record a dataclass, so a
-patched model goes through ``copy.deepcopy`` and ``torch.save`` / ``torch.load(...,
-weights_only=False)`` and comes back patched, with its options (loading it needs
-Flashlight importable; unpatch before saving to write a file that loads without it). Modules are found by type,
-not by path, so the same patch covers OpenFold 0.0.1 (``blocks[i].core.tri_att_start``)
-and 2.x (``blocks[i].pair_stack.tri_att_start``).
+``Attention`` instances and on their owners (see "Chunking"), and a small record,
+``_flashlight_openfold``, of what it did (the forwards are in
+:mod:`flashlight.integrations.openfold_forward`). The new ``forward`` computes the same
+thing as OpenFold's: projections with the module's own ``linear_q/k/v/g/o`` layers (the
+parameters themselves, so ``state_dict()`` is unchanged and weights loaded later take
+effect), then the core of :mod:`flashlight.integrations.openfold_core` compiled by
+Flashlight into one kernel that applies the scale, both biases, the softmax, ``@ v`` and
+the sigmoid gate. :func:`unpatch_openfold` deletes the attributes; the classes' own
+``forward`` is back, bit for bit. Nothing in torch, Triton or OpenFold is modified.
+Modules are found by type, not by path, so the same patch covers OpenFold 0.0.1
+(``blocks[i].core.tri_att_start``) and 2.x (``blocks[i].pair_stack.tri_att_start``).
+
+The ``forward`` attribute is a small picklable object (:class:`PatchedForward`) and the
+record a dataclass, so a patched model goes through ``copy.deepcopy`` and ``torch.save``
+/ ``torch.load(..., weights_only=False)`` and comes back patched, with its options
+(loading it needs Flashlight importable; unpatch before saving to write a file that
+loads without it). ``torch.nn.DataParallel`` replicas share the original's forward
+attributes and are not supported.
 
 Not patched: the extra-MSA stack's column attention (``MSAColumnGlobalAttention``, a
 different computation), ``TemplatePointwiseAttention`` and the structure module's IPA.
 
 OpenFold's flags
 ----------------
-The owners keep computing the mask and pair biases and keep chunking; only the
-attention itself changes. Flags the owners pass on to ``Attention.forward``:
+The owners keep computing the mask and pair biases; only the attention itself changes.
+Flags the owners pass on to ``Attention.forward``:
 
 - ``use_memory_efficient_kernel``, ``use_lma`` (with ``lma_q_chunk_size`` /
   ``lma_kv_chunk_size``), and upstream 2.x's ``use_deepspeed_evo_attention`` and
@@ -55,12 +59,21 @@ attention itself changes. Flags the owners pass on to ``Attention.forward``:
   the other biases.
 - Any other keyword is accepted and ignored with a one-time warning.
 
-``chunk_size`` never reaches ``Attention``: the owners split the batch of rows into
-chunks before calling it and reassemble the result. The fused kernel does not need this
-for memory (it never materialises ``[*, H, Q, K]``), but the patch leaves the owners
-untouched, so a model run with ``chunk_size`` set still chunks; the patched forward
-works on those chunked inputs, whose batch dimensions are flattened to one and whose pair
-bias stays ``[1, H, Q, K]``. For speed, run patched models with ``chunk_size=None``.
+Chunking
+--------
+With ``chunk_size`` set, the owners split their batch of rows into chunks before calling
+``Attention`` (OpenFold's ``chunk_layer``), which would launch the kernel once per chunk
+of a few rows, each on strided copies of its inputs. The fused kernel never stores the
+``[*, H, Q, K]`` scores, so chunking would only add launches: the patch also sets an
+instance ``forward`` on each owner that calls the class's ``forward`` with
+``chunk_size=None`` (given by position or keyword; other arguments pass through, unknown
+keywords are dropped with a one-time warning), so each owner call is one kernel launch.
+When the attention will run the stock code instead (see below), the owner chunks as
+asked. Unchunked, an owner computes its projections (``q, k, v`` and the gate, each the
+size of its input times ``H * C / C_in``) and the layer-normed input for the whole batch
+at once, where chunked it held them per chunk; the biases (``[*, 1, H, L, L]``) are
+computed whole either way. Other chunked layers (transitions, outer product mean) keep
+chunking.
 
 When the stock forward runs instead
 -----------------------------------
@@ -75,13 +88,24 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import threading
-import warnings
 from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 
-from flashlight.integrations import openfold_core
+from flashlight.integrations.openfold_forward import (  # noqa: F401 - public names
+    _STATE_ATTR,
+    PatchedForward,
+    _foreign_forward,
+    _OwnerState,
+    _Options,
+    _owner_forward,
+    _patched_forward,
+    _PatchState,
+    _stock_params,
+    core_call,
+    is_patched,
+    reset_warnings,
+)
 
 KINDS = (
     "msa_row_attention_with_pair_bias",
@@ -90,39 +114,6 @@ KINDS = (
     "triangle_attention_end",
 )
 STACKS = ("evoformer", "extra_msa", "template_pair", "other")
-
-_STATE_ATTR = "_flashlight_openfold"
-
-# Flags that select another implementation of the same attention: ignored silently.
-_IGNORED_FLAGS = frozenset(
-    {
-        "use_memory_efficient_kernel",
-        "use_lma",
-        "lma_q_chunk_size",
-        "lma_kv_chunk_size",
-        "use_deepspeed_evo_attention",
-        "use_cuequivariance_attention",
-    }
-)
-_SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
-
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
-
-
-def _warn_once(key: str, message: str) -> None:
-    with _warned_lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def reset_warnings() -> None:
-    """Let every one-time warning of this module be given again."""
-    with _warned_lock:
-        _warned.clear()
-
 
 @dataclasses.dataclass
 class PatchReport:
@@ -170,24 +161,6 @@ class PatchReport:
         return "\n".join(lines)
 
 
-@dataclasses.dataclass
-class _Options:
-    fallback_on_cpu: bool = True
-    compile_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass
-class _PatchState:
-    """Per-module record of a patch: stored on the ``Attention`` instance."""
-
-    kind: str
-    stack: str
-    path: str
-    inf: float  # the owner's mask value, for ``flash_mask``
-    stock_params: tuple[str, ...]  # parameter names of the class's forward after ``self``
-    options: _Options
-
-
 # -- finding modules -----------------------------------------------------------------
 
 
@@ -220,6 +193,7 @@ class _Target:
     stack: str
     owner: torch.nn.Module
     attention: torch.nn.Module
+    attribute: str = "mha"  # the attention's name in the owner
 
 
 def _walk(
@@ -269,49 +243,6 @@ def _find_targets(model: torch.nn.Module) -> list[_Target]:
         mha_path = f"{path}.mha" if path else "mha"
         targets.append(_Target(mha_path, kind, stack, module, attention))
     return targets
-
-
-def _stock_params(attention: torch.nn.Module) -> tuple[str, ...]:
-    """Names of the class ``forward``'s parameters after ``self``."""
-    params = inspect.signature(type(attention).forward).parameters
-    names = [
-        p.name
-        for p in params.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    ]
-    return tuple(names[1:])
-
-
-class PatchedForward:
-    """The ``forward`` that :func:`patch_openfold` sets on a module instance.
-
-    Calling it calls ``__func__(__self__, *args, **kwargs)``, as a bound method would.
-    Unlike a bound method of a function that the module's class lacks, it pickles (by
-    reference to a function of this module), so a patched model goes through
-    ``torch.save`` / ``torch.load`` and ``copy.deepcopy``, and the copy's forward is
-    bound to the copy.
-    """
-
-    def __init__(self, module: torch.nn.Module, func):
-        self.__self__ = module
-        self.__func__ = func
-
-    def __call__(self, *args, **kwargs):
-        return self.__func__(self.__self__, *args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<Flashlight-patched forward of {type(self.__self__).__name__}>"
-
-
-def is_patched(module: torch.nn.Module) -> bool:
-    """Whether ``module`` (an OpenFold ``Attention`` or its owner) carries a Flashlight patch."""
-    forward = vars(module).get("forward") if hasattr(module, "__dict__") else None
-    return isinstance(forward, PatchedForward) and hasattr(module, _STATE_ATTR)
-
-
-def _foreign_forward(module: torch.nn.Module) -> bool:
-    """Whether ``module`` has an instance ``forward`` that is not this patch's."""
-    return "forward" in vars(module) and not is_patched(module)
 
 
 # -- public API ----------------------------------------------------------------------
@@ -370,6 +301,7 @@ def patch_openfold(
         )
 
     taken = [t.path for t in chosen if _foreign_forward(t.attention)]
+    taken += [t.path.rsplit(".", 1)[0] for t in chosen if _foreign_forward(t.owner)]
     if taken:
         raise ValueError(
             f"patch_openfold: {taken[0]} already has a forward of its own set on the instance "
@@ -395,8 +327,22 @@ def patch_openfold(
             # An instance attribute shadows the class's forward; nn.Module.__call__
             # (hooks included) then calls it.
             attention.forward = PatchedForward(attention, _patched_forward)
+        _patch_owner(target)
         report._add(target.stack, target.kind, target.path)
     return report
+
+
+def _patch_owner(target: _Target) -> None:
+    """Make ``target.owner`` skip its chunking while its attention runs fused."""
+    owner = target.owner
+    if is_patched(owner):
+        return
+    params = inspect.signature(type(owner).forward).parameters
+    if "chunk_size" not in params:
+        return
+    var_keyword = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    setattr(owner, _STATE_ATTR, _OwnerState(target.attribute, _stock_params(owner), var_keyword))
+    owner.forward = PatchedForward(owner, _owner_forward)
 
 
 def _kinds_arg(kinds: Iterable[str] | str | None) -> tuple[str, ...]:
@@ -442,9 +388,10 @@ def _compile_options_arg(compile_options) -> dict[str, Any]:
 
 
 def unpatch_openfold(model: torch.nn.Module) -> int:
-    """Undo :func:`patch_openfold` on ``model``; returns how many modules were restored.
+    """Undo :func:`patch_openfold` on ``model``; returns how many attention modules were
+    restored (their owners, in ``model``, are restored with them).
 
-    The class's own ``forward`` is used again, so outputs are bit-identical to a model
+    The classes' own ``forward`` is used again, so outputs are bit-identical to a model
     that was never patched. Unpatching an unpatched model does nothing.
     """
     if not isinstance(model, torch.nn.Module):
@@ -452,156 +399,9 @@ def unpatch_openfold(model: torch.nn.Module) -> int:
     restored = 0
     for module in model.modules():
         if is_patched(module):
+            restored += isinstance(getattr(module, _STATE_ATTR), _PatchState)
             del module.forward
             delattr(module, _STATE_ATTR)
-            restored += 1
     return restored
 
 
-# -- the replacement forward ---------------------------------------------------------
-
-
-def _bind(state: _PatchState, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """Positional flags after ``biases`` named as the installed OpenFold names them."""
-    flags = dict(kwargs)
-    names = state.stock_params[3:]  # after q_x, kv_x, biases
-    if len(args) > len(names):
-        raise TypeError(f"Attention.forward takes at most {3 + len(names)} positional arguments")
-    for name, value in zip(names, args):
-        if name in flags:
-            raise TypeError(f"Attention.forward got multiple values for argument {name!r}")
-        flags[name] = value
-    return flags
-
-
-def _stock_forward(attention, q_x, kv_x, biases, flags: dict[str, Any]):
-    """The class's own forward, with the flags it knows."""
-    state: _PatchState = getattr(attention, _STATE_ATTR)
-    known = {k: v for k, v in flags.items() if k in state.stock_params}
-    return type(attention).forward(attention, q_x, kv_x, biases, **known)
-
-
-def _fallback_reason(attention, state: _PatchState, q_x, kv_x, biases) -> str | None:
-    tensors = [q_x, kv_x, *biases]
-    device = q_x.device
-    if device.type == "cpu":
-        import flashlight
-
-        if not flashlight.settings.get("interpret"):
-            if not state.options.fallback_on_cpu:
-                raise RuntimeError(
-                    "Flashlight-patched OpenFold attention got CPU tensors, and Triton kernels "
-                    "run on CPU only with TRITON_INTERPRET=1; move the model to a GPU, set "
-                    "TRITON_INTERPRET=1 before importing triton, or patch with "
-                    "fallback_on_cpu=True"
-                )
-            return "cpu"
-    elif device.type != "cuda":
-        return f"device:{device.type}"
-    if q_x.dtype not in _SUPPORTED_DTYPES or kv_x.dtype != q_x.dtype:
-        return f"dtype:{q_x.dtype}"
-    if len(biases) > openfold_core.MAX_BIASES:
-        return "biases"
-    if torch.is_grad_enabled() and (
-        any(t.requires_grad for t in tensors)
-        or any(p.requires_grad for p in attention.parameters())
-    ):
-        return "grad"
-    return None
-
-
-_FALLBACK_MESSAGES = {
-    "cpu": "CPU tensors and TRITON_INTERPRET is not set: Flashlight kernels need a GPU or "
-    "the Triton interpreter; running OpenFold's stock attention instead",
-    "grad": "autograd is recording and Flashlight's OpenFold kernels are forward-only: "
-    "running OpenFold's stock attention (wrap inference in torch.no_grad())",
-    "biases": f"more than {openfold_core.MAX_BIASES} attention biases: running OpenFold's "
-    "stock attention",
-}
-
-
-def _patched_forward(self, q_x, kv_x, biases=None, *args, **kwargs):
-    """OpenFold ``Attention.forward`` with the attention core as one Flashlight kernel.
-
-    Args:
-        q_x: ``[*, Q, C_q]`` query input; kv_x: ``[*, K, C_k]`` key/value input.
-        biases: tensors broadcasting to ``[*, H, Q, K]`` (at most two).
-        *args, **kwargs: OpenFold's flags (see the module docstring).
-    Returns:
-        ``[*, Q, C_q]``, as the stock forward.
-    """
-    state: _PatchState = getattr(self, _STATE_ATTR)
-    flags = _bind(state, args, kwargs)
-    biases = [b for b in biases if b is not None] if biases is not None else []
-
-    for name in flags:
-        if name not in _IGNORED_FLAGS and name not in ("use_flash", "flash_mask"):
-            _warn_once(
-                f"flag:{name}",
-                f"Flashlight-patched OpenFold attention ignores the unknown argument {name!r}",
-            )
-    flash_mask = flags.get("flash_mask")
-    use_flash = bool(flags.get("use_flash", False))
-
-    reason = _fallback_reason(self, state, q_x, kv_x, biases)
-    if reason is not None:
-        _warn_once(
-            f"fallback:{reason}",
-            _FALLBACK_MESSAGES.get(
-                reason, f"{reason}: running OpenFold's stock attention instead of Flashlight"
-            ),
-        )
-        return _stock_forward(self, q_x, kv_x, biases or None, flags)
-
-    if use_flash and flash_mask is not None:
-        # [*, K] key mask -> [*, 1, 1, K]
-        biases.append((state.inf * (flash_mask.to(q_x.dtype) - 1))[..., None, None, :])
-        if len(biases) > openfold_core.MAX_BIASES:
-            _warn_once("fallback:biases", _FALLBACK_MESSAGES["biases"])
-            return _stock_forward(self, q_x, kv_x, biases[:-1] or None, flags)
-
-    fn, core_args = core_call(self, q_x, kv_x, biases, compiled=True)
-    # [*, Q, H, C]
-    o = fn(*core_args)
-    # [*, Q, H * C]
-    o = o.reshape(o.shape[:-2] + (-1,))
-    # [*, Q, C_q]
-    return self.linear_o(o)
-
-
-def core_call(attention, q_x, kv_x, biases, *, compiled: bool = False):
-    """The core function for ``attention`` (an OpenFold ``Attention``) and its arguments.
-
-    Runs the module's projections on ``q_x`` / ``kv_x`` and returns ``(fn, args)`` such
-    that ``fn(*args)`` is the gated attention output ``[*, Q, H, C]`` before
-    ``linear_o``. ``fn`` is the plain PyTorch function, or with ``compiled=True`` its
-    Flashlight-compiled form. Handy with :func:`flashlight.explain`::
-
-        fn, args = core_call(block.msa_att_row.mha, m, m, [mask_bias, pair_bias])
-        print(flashlight.explain(fn, *args))
-    """
-    biases = list(biases or [])
-    heads = attention.no_heads
-    # [*, Q/K, H * C]
-    q = attention.linear_q(q_x)
-    k = attention.linear_k(kv_x)
-    v = attention.linear_v(kv_x)
-    # [*, H, Q/K, C]
-    q = q.view(q.shape[:-1] + (heads, -1)).transpose(-2, -3)
-    k = k.view(k.shape[:-1] + (heads, -1)).transpose(-2, -3)
-    v = v.view(v.shape[:-1] + (heads, -1)).transpose(-2, -3)
-    args = [q, k, v, *biases]
-    gated = attention.linear_g is not None
-    if gated:
-        g = attention.linear_g(q_x)
-        # [*, Q, H, C] gate logits; the sigmoid is part of the core
-        args.append(g.view(g.shape[:-1] + (heads, -1)))
-    if compiled:
-        state = getattr(attention, _STATE_ATTR, None)
-        options = state.options.compile_options if state is not None else {}
-        fn = openfold_core.compiled_core(
-            len(biases), gated, heads, q.shape[-1], q.dtype, options
-        )
-    else:
-        fn = openfold_core.attention_core(len(biases), gated)
-    return fn, tuple(args)

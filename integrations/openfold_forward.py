@@ -1,0 +1,312 @@
+"""The forwards that :func:`flashlight.integrations.openfold.patch_openfold` installs.
+
+A patched module carries two instance attributes: ``forward``, a :class:`PatchedForward`
+calling one of the functions below with the module, and ``_flashlight_openfold``, a
+dataclass recording the patch. Both pickle, so patched models survive ``torch.save``.
+See :mod:`flashlight.integrations.openfold` for what is patched and when the stock code
+runs instead.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import threading
+import warnings
+from typing import Any
+
+import torch
+
+from flashlight.integrations import openfold_core
+
+_STATE_ATTR = "_flashlight_openfold"
+
+# Flags that select another implementation of the same attention: ignored silently.
+_IGNORED_FLAGS = frozenset(
+    {
+        "use_memory_efficient_kernel",
+        "use_lma",
+        "lma_q_chunk_size",
+        "lma_kv_chunk_size",
+        "use_deepspeed_evo_attention",
+        "use_cuequivariance_attention",
+    }
+)
+_SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_once(key: str, message: str) -> None:
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def reset_warnings() -> None:
+    """Let every one-time warning of this module be given again."""
+    with _warned_lock:
+        _warned.clear()
+
+
+@dataclasses.dataclass
+class _Options:
+    fallback_on_cpu: bool = True
+    compile_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class _PatchState:
+    """Per-module record of a patch: stored on the ``Attention`` instance."""
+
+    kind: str
+    stack: str
+    path: str
+    inf: float  # the owner's mask value, for ``flash_mask``
+    stock_params: tuple[str, ...]  # parameter names of the class's forward after ``self``
+    options: _Options
+
+
+@dataclasses.dataclass
+class _OwnerState:
+    """Record of a patch on an owner module (the module that holds the attention)."""
+
+    attention: str  # attribute name of the patched attention in the owner
+    stock_params: tuple[str, ...]  # parameter names of the class's forward after ``self``
+    var_keyword: bool  # the class's forward takes ``**kwargs``
+
+
+def _stock_params(attention: torch.nn.Module) -> tuple[str, ...]:
+    """Names of the class ``forward``'s parameters after ``self``."""
+    params = inspect.signature(type(attention).forward).parameters
+    names = [
+        p.name
+        for p in params.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    return tuple(names[1:])
+
+
+class PatchedForward:
+    """The ``forward`` that :func:`patch_openfold` sets on a module instance.
+
+    Calling it calls ``__func__(__self__, *args, **kwargs)``, as a bound method would.
+    Unlike a bound method of a function that the module's class lacks, it pickles (by
+    reference to a function of this module), so a patched model goes through
+    ``torch.save`` / ``torch.load`` and ``copy.deepcopy``, and the copy's forward is
+    bound to the copy.
+    """
+
+    def __init__(self, module: torch.nn.Module, func):
+        self.__self__ = module
+        self.__func__ = func
+
+    def __call__(self, *args, **kwargs):
+        return self.__func__(self.__self__, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Flashlight-patched forward of {type(self.__self__).__name__}>"
+
+
+def is_patched(module: torch.nn.Module) -> bool:
+    """Whether ``module`` (an OpenFold ``Attention`` or its owner) carries a Flashlight patch."""
+    forward = vars(module).get("forward") if hasattr(module, "__dict__") else None
+    return isinstance(forward, PatchedForward) and hasattr(module, _STATE_ATTR)
+
+
+def _foreign_forward(module: torch.nn.Module) -> bool:
+    """Whether ``module`` has an instance ``forward`` that is not this patch's."""
+    return "forward" in vars(module) and not is_patched(module)
+
+
+# -- the replacement forward ---------------------------------------------------------
+
+
+def _bind(state: _PatchState, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """Positional flags after ``biases`` named as the installed OpenFold names them."""
+    flags = dict(kwargs)
+    names = state.stock_params[3:]  # after q_x, kv_x, biases
+    if len(args) > len(names):
+        raise TypeError(f"Attention.forward takes at most {3 + len(names)} positional arguments")
+    for name, value in zip(names, args):
+        if name in flags:
+            raise TypeError(f"Attention.forward got multiple values for argument {name!r}")
+        flags[name] = value
+    return flags
+
+
+def _owner_forward(self, *args, **kwargs):
+    """The owner's class ``forward`` with ``chunk_size=None`` while its attention runs
+    as a Flashlight kernel (see "Chunking" in the module docstring); otherwise, or when
+    that attention was unpatched on its own, with the arguments as given."""
+    state: _OwnerState = getattr(self, _STATE_ATTR)
+    names = state.stock_params
+    if not state.var_keyword:
+        for name in [n for n in kwargs if n not in names]:
+            _warn_once(
+                f"owner-flag:{type(self).__name__}:{name}",
+                f"Flashlight-patched OpenFold {type(self).__name__} ignores the unknown "
+                f"argument {name!r}",
+            )
+            del kwargs[name]
+    args = list(args)
+    at = names.index("chunk_size")
+    chunk_size = kwargs.get("chunk_size", args[at] if at < len(args) else None)
+    x = args[0] if args else kwargs.get(names[0])
+    if chunk_size is not None and _runs_fused(self, state, x, [*args, *kwargs.values()]):
+        if at < len(args):
+            args[at] = None
+        else:
+            kwargs["chunk_size"] = None
+    return type(self).forward(self, *args, **kwargs)
+
+
+def _runs_fused(owner, state: _OwnerState, x, arguments: list) -> bool:
+    """Whether the owner's patched attention will run the Flashlight kernel for input ``x``."""
+    attention = getattr(owner, state.attention, None)
+    if not isinstance(x, torch.Tensor) or attention is None or not is_patched(attention):
+        return False
+    options = getattr(attention, _STATE_ATTR).options
+    tensors = [t for t in arguments if isinstance(t, torch.Tensor)]
+    return _fallback_reason(owner, options, [x], tensors) is None
+
+
+def _stock_forward(attention, q_x, kv_x, biases, flags: dict[str, Any]):
+    """The class's own forward, with the flags it knows."""
+    state: _PatchState = getattr(attention, _STATE_ATTR)
+    known = {k: v for k, v in flags.items() if k in state.stock_params}
+    return type(attention).forward(attention, q_x, kv_x, biases, **known)
+
+
+def _fallback_reason(module, options: _Options, inputs: list, others=()) -> str | None:
+    """Why ``module`` runs OpenFold's stock code on these tensors, or None.
+
+    ``inputs`` must share a supported dtype; ``others`` (biases, masks) only count for
+    autograd, as do ``module``'s parameters.
+    """
+    device = inputs[0].device
+    if device.type == "cpu":
+        import flashlight
+
+        if not flashlight.settings.get("interpret"):
+            if not options.fallback_on_cpu:
+                raise RuntimeError(
+                    "Flashlight-patched OpenFold attention got CPU tensors, and Triton kernels "
+                    "run on CPU only with TRITON_INTERPRET=1; move the model to a GPU, set "
+                    "TRITON_INTERPRET=1 before importing triton, or patch with "
+                    "fallback_on_cpu=True"
+                )
+            return "cpu"
+    elif device.type != "cuda":
+        return f"device:{device.type}"
+    dtype = inputs[0].dtype
+    if dtype not in _SUPPORTED_DTYPES or any(t.dtype != dtype for t in inputs):
+        return f"dtype:{dtype}"
+    if torch.is_grad_enabled() and (
+        any(t.requires_grad for t in (*inputs, *others))
+        or any(p.requires_grad for p in module.parameters())
+    ):
+        return "grad"
+    return None
+
+
+_FALLBACK_MESSAGES = {
+    "cpu": "CPU tensors and TRITON_INTERPRET is not set: Flashlight kernels need a GPU or "
+    "the Triton interpreter; running OpenFold's stock attention instead",
+    "grad": "autograd is recording and Flashlight's OpenFold kernels are forward-only: "
+    "running OpenFold's stock attention (wrap inference in torch.no_grad())",
+    "biases": f"more than {openfold_core.MAX_BIASES} attention biases: running OpenFold's "
+    "stock attention",
+}
+
+
+def _patched_forward(self, q_x, kv_x, biases=None, *args, **kwargs):
+    """OpenFold ``Attention.forward`` with the attention core as one Flashlight kernel.
+
+    Args:
+        q_x: ``[*, Q, C_q]`` query input; kv_x: ``[*, K, C_k]`` key/value input.
+        biases: tensors broadcasting to ``[*, H, Q, K]`` (at most two).
+        *args, **kwargs: OpenFold's flags (see the module docstring).
+    Returns:
+        ``[*, Q, C_q]``, as the stock forward.
+    """
+    state: _PatchState = getattr(self, _STATE_ATTR)
+    flags = _bind(state, args, kwargs)
+    biases = [b for b in biases if b is not None] if biases is not None else []
+
+    for name in flags:
+        if name not in _IGNORED_FLAGS and name not in ("use_flash", "flash_mask"):
+            _warn_once(
+                f"flag:{name}",
+                f"Flashlight-patched OpenFold attention ignores the unknown argument {name!r}",
+            )
+    flash_mask = flags.get("flash_mask")
+    use_flash = bool(flags.get("use_flash", False))
+
+    reason = _fallback_reason(self, state.options, [q_x, kv_x], biases)
+    if reason is None and len(biases) > openfold_core.MAX_BIASES:
+        reason = "biases"
+    if reason is not None:
+        _warn_once(
+            f"fallback:{reason}",
+            _FALLBACK_MESSAGES.get(
+                reason, f"{reason}: running OpenFold's stock attention instead of Flashlight"
+            ),
+        )
+        return _stock_forward(self, q_x, kv_x, biases or None, flags)
+
+    if use_flash and flash_mask is not None:
+        # [*, K] key mask -> [*, 1, 1, K]
+        biases.append((state.inf * (flash_mask.to(q_x.dtype) - 1))[..., None, None, :])
+        if len(biases) > openfold_core.MAX_BIASES:
+            _warn_once("fallback:biases", _FALLBACK_MESSAGES["biases"])
+            return _stock_forward(self, q_x, kv_x, biases[:-1] or None, flags)
+
+    fn, core_args = core_call(self, q_x, kv_x, biases, compiled=True)
+    # [*, Q, H, C]
+    o = fn(*core_args)
+    # [*, Q, H * C]
+    o = o.reshape(o.shape[:-2] + (-1,))
+    # [*, Q, C_q]
+    return self.linear_o(o)
+
+
+def core_call(attention, q_x, kv_x, biases, *, compiled: bool = False):
+    """The core function for ``attention`` (an OpenFold ``Attention``) and its arguments.
+
+    Runs the module's projections on ``q_x`` / ``kv_x`` and returns ``(fn, args)`` such
+    that ``fn(*args)`` is the gated attention output ``[*, Q, H, C]`` before
+    ``linear_o``. ``fn`` is the plain PyTorch function, or with ``compiled=True`` its
+    Flashlight-compiled form. Handy with :func:`flashlight.explain`::
+
+        fn, args = core_call(block.msa_att_row.mha, m, m, [mask_bias, pair_bias])
+        print(flashlight.explain(fn, *args))
+    """
+    biases = list(biases or [])
+    heads = attention.no_heads
+    # [*, Q/K, H * C]
+    q = attention.linear_q(q_x)
+    k = attention.linear_k(kv_x)
+    v = attention.linear_v(kv_x)
+    # [*, H, Q/K, C]
+    q = q.view(q.shape[:-1] + (heads, -1)).transpose(-2, -3)
+    k = k.view(k.shape[:-1] + (heads, -1)).transpose(-2, -3)
+    v = v.view(v.shape[:-1] + (heads, -1)).transpose(-2, -3)
+    args = [q, k, v, *biases]
+    gated = attention.linear_g is not None
+    if gated:
+        g = attention.linear_g(q_x)
+        # [*, Q, H, C] gate logits; the sigmoid is part of the core
+        args.append(g.view(g.shape[:-1] + (heads, -1)))
+    if compiled:
+        state = getattr(attention, _STATE_ATTR, None)
+        options = state.options.compile_options if state is not None else {}
+        fn = openfold_core.compiled_core(
+            len(biases), gated, heads, q.shape[-1], q.dtype, options
+        )
+    else:
+        fn = openfold_core.attention_core(len(biases), gated)
+    return fn, tuple(args)
+
