@@ -332,8 +332,10 @@ class _Printer:
             text = _pow(args[0], expr.args[1].value)
         elif op == "cast" and expr.dtype == torch.bool:
             text = f"({args[0]} != 0)"
+        elif op == "cast" and expr.dtype.is_floating_point:  # floats are computed on in float32
+            text = args[0] if expr.args[0].dtype.is_floating_point else f"({args[0]}).to(tl.float32)"
         elif op == "cast":
-            text = args[0] if expr.dtype.is_floating_point else f"({args[0]}).to({TL_DTYPES[expr.dtype]})"
+            text = f"({args[0]}).to({TL_DTYPES[expr.dtype]})"
         else:
             raise NotImplementedError(op)
         if expr.dtype.is_floating_point and op in ("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"):

@@ -43,6 +43,7 @@ from flashlight.ir import (
     Load,
     Nest,
     Pointwise,
+    Reduce,
     Ref,
     axis_dims,
 )
@@ -151,12 +152,18 @@ class _Lowerer:
             if rule is None:
                 self._make_opaque(node, f"no Flashlight lowering for {_op_name(node)}")
                 continue
+            before = len(self.nests)
             try:
-                before = len(self.nests)
-                self.env[node.name] = rule(self, node)
+                value = rule(self, node)
+                inexact = next(filter(None, (inexact_reason(n) for n in self.nests[before:])), None)
+                if inexact is not None:
+                    raise Unsupported(inexact)
+                self.env[node.name] = value
                 if len(self.nests) > before and isinstance(meta_val(node), torch.Tensor):
                     self.nest_of_node[node.name] = self.nests[-1].name
             except Unsupported as why:
+                del self.nests[before:]  # what the rule built before it gave up
+                self.tuple_values.pop(node.name, None)
                 self._make_opaque(node, f"{_op_name(node)}: {why}")
         graph = Graph(tuple(self.nests), tuple(self.inputs), frozenset(self.materialized))
         return Lowered(graph, self.opaque, self.nest_of_node)
@@ -186,6 +193,68 @@ def _op_name(node: fx.Node) -> str:
     return getattr(target, "__name__", None) or str(target)
 
 
+# ---------------------------------------------------------------------- numerics
+#
+# Kernels compute floats in float32 and accumulate every reduction in float32; integer
+# and boolean elementwise work runs in Triton's integer arithmetic, exact as in eager.
+# A nest whose value would differ from eager's that way (float64 values, integer
+# reductions, integer ops printed through float32) is not lowered: its op runs as
+# PyTorch does, and the reason is what explain() and FLASHLIGHT_DEBUG=1 show.
+
+_COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+# integer ops the kernels print as Triton integer arithmetic
+_INTEGER_EXACT = _COMPARISONS | {"add", "sub", "mul", "neg", "abs", "maximum", "minimum", "where", "cast",
+                                 "and", "or", "not", "pow", "floordiv", "truncdiv", "remainder"}
+
+
+def inexact_reason(nest: Nest) -> str | None:
+    """Why ``nest`` computed in a Flashlight kernel would not give eager PyTorch's values
+    in its dtype, or None when it would."""
+    if nest.dtype == torch.float64:
+        return "float64 values (Flashlight kernels compute in float32)"
+    return _inexact_expr(nest.body)
+
+
+def _inexact_expr(expr: Expr) -> str | None:
+    if isinstance(expr, Pointwise) and expr.op == "cast" and expr.dtype == torch.float32 \
+            and isinstance(expr.args[0], Load):
+        return None  # a float64 input rounded to float32 once, as eager rounds it
+    if expr.dtype == torch.float64:
+        return "float64 values (Flashlight kernels compute in float32)"
+    if isinstance(expr, Reduce) and not expr.dtype.is_floating_point:
+        return f"a {expr.op} of {_dtype_name(expr.dtype)} values (Flashlight kernels accumulate in float32)"
+    if isinstance(expr, Pointwise) and not expr.dtype.is_floating_point:
+        why = _integer_op_issue(expr)
+        if why is not None:
+            return f"{why} (Flashlight kernels would compute it in float32)"
+    return next(filter(None, (_inexact_expr(child) for child in expr.children())), None)
+
+
+def _integer_op_issue(expr: Pointwise) -> str | None:
+    """What in integer (or boolean) op ``expr`` the kernel would print as float arithmetic."""
+    op, kind = expr.op, _dtype_name(expr.dtype)
+    if op not in _INTEGER_EXACT:
+        return f"{op} of {kind} values"
+    if op in _COMPARISONS or op == "cast":
+        return None  # comparisons promote as eager does; a cast is Triton's
+    operands = expr.args[1:] if op == "where" else expr.args
+    if op in ("and", "or", "not"):
+        logical_on_ints = expr.dtype == torch.bool and any(a.dtype != torch.bool for a in operands)
+        return f"a logical {op} of integers" if logical_on_ints or (op == "not" and expr.dtype != torch.bool) else None
+    if op == "pow":
+        exponent = expr.args[1]
+        if not (isinstance(exponent, Const) and float(exponent.value).is_integer() and exponent.value >= 0):
+            return f"a power of {kind} values"
+        operands = expr.args[:1]
+    if any(a.dtype.is_floating_point or isinstance(a, Const) and isinstance(a.value, float) for a in operands):
+        return f"{op} of {kind} values with a float operand"
+    return None
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 # --------------------------------------------------------------------------- views
 
 
@@ -211,9 +280,15 @@ def _pointwise(op: str, nargs: int | None = None):
         if op == "div" and node.kwargs.get("rounding_mode") is not None:
             raise Unsupported("rounding division")
         operands = [lw.value(a, _operand_dtype(a, dtype)) for a in args]
+        if op in ("floor", "ceil") and not dtype.is_floating_point and isinstance(operands[0], Access):
+            return operands[0]  # integers are their own floor and ceiling
         axes = lw.result_axes(node, operands)
-        body = Pointwise(op, tuple(lw.read(v, axes) for v in operands), dtype)
-        return lw.add_nest(axes, body, dtype, op)
+        reads = [lw.read(v, axes) for v in operands]
+        if op == "relu" and not dtype.is_floating_point:
+            return lw.add_nest(axes, Pointwise("maximum", (reads[0], Const(0, dtype)), dtype), dtype, op)
+        if (nargs == 1 or op == "pow") and dtype.is_floating_point and not reads[0].dtype.is_floating_point:
+            reads[0] = Pointwise("cast", (reads[0],), dtype)  # exp(int), int ** 0.5: eager's promotion
+        return lw.add_nest(axes, Pointwise(op, tuple(reads), dtype), dtype, op)
 
     return rule
 
