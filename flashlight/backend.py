@@ -47,19 +47,42 @@ def _on_cpu(example_inputs) -> bool:
     return bool(tensors) and all(t.device.type == "cpu" for t in tensors)
 
 
+def _graph_tensors(gm: fx.GraphModule, example_inputs) -> list[torch.Tensor]:
+    """The graph's inputs and the (fake) values of its nodes."""
+    found = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    for node in gm.graph.nodes:
+        fx.node.map_aggregate(node.meta.get("val"), lambda v: found.append(v) if isinstance(v, torch.Tensor) else None)
+    return found
+
+
+def _unsupported_graph(gm: fx.GraphModule, example_inputs) -> str | None:
+    """Why no Flashlight kernel can run this graph (it then runs as PyTorch runs it), or None."""
+    tensors = _graph_tensors(gm, example_inputs)
+    devices = sorted({t.device.type for t in tensors})
+    if devices == ["cpu"] and not settings.get("interpret"):
+        warnings.warn("Flashlight kernels need a CUDA device, or TRITON_INTERPRET=1 on CPU; "
+                      "running this graph without them", stacklevel=3)
+        return "CPU tensors without the Triton interpreter"
+    if devices not in ([], ["cpu"], ["cuda"]):
+        return (f"tensors on {' and '.join(devices)}: Flashlight kernels run on one CUDA device, "
+                "or on the CPU under TRITON_INTERPRET=1")
+    for t in tensors:
+        if any(isinstance(size, int) and size == 0 for size in t.shape):
+            return f"a zero-size tensor (shape {list(t.shape)}): nothing for a kernel to compute"
+    return None
+
+
 def _op_name(node: fx.Node) -> str:
     return str(node.target).replace("aten.", "")
 
 
 def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, options: dict[str, Any]):
     """Compile one ATen graph: returns the callable that replaces it."""
-    if _on_cpu(example_inputs) and not settings.get("interpret"):
-        warnings.warn(
-            "Flashlight kernels need a CUDA device, or TRITON_INTERPRET=1 on CPU; "
-            "running this graph without them",
-            stacklevel=2,
-        )
-        _record(report, gm, Plan({}, {}, None), {}, reason="CPU tensors without the Triton interpreter")
+    unsupported = _unsupported_graph(gm, example_inputs)
+    if unsupported is not None:
+        if settings.debug_level() >= 1:
+            log.warning("[flashlight] this graph runs outside Flashlight: %s", unsupported)
+        _record(report, gm, Plan({}, {}, None), {}, reason=unsupported)
         return gm
     plan = compile_graph(lower_and_log(gm))
     nodes = {n.name: n for n in gm.graph.nodes}
@@ -73,6 +96,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
         launcher.input_dtypes = tuple(nodes[name].meta["val"].dtype for name in src.inputs)
         launcher.aten_ops = tuple(_op_name(nodes[o]) for o in tiled.kernel.origins if o in nodes)
         launchers[node_name] = launcher
+    _attach_eager(gm, launchers)
     _stitch(gm, launchers)
     _record(report, gm, plan, launchers)
     return gm
@@ -86,6 +110,52 @@ def lower_and_log(gm: fx.GraphModule):
         if settings.debug_level() >= 1:
             log.warning("[flashlight] %s runs outside Flashlight: %s", name, reason)
     return lowered
+
+
+def _attach_eager(gm: fx.GraphModule, launchers: dict[str, Launcher]) -> None:
+    """Give each launcher the PyTorch computation of its value from its kernel's inputs
+    (``Launcher.eager``), which it runs where a size is 0 at run time."""
+    for node_name, launcher in launchers.items():
+        launcher.eager = _eager_subgraph(gm, node_name, launcher.src.inputs)
+
+
+def _eager_subgraph(gm: fx.GraphModule, output: str, inputs: tuple[str, ...]) -> fx.GraphModule | None:
+    """The nodes of ``gm`` computing node ``output`` from nodes ``inputs``, as a graph
+    taking those inputs; symbolic sizes are read from the inputs' shapes. None when a
+    size cannot be read from them."""
+    nodes = {n.name: n for n in gm.graph.nodes}
+    sub = fx.Graph()
+    env = {nodes[name]: sub.placeholder(name) for name in inputs}
+    needed, stack = set(), [nodes[output]]
+    while stack:
+        node = stack.pop()
+        if node not in env and node not in needed:
+            needed.add(node)
+            stack.extend(node.all_input_nodes)
+    for node in gm.graph.nodes:  # topological order
+        if node not in needed:
+            continue
+        if node.op == "placeholder":
+            env[node] = _size_from_inputs(sub, node, [nodes[name] for name in inputs], env)
+            if env[node] is None:
+                return None
+        else:
+            env[node] = sub.node_copy(node, lambda n: env[n])
+    sub.output(env[nodes[output]])
+    return fx.GraphModule(gm, sub)
+
+
+def _size_from_inputs(sub: fx.Graph, placeholder: fx.Node, inputs: list[fx.Node], env) -> fx.Node | None:
+    """A node of ``sub`` reading the symbolic size ``placeholder`` holds off one of ``inputs``."""
+    value = placeholder.meta.get("val")
+    if not isinstance(value, torch.SymInt):
+        return None
+    for node in inputs:
+        shape = getattr(node.meta.get("val"), "shape", ())
+        for axis, size in enumerate(shape):
+            if isinstance(size, torch.SymInt) and size.node.expr == value.node.expr:
+                return sub.call_function(aten.sym_size.int, (env[node], axis))
+    return None
 
 
 def _stitch(gm: fx.GraphModule, launchers: dict[str, Launcher]) -> None:

@@ -171,6 +171,8 @@ def view_reshape(src: Access, node: fx.Node) -> Access:
     """Regroup the factors of the source axes into the target shape (splitting if needed)."""
     shape = node_shape(node)
     factors = [d for axis in src.axes for d in axis]
+    if 0 in shape or any(d.size == 0 for d in factors):
+        raise Unsupported("reshape of a zero-size tensor")  # 0 / 0 has no factorization
     index = src.index
     new_axes: list[Axis] = []
     pos = 0

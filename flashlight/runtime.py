@@ -15,6 +15,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import math
 import os
 import sys
 from typing import Sequence
@@ -142,6 +143,7 @@ class Launcher:
         # sizes -> the configuration autotuning chose for them: later calls with those
         # sizes launch the JIT function directly, without the autotuner's per-call work
         self._chosen: dict[tuple[int, ...], dict] = {}
+        self.eager = None  # the PyTorch computation of the kernel's value, run at size 0 (set by the backend)
         self.__name__ = f"flashlight_{src.name}"
 
     def chosen_configs(self) -> dict[tuple[int, ...], tuple[int, int, int, int]]:
@@ -204,6 +206,8 @@ class Launcher:
         import triton
 
         tensors = list(tensors)
+        if any(t.numel() == 0 for t in tensors):
+            return self._call_empty(tensors)
         for k, axis in self.src.fast_axes:
             t = tensors[k]
             if t.stride(axis) != 1 and t.shape[axis] > 1:
@@ -244,6 +248,18 @@ class Launcher:
             bad = [f"{names[k]} ({int(n)} lanes)" for k, n in enumerate(errors.tolist()) if n]
             raise RuntimeError(f"{self.__name__}: memory access out of bounds in {', '.join(bad)}")
         return out
+
+    def _call_empty(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """A launch where an input has a zero-size dim (a length Dynamo left symbolic is
+        0): what eager PyTorch gives (a sum over no keys is 0, a softmax over them empty)."""
+        if self.eager is not None:
+            return self.eager(*tensors)
+        values = {text: tensors[s.tensor].shape[s.axis] for text, s in self.sources.items()}
+        shape = [math.prod(self._size(d, values) for d in axis) for axis in self.out_axes]
+        if math.prod(shape) == 0:
+            return torch.empty(shape, dtype=self.kernel.dtype, device=tensors[0].device)
+        raise RuntimeError(f"{self.__name__}: an input has a zero-size dim and no PyTorch form of "
+                           f"this kernel is attached to compute its {shape} result")
 
 
 def _tuning_file(src: KernelSource) -> str:
