@@ -260,7 +260,8 @@ def run_cell(fn: Callable, args: tuple, ref, ctx: dict, deadline, timeout_s: flo
         rec["status"] = "ok"
         if report is not None:
             # (BLOCK_M, BLOCK_N, num_warps, num_stages) each new kernel ran with
-            rec["configs"] = [list(c) for k in report.kernels[n_kernels:] for c in k.chosen_configs().values()]
+            rec["configs"] = [c if c == "eager" else list(c)  # "eager": the unfused graph was faster
+                              for k in report.kernels[n_kernels:] for c in k.chosen_configs().values()]
         rec["ms"] = _sig(ms)
         rec["tflops"] = _sig(ctx["flops"] / (ms * 1e-3) / 1e12) if ms > 0 else None
         rec["bytes"] = tensor_bytes(*args) + out_bytes
@@ -285,8 +286,8 @@ def run_cell(fn: Callable, args: tuple, ref, ctx: dict, deadline, timeout_s: flo
 
 
 def _configs_label(configs: list | None) -> str:
-    """[[BLOCK_M, BLOCK_N, num_warps, num_stages], ...] -> "128x64 w4 s3; ..." for the CSV."""
-    return "; ".join(f"{m}x{n} w{w} s{st}" for m, n, w, st in configs or ())
+    """[[BLOCK_M, BLOCK_N, num_warps, num_stages] or "eager", ...] -> "128x64 w4 s3; eager; ..." for the CSV."""
+    return "; ".join(c if c == "eager" else "{}x{} w{} s{}".format(*c) for c in configs or ())
 
 
 # ---------------------------------------------------------------------------- the run

@@ -174,8 +174,9 @@ def _measured_facts(row: dict[str, dict], winner: str) -> dict[str, list[str]]:
     """What the cells of one case show about why Flashlight is slower there."""
     fl, peer = row.get("flashlight") or {}, row.get(winner) or {}
     on_flashlight = []
-    if any(c[3] == 1 for c in fl.get("configs") or ()):
-        tiles = ", ".join(f"{m}x{n}" for m, n, _, stages in fl["configs"] if stages == 1)
+    tile_configs = [c for c in fl.get("configs") or () if c != "eager"]  # "eager": the unfused graph ran
+    if any(c[3] == 1 for c in tile_configs):
+        tiles = ", ".join(f"{m}x{n}" for m, n, _, stages in tile_configs if stages == 1)
         on_flashlight.append(
             f"no regular tile candidate fitted in shared memory at these head widths, so the kernel "
             f"ran on the one-stage small tiles tried then ({tiles}; "

@@ -14,16 +14,18 @@ class KernelReport:
     name: str
     source: str  # the Triton source, as compiled
     aten_ops: tuple[str, ...]  # the ATen operations it absorbed
-    # (BLOCK_M, BLOCK_N, num_warps, num_stages) that autotuning tries on a GPU
+    # (BLOCK_M, BLOCK_N, num_warps, num_stages) autotuning draws from on a GPU: by default it
+    # times the 3-4 of them a cost model picks, with FLASHLIGHT_AUTOTUNE=full all of them
     gpu_configs: tuple[tuple[int, int, int, int], ...] = ()
     _aot: Callable | None = dataclasses.field(default=None, repr=False, compare=False)
     _chosen: Callable | None = dataclasses.field(default=None, repr=False, compare=False)
 
-    def chosen_configs(self) -> dict[tuple[int, ...], tuple[int, int, int, int]]:
+    def chosen_configs(self) -> dict[tuple[int, ...], tuple[int, int, int, int] | str]:
         """The launches so far: size arguments -> (BLOCK_M, BLOCK_N, num_warps, num_stages).
 
-        On a GPU, the configuration autotuning picked for those sizes; under the Triton
-        interpreter, the single configuration it runs.
+        On a GPU, the configuration autotuning picked for those sizes, or the string
+        ``"eager"`` where the unfused graph the kernel replaced was faster and runs
+        instead; under the Triton interpreter, the single configuration it runs.
         """
         return self._chosen() if self._chosen is not None else {}
 

@@ -2,11 +2,22 @@
 
 Lengths are runtime arguments: a kernel is compiled once per dtype and Triton's own
 specialisation (argument values equal to 1 or divisible by 16), not once per protein
-length. Tile sizes are chosen by ``triton.autotune`` on the GPU, after its candidates
-are compiled on a thread pool (:func:`precompile`), and the choice is kept on disk
-(:func:`remember_choice`), so another process launching the same kernel at the same
-sizes on the same GPU model skips both; under the Triton interpreter one small
-configuration is used.
+length. Under the Triton interpreter one small configuration is used. On the GPU, the
+first launch at some sizes takes the first of these that answers:
+
+1. the tuning cache (:func:`recall_choice`): the choice an earlier process made for
+   this exact source, GPU model, Triton version and sizes;
+2. the shipped tuned choices (:mod:`flashlight.tuned_configs`), keyed by GPU model,
+   Triton major.minor, the kernel's structure and a size bucket (lengths rounded up to
+   powers of two), launched without autotuning;
+3. autotuning: ``triton.autotune`` over a few candidates a cost model picks
+   (:func:`flashlight.tuning.pruned_space`; ``FLASHLIGHT_AUTOTUNE=full``: the whole
+   :func:`config_space`, and no shipped choices), compiled on a thread pool first
+   (:func:`precompile`); then the best candidate is timed against the unfused graph
+   the kernel replaces (``Launcher.eager``, built by the backend), and the faster one
+   is kept (:func:`flashlight.tuning.choose`) and recorded in the tuning cache
+   (:func:`remember_choice`). The unfused graph's choice is the string ``"eager"``
+   (:data:`EAGER`), in the cache and in :meth:`Launcher.chosen_configs`.
 """
 from __future__ import annotations
 
@@ -22,13 +33,16 @@ from typing import Sequence
 
 import torch
 
-from flashlight import settings
+from flashlight import settings, tuned_configs, tuning
 from flashlight.codegen import KernelSource
 from flashlight.ir import Dim, Kernel, Load, TiledKernel, walk
 
 log = logging.getLogger("flashlight")
 _MODULES: dict[str, object] = {}
 COMPILE_EVENTS: list[str] = []  # one entry per generated kernel loaded (tests count these)
+# one entry per autotuning done in this process: what bench/tune_configs.py ships
+TUNING_EVENTS: list[dict] = []
+EAGER = tuning.EAGER  # the choice of the unfused graph over the kernel
 
 _GPU_CONFIGS = [  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
     (64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 2),
@@ -83,12 +97,23 @@ def config_space(src: KernelSource) -> list[tuple[int, int, int, int]]:
     return [c for c in _GPU_CONFIGS if c[1] <= _FMA_DOT_MAX_BLOCK_N] + _FMA_DOT_CONFIGS
 
 
-def _configs(src: KernelSource, interpret: bool, autotune: bool):
+def candidate_space(src: KernelSource, tiled: TiledKernel | None,
+                    autotune: bool | str = True) -> list[tuple[int, int, int, int]]:
+    """The configurations autotuning times on the GPU: the cost model's few
+    (:func:`flashlight.tuning.pruned_space`), or all of :func:`config_space` when
+    ``autotune`` is ``"full"`` (or no tiled kernel is given)."""
     space = config_space(src)
-    if interpret or not autotune:
+    if autotune == "full" or tiled is None:
+        return space
+    return tuning.pruned_space(tiled, src.fma_dots, space)
+
+
+def _configs(src: KernelSource, interpret: bool, autotune: bool | str, tiled: TiledKernel | None = None):
+    if interpret:
         # unequal tiles under the interpreter, so a BLOCK_M / BLOCK_N mix-up cannot hide
-        space = [(32, 16, 1, 1) if interpret else space[0]]
-    return _triton_configs(space)
+        return _triton_configs([(32, 16, 1, 1)])
+    space = candidate_space(src, tiled, autotune)
+    return _triton_configs(space if autotune else space[:1])
 
 
 def _triton_configs(space):
@@ -129,7 +154,9 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
 class Launcher:
     """Calls a generated kernel on real tensors; the FX graph calls this object."""
 
-    def __init__(self, tiled: TiledKernel, src: KernelSource, autotune: bool | None = None):
+    signature: str | None = None  # the kernel's structure, as the shipped tuned choices key it
+
+    def __init__(self, tiled: TiledKernel, src: KernelSource, autotune: bool | str | None = None):
         self.tiled = tiled
         self.kernel = tiled.kernel
         self.src = src
@@ -138,25 +165,38 @@ class Launcher:
         self.row: Dim | None = tiled.tiling.row
         self.grid_dims = tiled.tiling.grid
         self.autotune = settings.get("autotune") if autotune is None else autotune
+        self.signature = tuning.kernel_signature(tiled, src.fp32_precision, src.fma_dots)
         self._fn = None  # the autotuning wrapper
         self._raw = None  # the JIT function itself
-        # sizes -> the configuration autotuning chose for them: later calls with those
-        # sizes launch the JIT function directly, without the autotuner's per-call work
-        self._chosen: dict[tuple[int, ...], dict] = {}
+        # sizes -> the configuration autotuning chose for them (or EAGER): later calls with
+        # those sizes launch it directly, without the autotuner's per-call work
+        self._chosen: dict[tuple[int, ...], dict | str] = {}
         self.eager = None  # the PyTorch computation of the kernel's value, run at size 0 (set by the backend)
         self.__name__ = f"flashlight_{src.name}"
 
-    def chosen_configs(self) -> dict[tuple[int, ...], tuple[int, int, int, int]]:
-        """Size arguments -> (BLOCK_M, BLOCK_N, num_warps, num_stages) autotuning chose for them."""
+    def chosen_configs(self) -> dict[tuple[int, ...], tuple[int, int, int, int] | str]:
+        """Size arguments -> (BLOCK_M, BLOCK_N, num_warps, num_stages) autotuning chose for
+        them, or ``"eager"`` (:data:`EAGER`) where the unfused graph runs instead."""
         keys = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
-        return {sizes: tuple(int(kw[k]) for k in keys) for sizes, kw in self._chosen.items()}
+        return {sizes: EAGER if kw == EAGER else tuple(int(kw[k]) for k in keys) for sizes, kw in self._chosen.items()}
+
+    def candidate_configs(self) -> list[tuple[int, int, int, int]]:
+        """The (BLOCK_M, BLOCK_N, num_warps, num_stages) autotuning times on a GPU."""
+        return candidate_space(self.src, self.tiled, self.autotune)
+
+    def pin_choice(self, sizes: tuple[int, ...], choice: dict | str) -> None:
+        """Launch ``choice`` (launch settings, or ``"eager"``: the unfused graph) from now on
+        at size arguments ``sizes``, without autotuning."""
+        if choice == EAGER and getattr(self, "eager", None) is None:
+            raise ValueError(f"{self.__name__} has no unfused graph to run")
+        self._chosen[tuple(sizes)] = choice if choice == EAGER else dict(choice)
 
     def _jit(self, interpret: bool):
         if self._fn is None:
             import triton
 
             self._raw = load_module(self.src)
-            self._fn = triton.autotune(configs=_configs(self.src, interpret, self.autotune),
+            self._fn = triton.autotune(configs=_configs(self.src, interpret, self.autotune, self.tiled),
                                        key=self._tuning_keys())(self._raw)
         return self._fn
 
@@ -174,16 +214,28 @@ class Launcher:
         return [f"size{k}" for k in range(len(self.src.size_args))] or ["out_s0"]
 
     def _first_launch(self, fn, args: tuple, grid, sizes: tuple[int, ...], device: torch.device,
-                      tune: bool) -> None:
+                      tune: bool, eager_inputs: Sequence[torch.Tensor] | None = None) -> torch.Tensor | None:
         """Launch at sizes not seen in this process: with the choice an earlier process
-        recorded, else through the autotuner (candidates compiled in parallel first),
-        whose choice is then recorded. When no candidate fits the GPU, autotuning runs
-        again over smaller tiles (:data:`_SMALL_FOOTPRINT_CONFIGS`)."""
-        chosen = recall_choice(self.src, device, sizes) if tune else None
+        recorded, else the shipped one, else through the autotuner (candidates compiled
+        in parallel first), whose best candidate is then timed against the unfused graph
+        (given ``eager_inputs``), and the choice recorded. When no candidate fits the
+        GPU, autotuning runs again over smaller tiles (:data:`_SMALL_FOOTPRINT_CONFIGS`).
+        Returns the unfused graph's result where that ran, else None (the kernel wrote
+        the output)."""
+        eager_ok = eager_inputs is not None and getattr(self, "eager", None) is not None
+        chosen, where = self._known_choice(device, sizes, eager_ok) if tune else (None, None)
         if chosen is not None:
-            self._chosen[sizes] = chosen
-            self._raw[grid](*args, **chosen)
-            return
+            try:
+                result = self._run_eager(eager_inputs) if chosen == EAGER else self._raw[grid](*args, **chosen)
+            except Exception as error:  # noqa: BLE001 - a choice that cannot run here is tuned again
+                eager_oom = chosen == EAGER and isinstance(error, torch.cuda.OutOfMemoryError)
+                if not (eager_oom or (where == "shipped" and _out_of_resources(error))):
+                    raise
+                log.info("flashlight: %s: the %s choice cannot run here (%s); autotuning", self.src.name, where, error)
+                eager_ok = eager_ok and not eager_oom
+            else:
+                self._chosen[sizes] = chosen
+                return result if chosen == EAGER else None
         if tune:
             precompile(self._raw, fn.configs, args, grid)
         try:
@@ -195,9 +247,71 @@ class Launcher:
             fn = self._small_footprint_tuner()
             precompile(self._raw, fn.configs, args, grid)
             fn[grid](*args)
-        self._chosen[sizes] = fn.best_config.all_kwargs()
-        if tune and len(fn.configs) > 1:
+        best = fn.best_config.all_kwargs()
+        kernel_ms = eager_ms = None
+        if tune and eager_ok:
+            kernel_ms, eager_ms = self._time_against_eager(best, args, grid, eager_inputs)
+        self._chosen[sizes] = EAGER if tuning.choose(kernel_ms, eager_ms) == EAGER else best
+        if tune and (len(fn.configs) > 1 or eager_ms is not None):
             remember_choice(self.src, device, sizes, self._chosen[sizes])
+        if tune:
+            self._record_tuning(device, sizes, len(fn.configs), kernel_ms, eager_ms)
+        return None
+
+    def _known_choice(self, device: torch.device, sizes: tuple[int, ...], eager_ok: bool):
+        """(choice, where it came from) for a first launch without autotuning: the tuning
+        cache's, else the shipped one (not with ``FLASHLIGHT_AUTOTUNE=full``); (None, None)
+        when neither has one this launcher can run."""
+        chosen, where = recall_choice(self.src, device, sizes), "tuning cache"
+        if chosen is None and self.signature is not None and getattr(self, "autotune", True) != "full":
+            chosen, where = tuned_configs.lookup(_gpu_name(device), tuned_configs.triton_version(),
+                                                 self.signature, self._bucket(sizes)), "shipped"
+        if chosen is None or (chosen == EAGER and not eager_ok):
+            return None, None
+        return chosen, where
+
+    def _bucket(self, sizes: tuple[int, ...]) -> str:
+        """The size bucket of a launch at size arguments ``sizes``."""
+        return tuning.size_bucket(*tuning.extents(self.tiled, dict(zip(self.src.size_args, sizes))))
+
+    def _run_eager(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The unfused graph's value for the kernel's inputs, in the kernel's (contiguous) layout."""
+        return self.eager(*tensors).contiguous()
+
+    def _eager_launch(self, fn, args: tuple, grid, sizes: tuple[int, ...], device: torch.device,
+                      tensors: Sequence[torch.Tensor], tune: bool) -> torch.Tensor | None:
+        """Run the unfused graph chosen for these sizes; where it runs out of GPU memory,
+        the kernel is tuned and launched instead (and chosen from then on)."""
+        try:
+            return self._run_eager(tensors)
+        except torch.cuda.OutOfMemoryError:
+            log.warning("flashlight: %s: the unfused graph ran out of GPU memory; using the kernel", self.__name__)
+            del self._chosen[sizes]
+            return self._first_launch(fn, args, grid, sizes, device, tune)
+
+    def _time_against_eager(self, best: dict, args: tuple, grid, tensors: Sequence[torch.Tensor]):
+        """Median milliseconds of the best kernel candidate and of the unfused graph (None
+        where the graph fails, e.g. runs out of memory materialising its scores)."""
+        kernel_ms = _median_ms(lambda: self._raw[grid](*args, **best))
+        try:
+            eager_ms = _median_ms(lambda: self.eager(*tensors))
+        except Exception as error:  # noqa: BLE001 - the kernel stays the choice
+            log.info("flashlight: %s: the unfused graph was not timed (%s)", self.__name__, error)
+            eager_ms = None
+        return kernel_ms, eager_ms
+
+    def _record_tuning(self, device: torch.device, sizes: tuple[int, ...], candidates: int,
+                       kernel_ms: float | None, eager_ms: float | None) -> None:
+        """Note an autotuning outcome in :data:`TUNING_EVENTS` (what the shipped data holds)."""
+        if self.signature is None:
+            return
+        chosen = self._chosen[sizes]
+        TUNING_EVENTS.append({
+            "kernel": self.src.name, "gpu": _gpu_name(device), "triton": tuned_configs.triton_version(),
+            "signature": self.signature, "bucket": self._bucket(sizes), "sizes": list(sizes),
+            "choice": EAGER if chosen == EAGER else {k: int(chosen[k]) for k in tuned_configs.CONFIG_KEYS},
+            "candidates": candidates, "kernel_ms": kernel_ms, "eager_ms": eager_ms,
+        })
 
     def _size(self, d: Dim, values: dict[str, int]) -> int:
         return int(d.size) if d.is_static else values[d.size]
@@ -239,10 +353,16 @@ class Launcher:
         args = (*tensors, out, *size_args, *strides, *out.stride(), *checks)
         sizes = tuple(size_args)
         chosen = self._chosen.get(sizes)
+        tune = not interpret and bool(self.autotune)
         if chosen is None:
-            self._first_launch(fn, args, grid, sizes, out.device, tune=not interpret and self.autotune)
+            result = self._first_launch(fn, args, grid, sizes, out.device, tune, eager_inputs=tensors)
+        elif chosen == EAGER:
+            result = self._eager_launch(fn, args, grid, sizes, out.device, tensors, tune)
         else:
             self._raw[grid](*args, **chosen)
+            result = None
+        if result is not None:
+            return result  # the unfused graph ran instead of the kernel
         if checks and bool(errors.any()):
             names = [*self.src.inputs, "the output"]
             bad = [f"{names[k]} ({int(n)} lanes)" for k, n in enumerate(errors.tolist()) if n]
@@ -267,13 +387,24 @@ def _tuning_file(src: KernelSource) -> str:
     return os.path.join(settings.get("cache_dir"), "tuning", f"{src.name}_{digest}.json")
 
 
+def _gpu_name(device: torch.device) -> str:
+    """The GPU model (``NVIDIA H200``), or the device type off CUDA."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def _median_ms(fn) -> float:
+    """Median milliseconds of ``fn`` on the GPU (a short ``triton.testing.do_bench``)."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median"))
+
+
 def _tuning_key(device: torch.device, sizes: tuple[int, ...]) -> str:
     """What a choice holds for: the GPU model, Triton's version and the size arguments
     (the source, in the file name, fixes everything else: dtypes, static sizes)."""
     import triton
 
-    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    return f"{gpu} | triton {triton.__version__} | sizes {','.join(map(str, sizes))}"
+    return f"{_gpu_name(device)} | triton {triton.__version__} | sizes {','.join(map(str, sizes))}"
 
 
 def _read_choices(path: str) -> dict:
@@ -285,24 +416,27 @@ def _read_choices(path: str) -> dict:
     return found if isinstance(found, dict) else {}
 
 
-def recall_choice(src: KernelSource, device: torch.device, sizes: tuple[int, ...]) -> dict | None:
+def recall_choice(src: KernelSource, device: torch.device, sizes: tuple[int, ...]) -> dict | str | None:
     """The launch settings autotuning chose for ``src`` at ``sizes`` on this GPU model in
-    an earlier process (``FLASHLIGHT_TUNING_CACHE``), else None."""
+    an earlier process (``FLASHLIGHT_TUNING_CACHE``), ``"eager"`` where the unfused graph
+    won, else None."""
     if not settings.get("tuning_cache"):
         return None
     choice = _read_choices(_tuning_file(src)).get(_tuning_key(device, sizes))
+    if choice == EAGER:
+        return EAGER
     return dict(choice) if isinstance(choice, dict) and {"BLOCK_M", "BLOCK_N"} <= set(choice) else None
 
 
-def remember_choice(src: KernelSource, device: torch.device, sizes: tuple[int, ...], choice: dict) -> None:
+def remember_choice(src: KernelSource, device: torch.device, sizes: tuple[int, ...], choice: dict | str) -> None:
     """Record autotuning's ``choice`` for :func:`recall_choice` (written atomically; a
     concurrent writer's entry may be lost, never half-written)."""
     if not settings.get("tuning_cache"):
         return
     path = _tuning_file(src)
     choices = _read_choices(path)
-    choices[_tuning_key(device, sizes)] = {k: v for k, v in choice.items()
-                                          if isinstance(v, (int, float, str, bool)) or v is None}
+    choices[_tuning_key(device, sizes)] = EAGER if choice == EAGER else {
+        k: v for k, v in choice.items() if isinstance(v, (int, float, str, bool)) or v is None}
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)

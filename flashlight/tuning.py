@@ -140,17 +140,21 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def kernel_signature(tiled: TiledKernel, fp32_precision: str, fma_dots: bool) -> str:
     """A kernel's structure, independent of its exact source: kernels that share it share
-    tuned configurations. Output dtype, the floating dtypes the loop loads, fp32 precision
-    (when float32 is loaded), padded head widths, loop reductions, ``tl.dot`` count,
-    IEEE float32 dots, a live-tile predicate, and the number of tensors loaded."""
+    tuned configurations. Output dtype, the floating dtypes of the operands the loop loads
+    (tensors read along a head width; a bias's dtype does not count: OpenFold's may come
+    in float32 next to bf16 operands), fp32 precision (when an operand is float32),
+    padded head widths, loop reductions, ``tl.dot`` count, IEEE float32 dots, a live-tile
+    predicate, and the number of tensors the loop loads."""
     kernel, tiling = tiled.kernel, tiled.tiling
-    loaded = sorted({_dtype_name(load.dtype) for load in _loads(tiled) if load.dtype.is_floating_point})
-    precision = fp32_precision if "float32" in loaded else "-"
-    widths = ",".join(str(w) for w in sorted(w for _, w in tiling.padded)) or "-"
-    tensors = len({load.base for load in _loads(tiled)})
-    return (f"out {_dtype_name(kernel.dtype)} | loads {','.join(loaded) or '-'} | fp32 {precision} | "
-            f"widths {widths} | loop {len(kernel.loop)} | dots {tiling.dots} | fma {int(fma_dots)} | "
-            f"live {int(kernel.live is not None)} | tensors {tensors}")
+    widths = dict(tiling.padded)
+    loads = _loads(tiled)
+    operands = [x for x in loads if any(d in widths for axis in x.index for d in axis)] or loads
+    dtypes = sorted({_dtype_name(x.dtype) for x in operands if x.dtype.is_floating_point})
+    precision = fp32_precision if "float32" in dtypes else "-"
+    padded = ",".join(str(w) for w in sorted(widths.values())) or "-"
+    return (f"out {_dtype_name(kernel.dtype)} | operands {','.join(dtypes) or '-'} | fp32 {precision} | "
+            f"widths {padded} | loop {len(kernel.loop)} | dots {tiling.dots} | fma {int(fma_dots)} | "
+            f"live {int(kernel.live is not None)} | tensors {len({x.base for x in loads})}")
 
 
 def next_power_of_two(n: int) -> int:

@@ -1,0 +1,177 @@
+"""Measure the tuned choices Flashlight ships (``flashlight/data/tuned_configs.json``).
+
+    python -m bench.tune_configs [--n-res 256,512] [--dtypes bf16,tf32,fp32]
+                                 [--kernels all|msa_row,triangle_start,...]
+                                 [--out flashlight/data/tuned_configs.json] [--max-minutes 9] [--list]
+
+Each cell (an Evoformer kernel of the catalog, :mod:`bench.variants_evoformer`, at one
+N_res and dtype: ``bf16``; ``tf32``: float32 with TF32 matmuls; ``fp32``: IEEE float32)
+is compiled afresh with ``FLASHLIGHT_AUTOTUNE=full`` (every candidate configuration, no
+shipped choice consulted) and the tuning cache off, and called once on random inputs.
+Each autotuning that call runs (``flashlight.runtime.TUNING_EVENTS``: the best of the
+full space, timed against the unfused graph) becomes one entry of ``--out``, keyed by
+GPU model, Triton major.minor, kernel signature and size bucket, with the measured
+times and the cell it came from. Entries of other GPUs or cells are kept.
+
+The kernels: MSA row attention with pair bias (MSA depth 512, 8 heads, c 32), the
+extra-MSA stack's row attention (depth 1024, 8 heads, c 8), MSA column attention
+(depth 512), triangle attention at the starting and ending node (4 heads, c 32), and
+the template pair stack's triangle attention (4 heads, c 16).
+
+Resumable: cells with entries in ``--out`` for this GPU and Triton are skipped; the file
+is written after every cell. Stops before ``--max-minutes`` (exit status 3: run again).
+Needs a CUDA GPU (exit status 2 without one): nothing is written from the interpreter.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+
+KERNELS: dict[str, tuple[str, dict]] = {  # cell kernel -> (catalog variant, shape; L / N set per cell)
+    "msa_row": ("msa_row_pair_bias", {"B": 1, "S": 512, "H": 8, "c": 32}),
+    "extra_msa_row": ("msa_row_pair_bias", {"B": 1, "S": 1024, "H": 8, "c": 8}),
+    "msa_column": ("msa_column", {"B": 1, "S": 512, "H": 8, "c": 32}),
+    "triangle_start": ("triangle_start", {"B": 1, "H": 4, "c": 32}),
+    "triangle_end": ("triangle_end", {"B": 1, "H": 4, "c": 32}),
+    "template_triangle_start": ("triangle_start", {"B": 1, "H": 4, "c": 16}),
+    "template_triangle_end": ("triangle_end", {"B": 1, "H": 4, "c": 16}),
+}
+EXIT_COMPLETE, EXIT_NO_GPU, EXIT_INCOMPLETE = 0, 2, 3
+
+
+def cells(kernels: list[str], n_res: list[int], dtypes: list[str]) -> list[tuple[str, str, dict, str]]:
+    """(cell id, catalog variant, shape, dtype) for every kernel, N_res and dtype."""
+    found = []
+    for kernel in kernels:
+        variant, base = KERNELS[kernel]
+        for n in n_res:
+            shape = {**base, ("N" if variant.startswith("triangle") else "L"): n}
+            for dtype in dtypes:
+                found.append((f"{kernel} N_res {n} {dtype}", variant, shape, dtype))
+    return found
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from flashlight.tuned_configs import SHIPPED
+
+    p = argparse.ArgumentParser(prog="python -m bench.tune_configs", description=__doc__.split("\n\n")[0])
+    p.add_argument("--n-res", default="256,512", help="residue counts, comma-separated")
+    p.add_argument("--dtypes", default="bf16,tf32,fp32", help="bf16, tf32, fp32 (IEEE), comma-separated")
+    p.add_argument("--kernels", default="all", help=f"all, or some of {', '.join(KERNELS)}")
+    p.add_argument("--out", default=SHIPPED, help="data file to merge the entries into")
+    p.add_argument("--max-minutes", type=float, default=9.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--list", action="store_true", help="print the cells and exit")
+    args = p.parse_args(argv)
+    wanted = args.kernels
+    args.kernels = list(KERNELS) if wanted == "all" else [k.strip() for k in wanted.split(",") if k.strip()]
+    unknown = [k for k in args.kernels if k not in KERNELS]
+    if unknown:
+        p.error(f"unknown kernels {unknown}; known: {', '.join(KERNELS)}")
+    args.n_res = [int(n) for n in args.n_res.split(",") if n.strip()]
+    args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    bad = [d for d in args.dtypes if d not in ("bf16", "tf32", "fp32")]
+    if bad:
+        p.error(f"unknown dtypes {bad}; known: bf16, tf32, fp32")
+    return args
+
+
+def measure_cell(variant_name: str, shape: dict, dtype_name: str, seed: int) -> list[dict]:
+    """Compile and call one cell with the full autotuning space; its autotuning outcomes."""
+    import torch
+
+    import flashlight
+    from bench.common import set_precision
+    from bench.variants import VARIANTS
+    from flashlight import runtime, settings
+
+    variant = VARIANTS[variant_name]
+    dtype = set_precision(dtype_name)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    inputs = variant.make_inputs(shape, dtype, "cuda", g)
+    torch.compiler.reset()
+    start = len(runtime.TUNING_EVENTS)
+    with settings.override(autotune="full", tuning_cache=False), torch.no_grad():
+        out = flashlight.compile(variant.fn)(*inputs)
+        torch.cuda.synchronize()
+    if not bool(torch.isfinite(out.float()).all()):
+        raise RuntimeError("the output is not finite")
+    torch.compiler.reset()
+    return runtime.TUNING_EVENTS[start:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    todo = cells(args.kernels, args.n_res, args.dtypes)
+    if args.list:
+        print("\n".join(cell for cell, *_ in todo))
+        return EXIT_COMPLETE
+    import torch
+
+    from flashlight import tuned_configs
+
+    if not torch.cuda.is_available():
+        print("bench.tune_configs: needs a CUDA GPU (tuned choices are measured, never interpreted)",
+              file=sys.stderr)
+        return EXIT_NO_GPU
+    gpu, triton = torch.cuda.get_device_name(), tuned_configs.triton_version()
+    done = {cell for e in tuned_configs.read_entries(args.out) if e.get("gpu") == gpu and e.get("triton") == triton
+            for cell in _cells_of(e)}
+    deadline = time.monotonic() + args.max_minutes * 60
+    for cell, variant, shape, dtype in todo:
+        if cell in done:
+            continue
+        if time.monotonic() > deadline:
+            print("bench.tune_configs: time is up; run again for the remaining cells", file=sys.stderr)
+            return EXIT_INCOMPLETE
+        t0 = time.monotonic()
+        try:
+            events = measure_cell(variant, shape, dtype, args.seed)
+        except Exception as error:  # noqa: BLE001 - one failed cell does not stop the others
+            print(f"{cell}: failed ({type(error).__name__}: {' '.join(str(error).split())[:300]})", file=sys.stderr)
+            continue
+        entries = _entries(events, cell, tuned_configs.read_entries(args.out))
+        if entries:
+            tuned_configs.write_entries(args.out, entries)
+        for e in entries:
+            print(f"{cell}: {e['kernel']}: {_described(e['choice'])} (kernel {_ms(e['kernel_ms'])}, "
+                  f"unfused graph {_ms(e['eager_ms'])}) [{time.monotonic() - t0:.1f} s]")
+        if not entries:
+            print(f"{cell}: no kernel was autotuned", file=sys.stderr)
+    return EXIT_COMPLETE
+
+
+def _cells_of(entry: dict) -> list[str]:
+    measured = entry.get("measured", [])
+    return [measured] if isinstance(measured, str) else list(measured)
+
+
+def _entries(events: list[dict], cell: str, existing: list[dict]) -> list[dict]:
+    """Data-file entries for one cell's autotuning outcomes. Cells whose kernels share a
+    key (triangle attention at the starting and ending node, say) share its entry: the
+    latest measurement's choice, and every cell that measured it in ``measured``."""
+    from flashlight import tuned_configs
+
+    earlier = {tuned_configs.entry_key(e): _cells_of(e) for e in existing}
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    entries = []
+    for event in events:
+        key = tuned_configs.entry_key(event)
+        cells_measured = sorted({*earlier.get(key, []), cell})
+        entries.append(tuned_configs.entry_from_event(event, measured=cells_measured, kernel=event["kernel"],
+                                                      date=date))
+    return entries
+
+
+def _described(choice) -> str:
+    return choice if choice == "eager" else "{BLOCK_M}x{BLOCK_N} w{num_warps} s{num_stages}".format(**choice)
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.4g} ms"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
