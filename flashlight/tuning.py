@@ -21,7 +21,7 @@ so it is tested without a GPU; :mod:`flashlight.runtime` calls it.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import torch
 
@@ -194,11 +194,3 @@ def choose(kernel_ms: float | None, eager_ms: float | None, margin: float = EAGE
     if not kernel_ok:
         return EAGER
     return EAGER if eager_ms * (1.0 + margin) < kernel_ms else "kernel"
-
-
-def describe(config: Iterable[int] | str) -> str:
-    """``128x64 w4 s2`` for a configuration, ``eager`` for the unfused graph."""
-    if config == EAGER:
-        return EAGER
-    m, n, w, s = config
-    return f"{m}x{n} w{w} s{s}"
