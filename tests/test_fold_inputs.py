@@ -23,7 +23,8 @@ def test_valid_inputs_have_no_problems(tmp_path):
     records, problems = load_inputs([str(fasta)])
     assert problems == []
     assert [r.id for r in records] == ["a", "b"]
-    assert records[1].sequence == "MKTAYIXB"  # lower case accepted, upper-cased
+    assert records[1].input_sequence == "MKTAYIXB"  # lower case accepted, upper-cased
+    assert records[1].sequence == "MKTAYIXD"  # B (Asx) is folded as D
     assert [r.order for r in records] == [0, 1]
 
 
