@@ -5,6 +5,10 @@ the records whose index ``i`` satisfies ``i % world_size == rank`` (round robin,
 that long and short records mix), and sends its summary to rank 0 once all ranks have
 finished. Only small Python objects travel, so the process group always uses the
 ``gloo`` backend, on GPU machines too; each rank folds on ``cuda:<LOCAL_RANK>``.
+
+Only rank 0 checks and locks the output folder (it writes ``summary.json`` and outlives
+the other ranks' writes, which end before the final gather); it broadcasts the outcome,
+and the other ranks start folding only once the folder is claimed.
 """
 from __future__ import annotations
 
@@ -59,6 +63,15 @@ def gather_to_root(obj: Any, group: Group) -> Optional[List[Any]]:
     gathered: Optional[List[Any]] = [None] * group.world_size if group.is_root else None
     dist.gather_object(obj, gathered, dst=0)
     return gathered
+
+
+def broadcast_from_root(obj: Any, group: Group) -> Any:
+    """Rank 0's ``obj`` on every rank (``obj`` itself for a single process)."""
+    if not group.initialized:
+        return obj
+    box = [obj if group.is_root else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def teardown(group: Group) -> None:

@@ -4,8 +4,9 @@
 Flashlight-patched copy) and folds records one at a time. For each record and variant it
 runs ``warmup`` forward passes (where Flashlight compiles its kernels; reported
 separately) and then ``repeats`` timed passes, whose element-wise medians are the
-steady-state figures. It writes the structure, the plot and ``latency.json`` into
-``<out_dir>/<record id>/`` and returns the report.
+steady-state figures. It writes the structure, the plot and ``latency.json`` (with the
+command line and options) into a fresh folder that then replaces
+``<out_dir>/<safe name of the record id>/`` whole, and returns the report.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import os
 import platform
 import time
 import warnings
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -66,6 +67,8 @@ class FoldOptions:
     max_extra_msa: Optional[int] = None
     seed: int = 0
     tf32: bool = True
+    command: Optional[List[str]] = None  # the command line, recorded in latency.json
+    run_id: Optional[str] = None  # names the run in latency.json (and summary.json)
 
 
 def _environment(device: torch.device, tf32: bool) -> dict:
@@ -261,8 +264,6 @@ class Folder:
         """Fold ``record``, write its outputs, and return its ``latency.json`` report."""
         opts = self.options
         wall_start = time.perf_counter()
-        folder = os.path.join(opts.out_dir, safe_name(record.id))
-        os.makedirs(folder, exist_ok=True)
 
         start = time.perf_counter()
         feats = feature_builder.processed_features(record, self.data_config, opts.seed)
@@ -297,27 +298,24 @@ class Folder:
             )
         pred = predictions[primary]
 
-        start = time.perf_counter()
-        files = self._write_structures(record, folder, pred)
-        if opts.plot:
-            title = f"{record.id} ({record.length} residues) on {self.environment['device_name']}: {self.info.label()}"
-            labels = {} if self.status.active else {"flashlight": "flashlight (inactive: stock)"}
-            outputs.plot_latency(
-                os.path.join(folder, "latency.png"),
-                title,
-                {k: v["steady"] for k, v in runs.items()},
-                labels,
-            )
-            files["plot"] = "latency.png"
-        write_s = time.perf_counter() - start
-
         model_s = runs[primary]["steady"]["model_s"]
         report = {
             "schema": SCHEMA,
+            "command": opts.command,
+            "run_id": opts.run_id,
+            "options": {
+                k: v for k, v in dataclasses.asdict(opts).items() if k not in ("command", "run_id")
+            },
             "record": {
                 "id": record.id,
                 "description": record.description,
                 "length": record.length,
+                "sequence": record.sequence,
+                "input_sequence": record.input_sequence,
+                "substitutions": [
+                    {"position": i, "read": a, "folded": b} for i, a, b in record.substitutions
+                ],
+                "unknown_positions": record.unknown_positions,
                 "source": record.source,
                 "index_in_file": record.index,
                 "msa": record.alignment.paths if record.alignment else None,
@@ -334,16 +332,40 @@ class Folder:
                 "variant": primary,
                 "features_s": features_s,
                 "model_s": model_s,
-                "write_s": write_s,
-                "total_s": features_s + model_s + write_s,
-                "wall_s": time.perf_counter() - wall_start,
+                "write_s": None,  # the rest is filled in by _write_record
+                "total_s": None,
+                "wall_s": None,
             },
             "comparison": comparison,
             "mean_plddt": float(pred["plddt"].mean()),
             "plddt": [round(float(x), 3) for x in pred["plddt"]],
-            "outputs": {**files, "latency": "latency.json"},
+            "outputs": None,
         }
-        outputs.write_json(os.path.join(folder, "latency.json"), report)
+        return self._write_record(record, pred, report, wall_start)
+
+    def _write_record(self, record: Record, pred: dict, report: dict, wall_start: float) -> dict:
+        """Write the record's files into a fresh folder, ``latency.json`` last, then move
+        it to ``<out_dir>/<safe name>`` whole (see :func:`outputs.record_folder`)."""
+        opts = self.options
+        with outputs.record_folder(opts.out_dir, safe_name(record.id)) as folder:
+            start = time.perf_counter()
+            files = self._write_structures(record, folder, pred)
+            if opts.plot:
+                title = f"{record.id} ({record.length} residues) on {self.environment['device_name']}: {self.info.label()}"
+                labels = {} if self.status.active else {"flashlight": "flashlight (inactive: stock)"}
+                outputs.plot_latency(
+                    os.path.join(folder, "latency.png"),
+                    title,
+                    {k: v["steady"] for k, v in report["runs"].items()},
+                    labels,
+                )
+                files["plot"] = "latency.png"
+            e2e = report["end_to_end"]
+            e2e["write_s"] = time.perf_counter() - start
+            e2e["total_s"] = e2e["features_s"] + e2e["model_s"] + e2e["write_s"]
+            e2e["wall_s"] = time.perf_counter() - wall_start
+            report["outputs"] = {**files, "latency": "latency.json"}
+            outputs.write_json(os.path.join(folder, "latency.json"), report)
         return report
 
     def _write_structures(self, record: Record, folder: str, pred: dict) -> dict:

@@ -1,16 +1,29 @@
 """Files written per record: structure (PDB, optional mmCIF), latency plot, JSON.
 
-Every file is written to a temporary name in its final folder and renamed into place
-(``os.replace``), so an interrupted run never leaves a file that looks complete.
-``latency.json`` is written last: its presence means the record's folder is complete.
+A record's files are written into a fresh hidden folder inside the output folder
+(:func:`record_folder`), ``latency.json`` last, and that folder is renamed to
+``<out_dir>/<name>`` at the end, replacing an older one whole: a record folder never
+mixes files of two runs, and an interrupted run leaves the previous folder (or none).
+Single files are also written under a temporary name and renamed (:func:`write_atomic`).
+
+:func:`claim_out_dir` checks up front that the output folder can be written and takes
+an exclusive ``fcntl.flock`` lock on ``<out_dir>/.flashlight-fold.lock`` for the run;
+the kernel releases it when the process ends, however it ends. Hidden folders left by
+a run that was killed are removed by the next run that holds the lock.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import io
 import json
 import os
+import shutil
+import socket
 import tempfile
-from typing import Dict, Optional
+import time
+from typing import Dict, Iterator, Optional
 
 import numpy as np
 
@@ -27,9 +40,7 @@ def write_atomic(path: str, data, mode: str = "w") -> str:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -41,6 +52,172 @@ def write_atomic(path: str, data, mode: str = "w") -> str:
 def write_json(path: str, payload: dict) -> str:
     """Write ``payload`` as indented JSON, atomically."""
     return write_atomic(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
+
+
+# -- the output folder and record folders -------------------------------------------
+
+LOCK_NAME = ".flashlight-fold.lock"
+STAGING_PREFIX = ".flashlight-fold-tmp-"  # a record folder being written
+RETIRED_PREFIX = ".flashlight-fold-old-"  # an older record folder being replaced
+
+
+class OutDirError(RuntimeError):
+    """The output folder cannot be used; the message is one complete line."""
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def _remove(path: str) -> None:
+    """Remove a file, link or folder tree at ``path``, never following links."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _first_non_folder(path: str) -> Optional[str]:
+    """The nearest existing ancestor of ``path`` (or ``path``) that is not a folder."""
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        probe = parent
+    return None if os.path.isdir(probe) else probe
+
+
+def _make_out_dir(out_dir: str) -> None:
+    if not out_dir:
+        raise OutDirError("--out-dir is empty")
+    blocker = _first_non_folder(out_dir)
+    if blocker is not None:
+        what = "a broken link" if not os.path.exists(blocker) else "a file"
+        if blocker == os.path.abspath(out_dir):
+            raise OutDirError(f"--out-dir {out_dir}: is {what}, not a folder")
+        raise OutDirError(f"--out-dir {out_dir}: cannot be created: {blocker} is {what}")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        probe = tempfile.mkdtemp(prefix=STAGING_PREFIX + "probe-", dir=out_dir)
+        os.rmdir(probe)
+    except OSError as err:
+        raise OutDirError(f"--out-dir {out_dir}: not writable ({err.strerror or err})") from err
+
+
+class OutDirLock:
+    """The run's exclusive lock on an output folder (see the module docstring)."""
+
+    def __init__(self, out_dir: str, fd: int):
+        self.path = os.path.join(out_dir, LOCK_NAME)
+        self._fd: Optional[int] = fd
+
+    @classmethod
+    def acquire(cls, out_dir: str) -> "OutDirLock":
+        """Lock ``out_dir`` or raise :class:`OutDirError` when another run holds it."""
+        path = os.path.join(out_dir, LOCK_NAME)
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            except OSError as err:
+                raise OutDirError(f"--out-dir {out_dir}: not writable ({err.strerror or err})") from err
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                holder = os.read(fd, 200).decode("utf-8", "replace").strip()
+                os.close(fd)
+                if err.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise OutDirError(f"--out-dir {out_dir}: cannot be locked ({err.strerror})") from err
+                raise OutDirError(
+                    f"--out-dir {out_dir} is in use by another flashlight-fold run "
+                    f"({holder or 'holder unknown'}); wait for it or choose another --out-dir"
+                ) from None
+            # The previous holder removes the file when it ends: the lock counts only
+            # if it is on the file that is still at ``path``.
+            try:
+                current = os.stat(path)
+            except FileNotFoundError:
+                current = None
+            mine = os.fstat(fd)
+            if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
+                break
+            os.close(fd)
+        lock = cls(out_dir, fd)
+        try:
+            os.ftruncate(fd, 0)
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {stamp}\n".encode())
+        except BaseException:
+            lock.release()
+            raise
+        return lock
+
+    def release(self) -> None:
+        """Remove the lock file and unlock (idempotent)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        os.close(self._fd)
+        self._fd = None
+
+
+def claim_out_dir(out_dir: str) -> OutDirLock:
+    """Create ``out_dir`` if needed, check it is writable, lock it, clear leftovers.
+
+    Raises :class:`OutDirError` (one line) when it is a file, lies under a file, cannot
+    be written or is locked by another run. Hidden record folders of killed runs are
+    removed once the lock is held.
+    """
+    _make_out_dir(out_dir)
+    lock = OutDirLock.acquire(out_dir)
+    try:
+        for entry in os.listdir(out_dir):
+            if entry.startswith((STAGING_PREFIX, RETIRED_PREFIX)):
+                _remove(os.path.join(out_dir, entry))
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _replace_folder(staging: str, final: str) -> None:
+    """Rename ``staging`` to ``final``, replacing whatever ``final`` was."""
+    retired = None
+    if os.path.lexists(final):
+        retired = os.path.join(
+            os.path.dirname(final), RETIRED_PREFIX + os.path.basename(staging)[len(STAGING_PREFIX):]
+        )
+        os.rename(final, retired)
+    try:
+        os.rename(staging, final)
+    except BaseException:
+        if retired is not None:
+            os.rename(retired, final)
+        raise
+    if retired is not None:
+        _remove(retired)
+
+
+@contextlib.contextmanager
+def record_folder(out_dir: str, name: str) -> Iterator[str]:
+    """A fresh hidden folder in ``out_dir`` to write a record's files into.
+
+    When the block ends normally the folder becomes ``<out_dir>/<name>`` (an older one
+    is replaced as a whole); when it raises (an error, Ctrl-C) the folder is removed.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{name[:40]}-", dir=out_dir)
+    try:
+        os.chmod(staging, 0o777 & ~_umask())
+        yield staging
+        _replace_folder(staging, os.path.join(out_dir, name))
+    except BaseException:
+        _remove(staging)
+        raise
 
 
 def pdb_string(
