@@ -8,19 +8,30 @@ Examples::
     torchrun --nproc_per_node 8 -m flashlight.structures proteins.fasta --params ...
 
 Exit status: 0 when every record folded, 1 when a record failed, 2 for invalid input or
-options (nothing is folded unless ``--skip-invalid``).
+options (nothing is folded unless ``--skip-invalid``), including an ``--out-dir`` that
+cannot be written or that another run is using; 130 after Ctrl-C and 143 after SIGTERM,
+with one line naming the records that finished and those that did not.
+
+Before any model is built the inputs are validated and the output folder is checked and
+locked for the run (rank 0 holds the lock under ``torchrun``; see
+:func:`flashlight.structures.outputs.claim_out_dir`). ``summary.json`` of an earlier run
+is removed when folding starts and written again when the run ends or is interrupted.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import os
+import signal
 import sys
 import time
+import uuid
 import warnings
 from typing import List, Optional
 
 from flashlight.structures import distributed
-from flashlight.structures.inputs import load_inputs, safe_name
+from flashlight.structures.inputs import Record, load_inputs, safe_name
 
 SUMMARY_SCHEMA = "flashlight.fold.summary/1"
 
@@ -139,14 +150,57 @@ def _default_device(group: distributed.Group, requested: Optional[str]) -> str:
     return device
 
 
-def _fold_share(args, group, records, warn, say) -> dict:
-    """Fold this rank's records; never raises (errors go into the returned dict)."""
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM, raised in the main thread by :func:`_raise_interrupted`.
+
+    A subclass, not ``KeyboardInterrupt`` itself: CPython ends the process with SIGINT at
+    exit, even after the exception was handled, when a plain ``KeyboardInterrupt`` passed
+    through code that an extension module ran with ``PyRun_String``.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _signals(handlers: dict):
+    """Install ``{signal: handler}`` for the block (only in the main thread)."""
+    previous = {}
+    try:
+        for signum, handler in handlers.items():
+            previous[signum] = signal.signal(signum, handler)
+    except ValueError:  # not the main thread: signals stay as they are
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@dataclasses.dataclass
+class _Progress:
+    """What an interruption report needs: this rank's records and how far they got."""
+
+    records: Optional[List[Record]] = None  # this rank's share, once inputs are valid
+    problems: list = dataclasses.field(default_factory=list)
+    local: dict = dataclasses.field(default_factory=dict)  # see _fold_share
+    lock: object = None  # the output folder's lock (rank 0), once claimed
+
+
+def _fold_share(args, group, records, warn, say, local: dict) -> dict:
+    """Fold this rank's records into ``local``; never raises an ``Exception`` (errors go
+    into ``local``). ``KeyboardInterrupt`` (Ctrl-C, SIGTERM) passes through."""
     from tqdm import tqdm
 
     from flashlight.structures.fold import Folder, FoldOptions
-    from flashlight.structures.outputs import record_table
 
-    local = {"rank": group.rank, "entries": [], "error": None, "model": None, "flashlight": None}
+    local.update(rank=group.rank, entries=[], error=None, model=None, flashlight=None)
     mine = distributed.shard(records, group)
     if not mine:  # more ranks than records
         return local
@@ -171,6 +225,8 @@ def _fold_share(args, group, records, warn, say) -> dict:
             max_extra_msa=args.max_extra_msa,
             seed=args.seed,
             tf32=args.tf32,
+            command=["flashlight-fold"] + list(args.argv),
+            run_id=args.run_id,
         )
         folder = Folder(options, warn)
     except Exception as err:  # noqa: BLE001 - reported, and the other ranks still merge
@@ -179,6 +235,8 @@ def _fold_share(args, group, records, warn, say) -> dict:
         return local
     local["model"] = {**folder.info.to_json(), "label": folder.info.label()}
     if group.is_root:
+        with contextlib.suppress(FileNotFoundError):  # it describes an earlier run
+            os.unlink(os.path.join(args.out_dir, "summary.json"))
         say(f"model: {folder.info.label()}")
         if folder.info.random_weights:
             warn(
@@ -187,36 +245,49 @@ def _fold_share(args, group, records, warn, say) -> dict:
             )
     desc = "folding" if group.world_size == 1 else f"rank {group.rank}"
     bar = tqdm(mine, desc=desc, unit="record", disable=True if args.quiet else None, position=2 * group.rank, leave=True)
-    for record in bar:
-        bar.set_postfix_str(f"{record.id} ({record.length} aa)")
-        runs = tqdm(
-            total=folder.runs_per_record(), desc="  recycles", unit="pass", leave=False,
-            disable=True if args.quiet else None, position=2 * group.rank + 1,
-        )
-        entry = {"id": record.id, "order": record.order, "length": record.length, "rank": group.rank}
-        try:
-            report = folder.fold(record, on_recycle=lambda: runs.update(1))
-        except Exception as err:  # noqa: BLE001 - one bad record does not stop the rest
-            entry.update(status="failed", error=f"{type(err).__name__}: {err}")
-            warn(f"error: record {record.id!r} failed: {entry['error']}")
-        else:
-            entry.update(
-                status="ok",
-                out_dir=os.path.join(args.out_dir, safe_name(record.id)),
-                end_to_end_s=report["end_to_end"]["total_s"],
-                model_s={k: v["steady"]["model_s"] for k, v in report["runs"].items()},
-                warmup_s={k: (v["warmup_s"][0] if v["warmup_s"] else None) for k, v in report["runs"].items()},
-                mean_plddt=report["mean_plddt"],
-                comparison=report["comparison"],
-            )
-            if not args.quiet:
-                bar.write(record_table(report), file=sys.stdout)
-        finally:
-            runs.close()
-        local["entries"].append(entry)
-    bar.close()
+    try:
+        for record in bar:
+            local["current"] = record
+            _fold_one(args, group, folder, record, bar, local)
+    finally:
+        bar.close()
+    local["current"] = None
     local["flashlight"] = folder.status.to_json()
     return local
+
+
+def _fold_one(args, group, folder, record, bar, local: dict) -> None:
+    """Fold one record and append its summary entry to ``local``."""
+    from tqdm import tqdm
+
+    from flashlight.structures.outputs import record_table
+
+    bar.set_postfix_str(f"{record.id} ({record.length} aa)")
+    runs = tqdm(
+        total=folder.runs_per_record(), desc="  recycles", unit="pass", leave=False,
+        disable=True if args.quiet else None, position=2 * group.rank + 1,
+    )
+    entry = {"id": record.id, "order": record.order, "length": record.length, "rank": group.rank}
+    try:
+        report = folder.fold(record, on_recycle=lambda: runs.update(1))
+    except Exception as err:  # noqa: BLE001 - one bad record does not stop the rest
+        entry.update(status="failed", error=f"{type(err).__name__}: {err}")
+        folder.warn(f"error: record {record.id!r} failed: {entry['error']}")
+    else:
+        entry.update(
+            status="ok",
+            out_dir=os.path.join(args.out_dir, safe_name(record.id)),
+            end_to_end_s=report["end_to_end"]["total_s"],
+            model_s={k: v["steady"]["model_s"] for k, v in report["runs"].items()},
+            warmup_s={k: (v["warmup_s"][0] if v["warmup_s"] else None) for k, v in report["runs"].items()},
+            mean_plddt=report["mean_plddt"],
+            comparison=report["comparison"],
+        )
+        if not args.quiet:
+            bar.write(record_table(report), file=sys.stdout)
+    finally:
+        runs.close()
+    local["entries"].append(entry)
 
 
 def _preset_recycles(preset: str) -> int:
@@ -228,18 +299,29 @@ def _preset_recycles(preset: str) -> int:
         return 3  # the preset error is reported when the model is built
 
 
+def _quiet_library_warnings() -> None:
+    """Silence library warnings that say nothing about the user's run."""
+    warnings.filterwarnings("ignore", message=".*non-tuple sequence for multidimensional indexing.*")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"openfold\.")
+    # numpy floating-point warnings from Triton's CPU interpreter (exp of masked lanes)
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run ``flashlight-fold`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    warnings.filterwarnings("ignore", message=".*non-tuple sequence for multidimensional indexing.*")
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"openfold\.")
-    started = time.perf_counter()
-    group = distributed.setup()
-    if args.cpu_threads:
-        import torch
+    args.argv, args.run_id = argv, None
+    handlers = {signal.SIGINT: _raise_interrupted, signal.SIGTERM: _raise_interrupted}
+    with warnings.catch_warnings(), _signals(handlers):
+        _quiet_library_warnings()
+        return _run(args)
 
-        torch.set_num_threads(args.cpu_threads)
+
+def _run(args) -> int:
+    started = time.perf_counter()
+    progress = _Progress()
+    group = distributed.Group()
 
     def warn(text: str) -> None:
         prefix = f"[rank {group.rank}] " if group.world_size > 1 else ""
@@ -250,42 +332,150 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(text, flush=True)
 
     try:
-        records, problems = load_inputs(args.fasta, args.alignment_dir)
-        if problems and group.is_root:
-            kind = "skipped" if args.skip_invalid else "invalid"
-            warn(f"{len(problems)} invalid input(s) ({kind}):")
-            for problem in problems:
-                warn(f"  {problem}")
-        if problems and not args.skip_invalid:
-            if group.is_root:
-                warn("error: nothing was folded; fix the inputs or pass --skip-invalid")
-            return 2
-        if not records:
-            if group.is_root:
-                warn("error: no valid records to fold")
-            return 2
-        if args.params and not os.path.isfile(args.params):
-            if group.is_root:
-                warn(f"error: --params {args.params}: no such file")
-            return 2
+        group = distributed.setup()
+        if args.cpu_threads:
+            import torch
 
-        local = _fold_share(args, group, records, warn, say)
-        gathered = distributed.gather_to_root(local, group)
-        if not group.is_root:
-            return _exit_code(local)
-        summary = _merge(argv, group, gathered, problems, time.perf_counter() - started)
-        from flashlight.structures.outputs import summary_table, write_json
-
-        write_json(os.path.join(args.out_dir, "summary.json"), summary)
-        say(summary_table(summary))
-        if problems:
-            say(f"{len(problems)} invalid record(s) skipped (listed in summary.json)")
-        say(f"summary: {os.path.join(args.out_dir, 'summary.json')}")
-        if any(part["error"] for part in gathered):
-            return 2
-        return 1 if summary["failed"] else 0
+            torch.set_num_threads(args.cpu_threads)
+        return _fold_all(args, group, warn, say, progress, started)
+    except KeyboardInterrupt as stop:
+        with _signals({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):
+            return _interrupted(stop, args, group, progress, warn, started)
     finally:
+        if progress.lock is not None:
+            progress.lock.release()
         distributed.teardown(group)
+
+
+def _fold_all(args, group, warn, say, progress: _Progress, started: float) -> int:
+    from flashlight.structures import outputs
+
+    records, problems = load_inputs(args.fasta, args.alignment_dir)
+    progress.problems = problems
+    if problems and group.is_root:
+        kind = "skipped" if args.skip_invalid else "invalid"
+        warn(f"{len(problems)} invalid input(s) ({kind}):")
+        for problem in problems:
+            warn(f"  {problem}")
+    if problems and not args.skip_invalid:
+        if group.is_root:
+            warn("error: nothing was folded; fix the inputs or pass --skip-invalid")
+        return 2
+    if not records:
+        if group.is_root:
+            warn("error: no valid records to fold")
+        return 2
+    if args.params and not os.path.isfile(args.params):
+        if group.is_root:
+            warn(f"error: --params {args.params}: no such file")
+        return 2
+    error = None
+    if group.is_root:
+        try:
+            progress.lock = outputs.claim_out_dir(args.out_dir)
+        except outputs.OutDirError as err:
+            error = str(err)
+    error, args.run_id = distributed.broadcast_from_root((error, uuid.uuid4().hex[:16]), group)
+    if error:
+        if group.is_root:
+            warn(f"error: {error}")
+        return 2
+    if group.is_root:
+        for record in records:
+            note = record.residue_note()
+            if note:
+                warn(f"warning: record {record.id!r}: {note}")
+
+    progress.records = distributed.shard(records, group)
+    local = _fold_share(args, group, records, warn, say, progress.local)
+    gathered = distributed.gather_to_root(local, group)
+    if not group.is_root:
+        return _exit_code(local)
+    summary = _merge(args, group, gathered, problems, time.perf_counter() - started)
+    path = os.path.join(args.out_dir, "summary.json")
+    try:
+        outputs.write_json(path, summary)
+    except OSError as err:
+        warn(f"error: cannot write {path}: {err.strerror or err}")
+        return 1
+    say(outputs.summary_table(summary))
+    if problems:
+        say(f"{len(problems)} invalid record(s) skipped (listed in summary.json)")
+    say(f"summary: {path}")
+    if any(part["error"] for part in gathered):
+        return 2
+    return 1 if summary["failed"] else 0
+
+
+def _shown(ids: List[str], limit: int = 10) -> str:
+    """Record ids for a one-line message (odd ones quoted), at most ``limit`` of them."""
+    text = ", ".join(i if i.isprintable() and "," not in i else repr(i) for i in ids[:limit])
+    return text + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def _written_by_this_run(args, record: Record) -> bool:
+    """Whether ``record``'s folder holds a ``latency.json`` of this run."""
+    import json
+
+    path = os.path.join(args.out_dir, safe_name(record.id), "latency.json")
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            return json.load(handle).get("run_id") == args.run_id
+    except (OSError, ValueError):
+        return False
+
+
+def _interrupted(stop, args, group, progress: _Progress, warn, started: float) -> int:
+    """Report an interruption in one line (and in summary.json); the exit code."""
+    if getattr(stop, "signum", signal.SIGINT) == signal.SIGTERM:
+        how, code = "SIGTERM", 143
+    else:
+        how, code = "Ctrl-C", 130
+    if progress.records is None:
+        warn(f"interrupted ({how}) before folding started; nothing was folded")
+        return code
+    entries = list(progress.local.get("entries", []))
+    current = progress.local.get("current")
+    if current is not None and current.id not in {e["id"] for e in entries}:
+        if _written_by_this_run(args, current):  # interrupted just after its rename
+            entries.append({"id": current.id, "order": current.order, "length": current.length,
+                            "rank": group.rank, "status": "ok",
+                            "out_dir": os.path.join(args.out_dir, safe_name(current.id))})
+    finished = [e["id"] for e in entries if e["status"] == "ok"]
+    failed = [e["id"] for e in entries if e["status"] != "ok"]
+    done = {e["id"] for e in entries}
+    pending = [r for r in progress.records if r.id not in done]
+    text = f"interrupted ({how}): {len(finished)} of {len(progress.records)} record(s) finished"
+    text += f" ({_shown(finished)})" if finished else ""
+    text += f", {len(failed)} failed ({_shown(failed)})" if failed else ""
+    text += f"; not finished: {_shown([r.id for r in pending]) or 'none'}"
+    if group.world_size == 1 and progress.lock is not None and args.run_id:
+        path = _write_interrupted_summary(args, group, progress, entries, pending, how, started)
+        text += f" (listed in {path})" if path else ""
+    warn(text)
+    return code
+
+
+def _write_interrupted_summary(args, group, progress, entries, pending, how, started) -> Optional[str]:
+    """summary.json of an interrupted single-process run; its path, or None if unwritable."""
+    from flashlight.structures.outputs import write_json
+
+    entries = entries + [
+        {"id": r.id, "order": r.order, "length": r.length, "rank": group.rank, "status": "not finished"}
+        for r in pending
+    ]
+    local = {"rank": group.rank, "entries": entries, "flashlight": None,
+             "error": progress.local.get("error"), "model": progress.local.get("model")}
+    summary = _merge(args, group, [local], progress.problems, time.perf_counter() - started)
+    summary["failed"] = [e["id"] for e in entries if e["status"] == "failed"]
+    summary["interrupted"] = how
+    summary["not_finished"] = [r.id for r in pending]
+    path = os.path.join(args.out_dir, "summary.json")
+    try:
+        write_json(path, summary)
+    except OSError:
+        return None
+    return path
 
 
 def _exit_code(local: dict) -> int:
@@ -294,12 +484,13 @@ def _exit_code(local: dict) -> int:
     return 1 if any(e["status"] != "ok" for e in local["entries"]) else 0
 
 
-def _merge(argv, group, gathered, problems, elapsed_s: float) -> dict:
+def _merge(args, group, gathered, problems, elapsed_s: float) -> dict:
     entries = sorted((e for part in gathered for e in part["entries"]), key=lambda e: e["order"])
     model = next((p["model"] for p in gathered if p["model"]), None)
     return {
         "schema": SUMMARY_SCHEMA,
-        "command": ["flashlight-fold"] + argv,
+        "command": ["flashlight-fold"] + args.argv,
+        "run_id": args.run_id,
         "world_size": group.world_size,
         "model": model,
         "flashlight": [p["flashlight"] for p in gathered],
@@ -308,6 +499,8 @@ def _merge(argv, group, gathered, problems, elapsed_s: float) -> dict:
         "invalid": [p.to_json() for p in problems],
         "rank_errors": {str(p["rank"]): p["error"] for p in gathered if p["error"]},
         "elapsed_s": elapsed_s,
+        "interrupted": None,
+        "not_finished": [],
     }
 
 
