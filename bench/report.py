@@ -6,11 +6,16 @@
 
 Reads every ``kernels_*.json`` and ``evoformer*.json`` under ``bench/results/`` (smoke-test
 files excluded); when a cell was measured more than once, the latest measurement counts.
-Writes ``bench/results/plots/*.png``, ``bench/results/REPORT.md`` (every cell) and the
-section of ``README.md`` between ``<!-- benchmarks:begin -->`` and
-``<!-- benchmarks:end -->`` (appended at the end the first time). Every case where
-Flashlight is slower than a peer, or fails, is listed, with a hypothesis for why. Nothing
-here measures anything: with no result files it says so.
+Runs on the CPU: nothing here measures anything, and with no result files it says so.
+
+- ``bench/results/REPORT.md``: every cell (all tables, the end-to-end and per-module
+  times), every case where Flashlight is slower than a peer or fails with a hypothesis
+  for why, the peers not measured, and the plots (``bench/results/plots/*.png``,
+  drawn by ``bench.report_plots``).
+- ``README.md`` between ``<!-- benchmarks:begin -->`` and ``<!-- benchmarks:end -->``
+  (appended at the end the first time): one screen from ``bench.report_summary``, the
+  machine, one summary table of headline cases, the losses grouped by cause, and a
+  link to the report.
 """
 from __future__ import annotations
 
@@ -132,8 +137,44 @@ def hypothesis(variant: str, dtype: str, winner: str, row: dict[str, dict] | Non
     return "; ".join([*facts["flashlight"], general, *facts["materialized"]])
 
 
-def _general_hypothesis(variant: str, dtype: str, winner: str, materialized: bool) -> str:
+def loss_cause(variant: str, dtype: str, winner: str, materialized: bool = False) -> str:
+    """The kind of cause a loss to ``winner`` is put down to (a key of ``CAUSES``)."""
     if dtype == "fp32" and winner in ("flex", "torch_compile", "sdpa"):
+        return "ieee"
+    if variant in ("triangle_end", "msa_column") and winner in ("flex", "sdpa", "cuequivariance", "trifast"):
+        return "strided"
+    if winner == "flex":
+        return "block_mask" if variant in BLOCK_MASK else "flex_tuned"
+    if winner in ("cuequivariance", "trifast"):
+        return "hand_written"
+    if winner == "torch_compile":
+        return "compile_cublas" if materialized else "compile_sdpa"
+    return {"sdpa": "sdpa_tuned", "eager": "eager"}.get(winner, "unknown")
+
+
+# cause -> one line for the README's list of losses (the per-case text is _general_hypothesis)
+CAUSES = {
+    "failed": "Flashlight did not run (error, out of memory or timeout; messages in the report)",
+    "ieee": "IEEE float32 (TF32 off): Triton's `tl.dot` runs on CUDA cores at a quarter to a third of "
+            "the SGEMM rate that cuBLAS / CUTLASS reach for torch.compile and SDPA",
+    "strided": "attention along a strided dim (triangle end, MSA column): the peer's wrapper copies q, k, v "
+               "contiguous first, Flashlight's kernel reads the strided views",
+    "block_mask": "masks that skip key tiles: FlexAttention's block mask is built once, outside the timing; "
+                  "each Flashlight program finds its live tiles at run time",
+    "flex_tuned": "FlexAttention's template, autotuned per shape",
+    "compile_sdpa": "plain attention, which torch.compile pattern-matches onto PyTorch's hand-written "
+                    "SDPA flash kernel",
+    "compile_cublas": "torch.compile's cuBLAS matmuls on tensor cores around a fused softmax (scores materialised)",
+    "sdpa_tuned": "SDPA's hand-written memory-efficient (CUTLASS) kernel",
+    "hand_written": "a hand-written kernel specialised for the layout (cuEquivariance, trifast)",
+    "eager": "eager cuBLAS / cuDNN calls at small sizes (launch and tiling overheads)",
+    "unknown": "other",
+}
+
+
+def _general_hypothesis(variant: str, dtype: str, winner: str, materialized: bool) -> str:
+    cause = loss_cause(variant, dtype, winner, materialized)
+    if cause == "ieee":
         ieee = ("IEEE float32 dot products run on CUDA cores, where Triton's code for `tl.dot` "
                 "reaches a quarter to a third of the measured SGEMM rate where it loses (FL % roofline), "
                 "while torch.compile and "
@@ -145,29 +186,25 @@ def _general_hypothesis(variant: str, dtype: str, winner: str, materialized: boo
                      "kernels skip about half and win from 4k keys), so it loses at every length; "
                      "softcap's tanh adds only 3-5% to vanilla's time")
         return ieee
-    if variant in ("triangle_end", "msa_column") and winner in ("flex", "sdpa", "cuequivariance", "trifast"):
+    if cause == "strided":
         return ("this variant attends along a strided dim of its inputs (the transposed pair "
                 "representation / the MSA's sequence dim): the winner's wrapper first copies q, k, v "
                 "into a contiguous layout, while a kernel reading the strided views directly makes "
                 "uncoalesced loads")
-    if winner == "flex" and variant in BLOCK_MASK:
+    if cause == "block_mask":
         return _block_mask_hypothesis(variant)
-    if winner == "flex":
-        return "FlexAttention's template is autotuned per shape (tile sizes, warps, stages)"
-    if winner == "sdpa":
-        return "the hand-written memory-efficient (CUTLASS) kernel is better tuned for this shape"
-    if winner in ("cuequivariance", "trifast"):
-        return f"{IMPL_TITLES[winner]}'s hand-written kernel is specialised for this layout and size"
-    if winner == "torch_compile" and materialized:
-        return ("torch.compile runs the two matmuls as cuBLAS calls on tensor cores around "
-                "Inductor's fused softmax, which at this size outruns the generated kernel")
-    if winner == "torch_compile":
-        return ("default torch.compile pattern-matches this plain attention onto PyTorch's fused "
-                "SDPA (flash) kernel, hand-written CUDA; Flashlight's generated Triton kernel with "
-                "its eight autotuning candidates reaches less of the roofline here")
-    if winner == "eager":
-        return "eager cuBLAS/cuDNN calls win at this size: launch and tiling overheads dominate"
-    return "unknown"
+    return {
+        "flex_tuned": "FlexAttention's template is autotuned per shape (tile sizes, warps, stages)",
+        "sdpa_tuned": "the hand-written memory-efficient (CUTLASS) kernel is better tuned for this shape",
+        "hand_written": f"{IMPL_TITLES.get(winner, winner)}'s hand-written kernel is specialised for this layout "
+                        "and size",
+        "compile_cublas": "torch.compile runs the two matmuls as cuBLAS calls on tensor cores around "
+                          "Inductor's fused softmax, which at this size outruns the generated kernel",
+        "compile_sdpa": "default torch.compile pattern-matches this plain attention onto PyTorch's fused "
+                        "SDPA (flash) kernel, hand-written CUDA; Flashlight's generated Triton kernel with "
+                        "its eight autotuning candidates reaches less of the roofline here",
+        "eager": "eager cuBLAS/cuDNN calls win at this size: launch and tiling overheads dominate",
+    }.get(cause, "unknown")
 
 
 def _measured_facts(row: dict[str, dict], winner: str) -> dict[str, list[str]]:
@@ -243,9 +280,9 @@ def machine_lines(runs: list[dict]) -> list[str]:
     torches = sorted({r.get("torch", "?") for r in runs})
     tritons = sorted({r.get("triton", "?") for r in runs})
     dates = sorted(r.get("date", "")[:10] for r in runs if r.get("date"))
+    when = (f", {dates[0]}" + (f" to {dates[-1]}" if dates[-1] != dates[0] else "")) if dates else ""
     lines = [f"Measured on {', '.join(gpus)} (driver {', '.join(drivers) or '?'}), torch {', '.join(torches)}, "
-             f"Triton {', '.join(tritons)}, {dates[0]}" + (f" to {dates[-1]}" if dates and dates[-1] != dates[0] else "")
-             + "."]
+             f"Triton {', '.join(tritons)}{when}."]
     roofs = [r["roofline"] for r in runs if r.get("roofline")]
     if roofs:
         def med(k):
@@ -325,7 +362,7 @@ def losses(case_map: dict) -> list[dict]:
         label = f"{variant} [{case_shape(row)}] {DTYPE_TITLES.get(dtype, dtype)}"
         if fl["status"] != "ok":
             out.append({"case": label, "what": f"Flashlight {fl['status']}: {fl.get('message', '')[:160]}",
-                        "why": "see the message", "variant": variant, "ratio": float("inf")})
+                        "why": "see the message", "variant": variant, "ratio": float("inf"), "cause": "failed"})
             continue
         faster = sorted((ms, impl) for impl, cell in row.items()
                         if impl != "flashlight" and (ms := ok_ms(cell)) is not None and ms < fl["ms"])
@@ -334,8 +371,10 @@ def losses(case_map: dict) -> list[dict]:
         best_ms, winner = faster[0]
         what = f"Flashlight {fmt_ms(fl['ms'])} ms; faster: " + ", ".join(
             f"{IMPL_TITLES[i]} {fmt_ms(ms)} ms ({fl['ms'] / ms:.2f}×)" for ms, i in faster)
+        materialized = bool(_measured_facts(row, winner)["materialized"])
         out.append({"case": label, "variant": variant, "peer": winner, "ratio": fl["ms"] / best_ms,
-                    "what": what, "why": hypothesis(variant, dtype, winner, row)})
+                    "what": what, "why": hypothesis(variant, dtype, winner, row),
+                    "cause": loss_cause(variant, dtype, winner, materialized)})
     return sorted(out, key=lambda d: -d["ratio"])
 
 
@@ -402,165 +441,98 @@ def per_module_lines(cells: list[dict]) -> list[str]:
     return lines
 
 
-# ---------------------------------------------------------------------------- plots
-
-
-def plot_kernels(case_map: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    written = []
-    for dtype in ("bf16", "tf32", "fp32"):
-        keys = [k for k in case_map if k[2] == dtype and ok_ms(case_map[k].get("flashlight"))]
-        if not keys:
-            continue
-        impls = [i for i in IMPLS if i != "flashlight" and any(ok_ms(case_map[k].get(i)) for k in keys)]
-        fig, ax = plt.subplots(figsize=(10, 0.32 * len(keys) * max(1, len(impls)) / 2 + 2))
-        height = 0.8 / max(1, len(impls))
-        for j, impl in enumerate(impls):
-            ys, xs = [], []
-            for i, k in enumerate(keys):
-                ms = ok_ms(case_map[k].get(impl))
-                if ms:
-                    ys.append(i + j * height)
-                    xs.append(ms / case_map[k]["flashlight"]["ms"])
-            ax.barh(ys, xs, height=height, label=IMPL_TITLES[impl])
-        ax.axvline(1.0, color="black", linewidth=1)
-        ax.set_xscale("log")
-        ax.set_yticks([i + 0.4 - height / 2 for i in range(len(keys))])
-        ax.set_yticklabels([f"{k[0]} [{case_shape(case_map[k])}]" for k in keys], fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel("time relative to Flashlight (> 1: Flashlight faster)")
-        ax.set_title(f"Forward time vs Flashlight, {DTYPE_TITLES[dtype]}")
-        ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
-        path = out_dir / f"kernels_{dtype}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
-    return written
-
-
-def plot_evoformer(cells: list[dict], out_dir: pathlib.Path) -> list[pathlib.Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [c for c in cells if c["status"] == "ok"]
-    if not ok:
-        return []
-    groups = sorted({(c["scope"], c["n_res"]) for c in ok}, key=lambda g: (g[0] != "stack", g[1]))
-    modes = [m for m in ("stock", "compile", "flashlight") if any(c["mode"] == m for c in ok)]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    width = 0.8 / len(modes)
-    for j, mode in enumerate(modes):
-        xs, ys = [], []
-        for i, g in enumerate(groups):
-            c = next((c for c in ok if (c["scope"], c["n_res"]) == g and c["mode"] == mode), None)
-            if c:
-                xs.append(i + j * width)
-                ys.append(c["ms"])
-        ax.bar(xs, ys, width=width, label=MODE_TITLES[mode])
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))])
-    ax.set_xticklabels([f"{'stack' if s == 'stack' else 'model_1'}\nN_res {n}" for s, n in groups])
-    ax.set_ylabel("ms (median)")
-    ax.set_title("OpenFold end to end (fp32 with TF32)")
-    ax.legend()
-    fig.tight_layout()
-    path = out_dir / "evoformer.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
-
-
 # ---------------------------------------------------------------------------- report
 
 
-def build_section(latest: dict, kruns: list[dict], evo: list[dict], eruns: list[dict], plots: list[str],
-                  full: bool) -> str:
-    """The markdown section; ``plots`` are image paths relative to the file it goes in."""
+def build_report(latest: dict, kruns: list[dict], evo: list[dict], eruns: list[dict], plots: list[str]) -> str:
+    """``REPORT.md``: the summary, then every table and loss; ``plots`` are image paths
+    relative to it."""
+    from bench import report_summary  # it builds on this module's tables
+
     case_map = cases(latest)
-    lines = ["## Benchmarks", ""]
-    if not case_map and not evo:
-        lines += ["No benchmark results yet: run `bench/run_all.sh` on a CUDA GPU machine "
-                  "(see [bench/README.md](bench/README.md)).", ""]
-        return "\n".join(lines)
+    lines = ["# Benchmark report", ""]
     lines += ["Generated by `python -m bench.report` from the raw results in `bench/results/` "
-              "(JSON and CSV); reproduce them with `bench/run_all.sh` (see [bench/README.md](bench/README.md)). "
+              "(JSON and CSV); reproduce them with `bench/run_all.sh` (see [bench/README.md](../README.md)). "
               "Forward pass only, median milliseconds of `triton.testing.do_bench`; **bold**: fastest; "
               "\"FL vs best peer\" > 1 means Flashlight is faster than every other implementation measured. "
-              "Each implementation computes the whole variant as written in the catalog (`bench/variants_lm.py`, `bench/variants_lm_masked.py`, `bench/variants_evoformer.py`) "
+              "Each implementation computes the whole variant as written in the catalog (`bench/variants_lm.py`, "
+              "`bench/variants_lm_masked.py`, `bench/variants_evoformer.py`) "
               "(for the Evoformer attentions: both biases, softmax, `@ v` and the sigmoid gate). "
               "\"floor\": the roofline lower bound from the measured copy bandwidth and matmul rate; "
               "errors are against float64 eager; \"–\": not measured or not applicable; \"absent\": "
               "package not installed; \"(unfused)\": Flashlight generated no kernel and ran the graph "
               "eagerly, \"(+fallback ops)\": some operations ran outside its kernels.", ""]
     lines += machine_lines(kruns + eruns) + [""]
+    table = report_summary.summary_table(case_map, evo)
+    if table:
+        lines += ["## Summary", ""] + table
+    if case_map:
+        lines += ["Losses by likely cause:", ""] + report_summary.loss_lines(case_map)
     evo_keys = [k for k in case_map if k[0] in EVOFORMER]
     lm_keys = [k for k in case_map if k[0] not in EVOFORMER]
     if evo_keys:
-        lines += ["### Evoformer attention kernels", ""] + kernel_table(case_map, evo_keys, IMPLS) + [""]
-    shown = lm_keys if full else [k for k in lm_keys if k[2] == "bf16"]
-    if shown:
-        lines += ["### Language-model attention variants" + ("" if full else " (bf16; all dtypes in "
-                  "[bench/results/REPORT.md](bench/results/REPORT.md))"), ""]
-        lines += kernel_table(case_map, shown, IMPLS[:5]) + [""]
-    if full and case_map:
-        lines += ["### Throughput, memory and first-call time", "",
+        lines += ["## Evoformer attention kernels", ""]
+        if any("flex" in case_map[k] for k in evo_keys):
+            lines += [report_summary.FLEX_EVOFORMER_NOTE, ""]
+        lines += kernel_table(case_map, evo_keys, IMPLS) + [""]
+    if lm_keys:
+        lines += ["## Language-model attention variants", ""] + kernel_table(case_map, lm_keys, IMPLS[:5]) + [""]
+    if case_map:
+        lines += ["## Throughput, memory and first-call time", "",
                   "Peak extra memory: `torch.cuda.max_memory_allocated` during a call beyond what was allocated "
                   "before it (the output included); "
                   "first call: the untimed first call of a fresh compilation (Dynamo, lowering, Triton "
                   "compilation and autotuning included).", ""]
         lines += cost_table(case_map, evo_keys + lm_keys) + [""]
-    elif case_map:
-        lines += ["Throughput, peak extra memory and first-call (compilation) time of every cell: "
-                  "[bench/results/REPORT.md](bench/results/REPORT.md).", ""]
-    if evo:
-        sizes = [f"{evo[0]['n_seq']} MSA rows"] if evo[0].get("n_seq") else []
-        extra = next((c for c in evo if c.get("n_extra")), None)
-        if extra:
-            sizes.append(f"{extra['n_extra']} extra-MSA rows and {extra.get('iters')} recycling iteration(s) "
-                         "for the whole model")
-        lines += ["### OpenFold end to end", "",
-                  "Seeded random `model_1` weights (no AlphaFold parameters: timings only), templates off, "
-                  "`chunk_size=None` (\"chunk N\": the run did not fit without chunking and used "
-                  "OpenFold's default chunk size; \"OOM (before chunked retry)\": measured when the stock "
-                  "reference of a non-stock cell still ran unchunked, so the out-of-memory may be "
-                  "the reference's), fp32 with TF32, medians of CUDA-event timings"
-                  + (f"; {', '.join(sizes)}" if sizes else "") + ".", ""]
-        lines += evoformer_table(evo) + [""]
-        failed = [c for c in evo if c["status"] != "ok"]
-        for c in failed:
-            lines.append(f"- {c['scope']} N_res {c['n_res']} {MODE_TITLES.get(c['mode'], c['mode'])}: "
-                         f"{c['status']}: {c.get('message', '')[:200]}")
-        if failed:
-            lines.append("")
-        lines += per_module_lines(evo) + [""]
+    lines += _end_to_end_lines(evo) + _loss_table_lines(case_map) + _absent_lines(latest, kruns)
+    lines += [f"![{pathlib.PurePosixPath(rel).stem}]({rel})" for rel in plots] + ([""] if plots else [])
+    return "\n".join(lines)
+
+
+def _end_to_end_lines(evo: list[dict]) -> list[str]:
+    if not evo:
+        return []
+    sizes = [f"{evo[0]['n_seq']} MSA rows"] if evo[0].get("n_seq") else []
+    extra = next((c for c in evo if c.get("n_extra")), None)
+    if extra:
+        sizes.append(f"{extra['n_extra']} extra-MSA rows and {extra.get('iters')} recycling iteration(s) "
+                     "for the whole model")
+    lines = ["## OpenFold end to end", "",
+             "Seeded random `model_1` weights (no AlphaFold parameters: timings only), templates off, "
+             "`chunk_size=None` (\"chunk N\": the run did not fit without chunking and used "
+             "OpenFold's default chunk size; \"OOM (before chunked retry)\": measured when the stock "
+             "reference of a non-stock cell still ran unchunked, so the out-of-memory may be "
+             "the reference's), fp32 with TF32, medians of CUDA-event timings"
+             + (f"; {', '.join(sizes)}" if sizes else "") + ".", ""]
+    lines += evoformer_table(evo) + [""]
+    failed = [c for c in evo if c["status"] != "ok"]
+    lines += [f"- {c['scope']} N_res {c['n_res']} {MODE_TITLES.get(c['mode'], c['mode'])}: "
+              f"{c['status']}: {c.get('message', '')[:200]}" for c in failed] + ([""] if failed else [])
+    return lines + per_module_lines(evo) + [""]
+
+
+def _loss_table_lines(case_map: dict) -> list[str]:
+    if not case_map:
+        return []
     loss = losses(case_map)
-    lines += ["### Where Flashlight loses", ""]
-    if loss:
-        lines += ["Every measured case where another implementation is faster than Flashlight, or where "
-                  "Flashlight did not run; worst first. The causes are hypotheses, not measurements.", "",
-                  "| case | result (×: how much faster than Flashlight) | likely cause (fastest peer) |",
-                  "|---|---|---|"]
-        lines += [f"| {d['case']} | {d['what']} | {d['why']} |" for d in loss]
-    else:
-        lines.append("In every measured case Flashlight was the fastest implementation.")
-    lines.append("")
+    lines = ["## Where Flashlight loses", ""]
+    if not loss:
+        return lines + ["In every measured case Flashlight was the fastest implementation.", ""]
+    lines += ["Every measured case where another implementation is faster than Flashlight, or where "
+              "Flashlight did not run; worst first. The causes are hypotheses, not measurements.", "",
+              "| case | result (×: how much faster than Flashlight) | likely cause (fastest peer) |",
+              "|---|---|---|"]
+    return lines + [f"| {d['case']} | {d['what']} | {d['why']} |" for d in loss] + [""]
+
+
+def _absent_lines(latest: dict, kruns: list[dict]) -> list[str]:
     absent = {}
     for r in kruns:
         absent.update(r.get("absent_peers", {}))
     unavailable = sorted({c.get("message", "") for c in latest.values() if c["status"] == "unavailable"})
-    if absent or unavailable:
-        lines += ["Peers not measured: " + "; ".join([f"{k}: {v}" for k, v in absent.items()] + unavailable) + ".", ""]
-    for rel in plots:
-        lines.append(f"![{pathlib.PurePosixPath(rel).stem}]({rel})")
-    if plots:
-        lines.append("")
-    return "\n".join(lines)
+    if not absent and not unavailable:
+        return []
+    return ["Peers not measured: " + "; ".join([f"{k}: {v}" for k, v in absent.items()] + unavailable) + ".", ""]
 
 
 def update_readme(readme: pathlib.Path, section: str) -> None:
@@ -592,9 +564,9 @@ def summary(latest: dict, evo: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n\n")[0])
-    p.add_argument("--results", default=str(RESULTS))
-    p.add_argument("--readme", default=str(ROOT / "README.md"))
-    p.add_argument("--no-readme", action="store_true")
+    p.add_argument("--results", default=str(RESULTS), help="folder of result files (default: %(default)s)")
+    p.add_argument("--readme", default=str(ROOT / "README.md"), help="README whose section is rewritten")
+    p.add_argument("--no-readme", action="store_true", help="leave the README alone")
     p.add_argument("--summary", action="store_true", help="print a short table and exit")
     args = p.parse_args(argv)
     results = pathlib.Path(args.results)
@@ -603,18 +575,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.summary:
         print(summary(latest, evo))
         return 0
-    plots_dir = results / "plots"
     plots: list[pathlib.Path] = []
     if latest or evo:
+        from bench.report_plots import plot_evoformer, plot_kernels
+
+        plots_dir = results / "plots"
         plots_dir.mkdir(parents=True, exist_ok=True)
         plots = plot_kernels(cases(latest), plots_dir) + plot_evoformer(evo, plots_dir)
-    readme = pathlib.Path(args.readme).resolve()
-    links = lambda base: [os.path.relpath(p.resolve(), base).replace(os.sep, "/") for p in plots]  # noqa: E731
-    full = build_section(latest, kruns, evo, eruns, links(results.resolve()), full=True)
-    if latest or evo:
-        (results / "REPORT.md").write_text("# Benchmark report\n\n" + full.split("\n", 2)[2] + "\n")
+        rel = [os.path.relpath(p.resolve(), results.resolve()).replace(os.sep, "/") for p in plots]
+        (results / "REPORT.md").write_text(build_report(latest, kruns, evo, eruns, rel).rstrip() + "\n")
     if not args.no_readme:
-        update_readme(readme, build_section(latest, kruns, evo, eruns, links(readme.parent), full=False))
+        from bench.report_summary import readme_section
+
+        update_readme(pathlib.Path(args.readme).resolve(), readme_section(latest, kruns, evo, eruns))
     print(f"bench.report: {len(latest)} kernel cells, {len(evo)} end-to-end cells"
           + (f"; wrote {results / 'REPORT.md'}" if latest or evo else "")
           + ("" if args.no_readme else f"; updated the section of {args.readme}")

@@ -37,9 +37,11 @@ SHARED_MEMORY_BUDGET = 232448
 # The unfused graph must be this much faster than the kernel to be chosen: timings are
 # medians with some noise, and the kernel needs far less memory (no score matrix).
 EAGER_MARGIN = 0.05
-# Largest grid bucket: past this many programs per row block, every candidate fills a
-# GPU many times over and the best one no longer depends on the count.
-GRID_BUCKET_CAP = 1024
+# Largest grid bucket. Kernels of one structure at one length can differ in the grid
+# alone (MSA row attention, 512 rows x 8 heads = 4096 programs per row block; triangle
+# attention, 256 x 4 = 1024), and their best tiles need not agree, so the buckets keep
+# them apart up to sizes no Evoformer launch reaches.
+GRID_BUCKET_CAP = 1 << 16
 
 # Winners first. Tensor cores (16-bit dots, TF32): 128x64 / 128x32 at 4 warps and 128x64
 # at 8 warps won the TF32 cells of every head width up to 64 (and 128x64 at 8 warps at

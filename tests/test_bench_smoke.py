@@ -58,11 +58,11 @@ def test_kernels_smoke_records_resumes_and_reports(tmp_path):
     text = readme.read_text()
     assert text.startswith("# Project\n\nText.\n")
     assert text.count(report.BEGIN) == 1 and "## Benchmarks" in text and "msa_row_pair_bias" in text
-    assert "### Where Flashlight loses" in text
+    assert "### Where Flashlight loses" in text and "REPORT.md" in text and ".png" not in text
     assert (tmp_path / "REPORT.md").exists() and (tmp_path / "plots" / "kernels_fp32.png").exists()
     # the full report also gives each cell's throughput and first-call time (CPU: no memory figures)
     full = (tmp_path / "REPORT.md").read_text()
-    assert "### Throughput, memory and first-call time" in full
+    assert "## Throughput, memory and first-call time" in full and "## Summary" in full
     (fl_row,) = [line for line in full.splitlines()
                  if line.startswith("| vanilla |") and line.count("/") >= 4 and "TFLOP" not in line]
     fl_cell = cells[("vanilla", "flashlight")]
@@ -362,3 +362,112 @@ def test_loss_hypotheses_cite_what_the_case_measured():
     why = report.hypothesis("any", "tf32", "torch_compile", {"flashlight": plain, "torch_compile": fused})
     assert "small tiles" not in why and "power of two" not in why and "materializes" not in why
     assert "SDPA" in why
+
+
+# ---------------------------------------------------------------------------- the README section
+
+
+def _cell(variant, shape, dtype, impl, ms, run=0):
+    return {"variant": variant, "shape": shape, "dtype": dtype, "impl": impl, "run": run, "status": "ok",
+            "ms": ms, "measured_at": f"2026-12-0{run + 1}T00:00:00"}
+
+
+def _results(tmp_path, name, cells, dates=("2026-11-29T10:00:00",)):
+    runs = [{"id": i, "gpu": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0", "date": d}
+            for i, d in enumerate(dates)]
+    (tmp_path / name).write_text(json.dumps({"schema": "flashlight-bench-kernels/1", "runs": runs, "cells": cells}))
+
+
+def _section(tmp_path):
+    from bench import report_summary
+
+    latest, kruns = report.load_kernels(tmp_path)
+    evo, eruns = report.load_evoformer(tmp_path)
+    return (report_summary.readme_section(latest, kruns, evo, eruns),
+            report.build_report(latest, kruns, evo, eruns, []))
+
+
+def test_readme_section_is_one_screen_and_the_report_keeps_every_case(tmp_path):
+    """Many losing cases become one line per cause in the README (count and worst ratio);
+    the report keeps each case with its own hypothesis. An Evoformer row whose fastest
+    peer is FlexAttention carries the note on the catalog's Flex formulation."""
+    msa = {"B": 1, "S": 512, "L": 256, "H": 8, "c": 32}
+    cells = [_cell("msa_row_pair_bias", msa, "bf16", i, ms)
+             for i, ms in (("flashlight", 0.3), ("flex", 0.6), ("cuequivariance", 0.9))]
+    for n in range(40):  # IEEE float32 losses to SDPA, 1.34x to 2x
+        shape = {"B": 1, "H": 16, "L": 256 + 64 * n, "D": 64}
+        cells += [_cell("vanilla", shape, "fp32", "flashlight", 2.0),
+                  _cell("vanilla", shape, "fp32", "sdpa", 1.0 + n / 80)]
+    for n, peer_ms in enumerate((0.5, 0.9, 1.0 / 3, 0.8, 0.7)):  # block masks lost to FlexAttention, worst 3x
+        shape = {"H": 16, "L": 4096 * (n + 1), "D": 64, "n_docs": 4}
+        cells += [_cell("document_mask", shape, "bf16", "flashlight", 1.0),
+                  _cell("document_mask", shape, "bf16", "flex", peer_ms)]
+    _results(tmp_path, "kernels_x.json", cells)
+    readme, full = _section(tmp_path)
+
+    assert len(readme) < 6000 and ".png" not in readme and "REPORT.md" in readme
+    assert "| `msa_row_pair_bias` B1 S512 L256 H8 c32 | bf16 | 0.300 | FlexAttention † 0.600 | 2.00× |" in readme
+    assert "catalog's formulation" in readme and "0.293 vs 0.344 ms" in readme and "5.65 vs 7.19 ms" in readme
+    assert sum("`vanilla`" in line for line in readme.splitlines()) == 1  # one headline row, not forty
+    (ieee,) = [line for line in readme.splitlines() if line.startswith("- IEEE float32")]
+    assert "40 cases" in ieee and "worst 2.00×" in ieee and "SDPA" in ieee
+    (masks,) = [line for line in readme.splitlines() if line.startswith("- masks that skip key tiles")]
+    assert "5 cases" in masks and "worst 3.00×" in masks and "L4096" not in masks and "L12288" in masks
+    assert "In 45 of the 46 measured cases" in readme
+
+    assert full.count("IEEE float32 dot products run on CUDA cores") == 40  # each case, its hypothesis
+    assert all(f"L{256 + 64 * n} D64" in full for n in range(40))
+    assert "0.293 vs 0.344 ms" in full  # the Evoformer kernel table's note
+
+
+def test_summary_marks_peers_from_another_run_and_flex_only_on_evoformer(tmp_path):
+    shape = {"B": 4, "H": 16, "L": 4096, "D": 64}
+    _results(tmp_path, "kernels_peers.json", [_cell("causal_tril", shape, "bf16", "flex", 0.43),
+                                              _cell("causal_tril", shape, "bf16", "flashlight", 0.60)])
+    _results(tmp_path, "kernels_rerun.json", [_cell("causal_tril", shape, "bf16", "flashlight", 0.45, run=1)],
+             dates=("2026-11-29T10:00:00", "2026-11-30T10:00:00"))
+    readme, _ = _section(tmp_path)
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `causal_tril`")]
+    assert row == "| `causal_tril` B4 H16 L4096 D64 | bf16 | 0.450 | FlexAttention ‡ 0.430 | 0.96× |"
+    assert "‡: Flashlight's time is from a later run" in readme
+    assert "†" not in readme and "catalog's formulation" not in readme  # Flex on an LM case: its own formulation
+
+
+def test_summary_end_to_end_rows_compare_with_the_faster_of_stock_and_compile(tmp_path):
+    def e2e(scope, mode, ms=None, status="ok", **extra):
+        return {"scope": scope, "n_res": 256 if scope == "stack" else 1024, "mode": mode, "run": 0, "status": status,
+                "n_seq": 512, "n_extra": 5120, "iters": 1, "blocks": 48, "measured_at": "2026-12-01",
+                **({"ms": ms} if ms else {}), **extra}
+
+    cells = [e2e("stack", "stock", 878.0), e2e("stack", "compile", 510.0), e2e("stack", "flashlight", 485.0),
+             e2e("model", "stock", 25997.0, chunk_size=4), e2e("model", "compile", status="timeout"),
+             e2e("model", "flashlight", 5432.0)]
+    (tmp_path / "evoformer.json").write_text(json.dumps({"runs": [{"id": 0, "gpu": "NVIDIA H200"}], "cells": cells}))
+    readme, full = _section(tmp_path)
+    rows = [line for line in readme.splitlines() if "N_res" in line and line.startswith("|")]
+    assert rows == [
+        "| Evoformer stack (48 blocks), N_res 256 | fp32 (TF32) | 485 | torch.compile per block 510; stock 878 "
+        "| 1.05× |",
+        "| `model_1` inference (48 blocks), N_res 1024 | fp32 (TF32) | 5432 | torch.compile per block timeout; "
+        "stock 25997 (chunk 4) | 4.79× |"]
+    assert "### Where Flashlight loses" not in readme  # no kernel cells, nothing to lose
+    assert "## OpenFold end to end" in full and "| 1.81× |" in full  # the report: against stock too
+
+
+def test_repository_readme_section_stays_one_screen():
+    """The section generated from the repository's results, and the one in README.md, stay small."""
+    from bench import report_summary
+
+    latest, kruns = report.load_kernels(report.RESULTS)
+    evo, eruns = report.load_evoformer(report.RESULTS)
+    if not latest and not evo:
+        pytest.skip("no benchmark results in the repository")
+    section = report_summary.readme_section(latest, kruns, evo, eruns)
+    assert len(section.encode()) < 6500
+    loss_lines = [line for line in section.splitlines() if line.startswith("- ")]
+    assert len(loss_lines) <= 8
+    if any(k[0] in report.EVOFORMER and k[3] == "flex" for k in latest):
+        assert report_summary.FLEX_EVOFORMER_NOTE in section or "FlexAttention †" not in section
+    readme = (report.ROOT / "README.md").read_text()
+    if report.BEGIN in readme:
+        assert len(readme.split(report.BEGIN, 1)[1].split(report.END, 1)[0].encode()) < 6500

@@ -263,7 +263,9 @@ def test_every_pruned_candidate_builds_for_sm90():
 def test_size_buckets_round_lengths_up_to_powers_of_two():
     assert tuning.size_bucket(250, 250, 1000) == tuning.size_bucket(256, 256, 1024)
     assert tuning.size_bucket(257, 256, 1024) != tuning.size_bucket(256, 256, 1024)
-    assert tuning.size_bucket(256, 256, 4096) == tuning.size_bucket(256, 256, 1024)  # the grid is capped
+    # MSA row (512 rows x 8 heads) and triangle (256 x 4) programs per row block stay apart
+    assert tuning.size_bucket(256, 256, 4096) != tuning.size_bucket(256, 256, 1024)
+    assert tuning.size_bucket(256, 256, 1 << 20) == tuning.size_bucket(256, 256, 1 << 16)  # capped
     assert tuning.size_bucket(1, 1, 1) == "rows 1 | keys 1 | grid 1"
 
 
