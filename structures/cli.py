@@ -37,13 +37,13 @@ SUMMARY_SCHEMA = "flashlight.fold.summary/1"
 
 
 def _chunk_size(text: str):
-    if text == "preset":
-        return "preset"
+    if text in ("preset", "auto"):
+        return text
     if text.lower() in ("none", "off", "0"):
         return None
     value = int(text)
     if value < 1:
-        raise argparse.ArgumentTypeError("chunk size must be positive, 'none' or 'preset'")
+        raise argparse.ArgumentTypeError("chunk size must be positive, 'none', 'auto' or 'preset'")
     return value
 
 
@@ -102,11 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--mmcif", action="store_true", help="also write mmCIF")
     p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG plot")
-    p.add_argument("--repeats", type=_positive, default=3, help="timed runs per record (median; default 3)")
     p.add_argument(
-        "--warmup", type=_non_negative, default=1,
-        help="first runs per record, where Flashlight compiles; timed and reported apart "
-        "from the steady-state medians (default 1)",
+        "--repeats", type=_positive, default=1,
+        help="timed passes per record, reported as medians (default 1: fold once; more for benchmarking)",
+    )
+    p.add_argument(
+        "--warmup", type=_non_negative, default=None,
+        help="full warm-up passes per record, timed and reported apart from the medians "
+        "(default: one pass of a single recycling iteration where Flashlight compiles its "
+        "kernels or --compare times two variants, none otherwise)",
     )
     p.add_argument(
         "--num-blocks", type=_positive,
@@ -117,16 +121,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="recycling iterations (default: the preset's, 3)",
     )
     p.add_argument(
-        "--chunk-size", type=_chunk_size, default="preset",
-        help="OpenFold's inference chunk size: a number, 'none', or 'preset' (default)",
+        "--chunk-size", type=_chunk_size, default="auto",
+        help="OpenFold's inference chunk size: a number, 'none', 'preset', or 'auto' "
+        "(default: no chunking, and the preset's chunk size if the GPU runs out of memory)",
     )
     p.add_argument(
         "--max-msa-clusters", type=_positive,
-        help="MSA cluster rows the input is padded to (default: the preset's, 512)",
+        help="at most this many MSA cluster rows (default: the preset's, 512)",
     )
     p.add_argument(
         "--max-extra-msa", type=_positive,
-        help="extra-MSA rows the input is padded to (default: the preset's, 5120)",
+        help="at most this many extra-MSA rows (default: the preset's, 5120)",
+    )
+    p.add_argument(
+        "--pad-msa", action="store_true",
+        help="pad every MSA to the --max-msa-clusters / --max-extra-msa sizes, as OpenFold "
+        "does (default: fold with the MSA's own depth, which gives the same result faster)",
     )
     p.add_argument(
         "--cpu-threads", type=_positive,
@@ -223,6 +233,7 @@ def _fold_share(args, group, records, warn, say, local: dict) -> dict:
             chunk_size=args.chunk_size,
             max_msa_clusters=args.max_msa_clusters,
             max_extra_msa=args.max_extra_msa,
+            pad_msa=args.pad_msa,
             seed=args.seed,
             tf32=args.tf32,
             command=["flashlight-fold"] + list(args.argv),

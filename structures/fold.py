@@ -1,10 +1,13 @@
 """Folding records with stock OpenFold and/or Flashlight, timing every layer.
 
 :class:`Folder` builds the model once (or twice for ``compare``: a stock copy and a
-Flashlight-patched copy) and folds records one at a time. For each record and variant it
-runs ``warmup`` forward passes (where Flashlight compiles its kernels; reported
-separately) and then ``repeats`` timed passes, whose element-wise medians are the
-steady-state figures. It writes the structure, the plot and ``latency.json`` (with the
+Flashlight-patched copy) and folds records one at a time, by default once each: a
+record's MSA is used at its own depth ([Note: folding at the MSA's depth] in
+:mod:`~flashlight.structures.features`), chunking is off unless memory runs out
+([Note: chunking only where memory needs it] in :mod:`~flashlight.structures.models`),
+and a short warm-up pass runs only where Flashlight compiles or ``compare`` times two
+variants (:meth:`Folder._warmup_plan`). ``repeats`` timed passes (default one) give the
+element-wise medians reported as the steady state. It writes the structure, the plot and ``latency.json`` (with the
 command line and options) into a fresh folder that then replaces
 ``<out_dir>/<safe name of the record id>/`` whole, and returns the report.
 """
@@ -32,7 +35,9 @@ from flashlight.structures.models import (
     apply_flashlight,
     build_model,
     make_config,
+    preset_chunk_size,
     remove_flashlight,
+    set_chunk_size,
 )
 from flashlight.structures.timing import LayerTimer, median_timing
 
@@ -59,12 +64,13 @@ class FoldOptions:
     mmcif: bool = False
     plot: bool = True
     repeats: int = 1
-    warmup: int = 1
+    warmup: Optional[int] = None  # None: one short warm-up pass where it pays (_warmup_plan)
     num_blocks: Optional[int] = None
     recycles: int = 0
-    chunk_size: object = "preset"
+    chunk_size: object = "auto"  # see [Note: chunking only where memory needs it]
     max_msa_clusters: Optional[int] = None
     max_extra_msa: Optional[int] = None
+    pad_msa: bool = False  # pad MSAs to the configured sizes instead of their depth
     seed: int = 0
     tf32: bool = True
     command: Optional[List[str]] = None  # the command line, recorded in latency.json
@@ -160,6 +166,8 @@ class Folder:
             options.max_extra_msa,
         )
         self.data_config = config.data
+        # [Note: chunking only where memory needs it] in models.py
+        self.fallback_chunk_size = preset_chunk_size(options.preset) if options.chunk_size == "auto" else None
         self.info = ModelInfo(
             preset=options.preset,
             num_blocks=int(config.model.evoformer_stack.no_blocks),
@@ -234,19 +242,59 @@ class Folder:
             ) from err
         return cpu_compat()
 
+    def _warmup_plan(self) -> tuple:
+        """(warm-up passes, recycling iterations in each) for every variant.
+
+        An explicit ``warmup`` runs that many full passes. By default a fold runs once:
+        a warm-up pass is added only where the first call differs from the steady state
+        (Flashlight compiles its kernels, or ``compare`` times both variants alike),
+        and it runs one recycling iteration, not all of them: recycling repeats the same
+        modules on the same shapes (OpenFold's ``iteration``), so one iteration compiles
+        every kernel the timed pass launches, at a fraction of the cost.
+        """
+        opts = self.options
+        if opts.warmup is not None:
+            return opts.warmup, opts.recycles + 1
+        wanted = opts.compare or (self.status.active and "flashlight" in self.variants)
+        return (1 if wanted else 0), 1
+
     def runs_per_record(self) -> int:
-        """Forward passes per record (all variants), for progress reporting."""
-        per_variant = self.options.warmup + self.options.repeats
-        return per_variant * len(self.variants) * (self.options.recycles + 1)
+        """Recycling iterations per record (all variants), for progress reporting."""
+        warmups, iterations = self._warmup_plan()
+        per_variant = warmups * iterations + self.options.repeats * (self.options.recycles + 1)
+        return per_variant * len(self.variants)
 
     def _run_variant(self, model, batch, on_recycle) -> tuple:
+        """Warm-up and timed passes of ``model``; without chunking first when the chunk
+        size is ``auto``, and again chunked if that runs out of GPU memory."""
+        try:
+            return self._passes(model, batch, on_recycle)
+        except torch.OutOfMemoryError:
+            if self.fallback_chunk_size is None or model.globals.chunk_size is not None:
+                raise
+        import gc
+
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.warn(
+            f"note: the GPU ran out of memory without chunking; folding again with "
+            f"chunk_size {self.fallback_chunk_size} (OpenFold's {self.options.preset} setting)"
+        )
+        set_chunk_size(model, self.fallback_chunk_size)
+        return self._passes(model, batch, on_recycle)
+
+    def _passes(self, model, batch, on_recycle) -> tuple:
         opts = self.options
+        warmups, iterations = self._warmup_plan()
+        # [..., R] features -> the first ``iterations`` recycling iterations
+        warm_batch = {k: v[..., :iterations] for k, v in batch.items()}
         warm, steady = [], []
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NOISY_OPENFOLD_WARNING)
             with torch.no_grad(), self._compat(), LayerTimer(model, self.device, on_recycle) as timer:
-                for _ in range(opts.warmup):
-                    out, timing = timer.run(lambda: model(batch))
+                for _ in range(warmups):
+                    out, timing = timer.run(lambda: model(warm_batch))
                     warm.append(timing)
                 for _ in range(opts.repeats):
                     out, timing = timer.run(lambda: model(batch))
@@ -258,6 +306,7 @@ class Folder:
             "steady": median.to_json(),
             "warmup": [t.to_json() for t in warm],
         }
+        run["chunk_size"] = model.globals.chunk_size
         return run, _prediction(out), timer.method
 
     def fold(self, record: Record, on_recycle: Optional[Callable[[], None]] = None) -> dict:
@@ -266,7 +315,10 @@ class Folder:
         wall_start = time.perf_counter()
 
         start = time.perf_counter()
-        feats = feature_builder.processed_features(record, self.data_config, opts.seed)
+        depth = feature_builder.msa_depth(record)
+        # [Note: folding at the MSA's depth] in features.py
+        data_config = self.data_config if opts.pad_msa else feature_builder.fit_msa_rows(self.data_config, depth)
+        feats = feature_builder.processed_features(record, data_config, opts.seed)
         batch = feature_builder.to_device(feats, self.device, DTYPES[opts.dtype])
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -320,12 +372,18 @@ class Folder:
                 "index_in_file": record.index,
                 "msa": record.alignment.paths if record.alignment else None,
                 "msa_depth": record.alignment.depth if record.alignment else 1,
+                "msa_rows": {
+                    "clusters": int(data_config.predict.max_msa_clusters),
+                    "extra": int(data_config.predict.max_extra_msa),
+                    "padded_to_configured_sizes": opts.pad_msa,
+                },
             },
             "model": {**self.info.to_json(), "label": self.info.label()},
             "flashlight": self.status.to_json(),
             "timer": timer_method,
             "environment": self.environment,
-            "warmup_runs": opts.warmup,
+            "warmup_runs": self._warmup_plan()[0],
+            "warmup_recycling_iterations": self._warmup_plan()[1],
             "repeats": opts.repeats,
             "runs": runs,
             "end_to_end": {
