@@ -47,6 +47,7 @@ class FallbackOp:
 
     name: str
     reason: str
+    runs: str = "eager"  # what runs it: "inductor" (compiled around the kernels) or "eager"
 
 
 @dataclasses.dataclass
@@ -57,26 +58,38 @@ class ExplainReport:
     fallback_ops: list[FallbackOp] = dataclasses.field(default_factory=list)
     graphs: int = 0  # FX graphs torch.compile handed to Flashlight
     graph_breaks: list[str] = dataclasses.field(default_factory=list)  # Dynamo's reasons, as it logged them
+    # errors inside Flashlight's compile steps (or Inductor's) after which a graph ran without them
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def inductor_ops(self) -> list[str]:
+        """The fallback operations Inductor compiled (the rest of ``fallback_ops`` ran eagerly)."""
+        return [op.name for op in self.fallback_ops if op.runs == "inductor"]
 
     def __str__(self) -> str:
-        lines = [f"{len(self.kernels)} Flashlight kernel(s), {len(self.fallback_ops)} fallback op(s)"]
+        lines = [f"{len(self.kernels)} Flashlight kernel(s), {len(self.fallback_ops)} fallback op(s)"
+                 + (f" ({len(self.inductor_ops)} compiled by Inductor)" if self.inductor_ops else "")]
         if self.graphs == 0:
             lines.append("  torch.compile handed Flashlight no graph: Dynamo ran the function eagerly")
         for why in self.graph_breaks:
             lines.append(f"  graph break: {why}")
+        for why in self.errors:
+            lines.append(f"  error: {why}")
         for kernel in self.kernels:
             lines.append(f"  kernel {kernel.name}: {', '.join(kernel.aten_ops)}")
         for op in self.fallback_ops:
-            lines.append(f"  fallback {op.name}: {op.reason}")
+            where = " (compiled by Inductor)" if op.runs == "inductor" else ""
+            lines.append(f"  fallback {op.name}{where}: {op.reason}")
         return "\n".join(lines)
 
 
 def compile(fn: Callable, *, dynamic: bool | None = None, **options: Any) -> Callable:
     """``torch.compile(fn, backend="flashlight")`` with Flashlight options.
 
-    Operations outside Flashlight kernels run eagerly. Options: ``autotune`` (bool)
-    overrides ``FLASHLIGHT_AUTOTUNE`` for these kernels; unknown options raise
-    ``TypeError``.
+    Operations outside Flashlight kernels are compiled by Inductor around them, or run
+    eagerly. Options: ``autotune`` (bool) overrides ``FLASHLIGHT_AUTOTUNE`` for these
+    kernels; ``remainder`` (``"inductor"`` or ``"eager"``) overrides
+    ``FLASHLIGHT_REMAINDER``; unknown options raise ``TypeError``.
     """
     from flashlight.backend import make_backend
 

@@ -9,6 +9,8 @@ eagerly.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import warnings
 from typing import Any
@@ -206,20 +208,97 @@ def compile_count() -> int:
     return len(COMPILE_EVENTS)
 
 
-KNOWN_OPTIONS = {"autotune"}
+KNOWN_OPTIONS = {"autotune", "remainder"}
+REMAINDERS = ("inductor", "eager")
 
 
 def make_backend(report: ExplainReport | None = None, **options: Any):
-    """A ``torch.compile`` backend; ``report`` (if given) collects what was generated."""
+    """A ``torch.compile`` backend; ``report`` (if given) collects what was generated.
+
+    Options: ``autotune``; ``remainder``: ``"inductor"`` (Inductor compiles the graph
+    around Flashlight's kernels) or ``"eager"``, default ``FLASHLIGHT_REMAINDER``."""
     unknown = set(options) - KNOWN_OPTIONS
     if unknown:
         raise TypeError(f"unknown Flashlight options {sorted(unknown)}; known: {sorted(KNOWN_OPTIONS)}")
+    if options.get("remainder", "inductor") not in REMAINDERS:
+        raise ValueError(f"remainder={options['remainder']!r}: expected one of {', '.join(REMAINDERS)}")
     from torch._dynamo.backends.common import aot_autograd
 
-    def fw_compiler(gm: fx.GraphModule, example_inputs):
-        return build(gm, example_inputs, report, options)
+    def compiler(kind: str):
+        def compile_one(gm: fx.GraphModule, example_inputs):
+            return compile_with_remainder(gm, example_inputs, report, options, kind)
+        return compile_one
 
-    return aot_autograd(fw_compiler=fw_compiler, decompositions=decompositions())
+    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                        inference_compiler=compiler("inference"), decompositions=decompositions())
+
+
+def compile_with_remainder(gm: fx.GraphModule, example_inputs, report: ExplainReport | None,
+                           options: dict[str, Any], kind: str = "inference"):
+    """:func:`build`, then the remainder: Inductor compiles the graph around the kernels
+    (``remainder="inductor"``), or it runs eagerly. An unexpected error inside
+    Flashlight's compile steps falls back, with a warning and the reason in the report, to
+    the graph without Flashlight kernels (``FLASHLIGHT_ON_ERROR=raise``: it propagates)."""
+    from flashlight import inductor
+
+    remainder = options.get("remainder") or settings.get("remainder")
+    fallback = settings.get("on_error") == "fallback"
+    pristine = fx.GraphModule(gm, copy.deepcopy(gm.graph)) if fallback else None
+    start = _report_marks(report)
+    try:
+        gm = build(gm, example_inputs, report, options)
+    except Exception as error:  # noqa: BLE001 - any internal failure falls back
+        if not fallback:
+            raise
+        why = _warn_fallback("Flashlight", error, "its kernels" if remainder == "eager" else "them, through Inductor")
+        gm = pristine
+        _rewind_report(report, start)
+        _record(report, gm, Plan({}, {}, None), {}, reason=why)
+        if report is not None:
+            report.errors.append(why)
+    if remainder != "inductor" or not isinstance(gm, fx.GraphModule) \
+            or not inductor.devices(gm, example_inputs) <= inductor.DEVICES:
+        return gm
+    try:
+        inductor.to_custom_ops(gm)
+        compiled = inductor.compile_remainder(gm, example_inputs, kind)
+    except Exception as error:  # noqa: BLE001 - the graph still runs, eagerly
+        if not fallback:
+            raise
+        why = _warn_fallback("Inductor", error, "Inductor: the rest of it runs eagerly")
+        if report is not None:
+            report.errors.append(why)
+        return gm
+    _mark_remainder(report, start, "inductor")
+    return compiled
+
+
+def _warn_fallback(who: str, error: Exception, instead: str) -> str:
+    """Warn in one line that ``who`` failed on a graph; returns the reason."""
+    message = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+    why = f"{who} failed ({message})"
+    warnings.warn(f"{why}; this graph runs without {instead}"
+                  " (FLASHLIGHT_ON_ERROR=raise shows the traceback)", stacklevel=2)
+    return why
+
+
+def _report_marks(report: ExplainReport | None) -> tuple[int, int, int]:
+    """How much ``report`` held before a graph: kernels, fallback ops, graphs."""
+    return (len(report.kernels), len(report.fallback_ops), report.graphs) if report is not None else (0, 0, 0)
+
+
+def _rewind_report(report: ExplainReport | None, marks: tuple[int, int, int]) -> None:
+    """Drop what a failed :func:`build` recorded of its graph."""
+    if report is not None:
+        del report.kernels[marks[0]:], report.fallback_ops[marks[1]:]
+        report.graphs = marks[2]
+
+
+def _mark_remainder(report: ExplainReport | None, marks: tuple[int, int, int], runs: str) -> None:
+    """Label this graph's fallback ops as run by ``runs``."""
+    if report is not None:
+        ops = report.fallback_ops
+        ops[marks[1]:] = [dataclasses.replace(op, runs=runs) for op in ops[marks[1]:]]
 
 
 def flashlight_backend(gm: fx.GraphModule, example_inputs):

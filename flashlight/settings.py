@@ -30,6 +30,12 @@ CONFIGS                            version, kernel structure and size bucket,
                                    shipped in flashlight/data/; 0: none)
 FLASHLIGHT_CHECK_      0           1: generated kernels assert that every load and
 BOUNDS                             store stays inside its tensor (debugging; slow)
+FLASHLIGHT_REMAINDER   inductor    what runs the graph's ops outside Flashlight
+                                   kernels: inductor (compiled around the kernels,
+                                   which it sees as opaque ops) or eager
+FLASHLIGHT_ON_ERROR    fallback    an unexpected error inside Flashlight's compile
+                                   steps: fallback (warn, and the graph runs without
+                                   Flashlight kernels) or raise
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
                                    on CPU tensors through the Triton interpreter
 =====================  ==========  ==================================================
@@ -58,6 +64,15 @@ def _autotune(text: str) -> bool | str:
     return "full" if text.strip().lower() == "full" else _bool(text)
 
 
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}")
+        return value
+    return parse
+
+
 _KNOBS: dict[str, _Knob] = {
     "debug": _Knob("FLASHLIGHT_DEBUG", 0, int),
     "cache_dir": _Knob(
@@ -71,6 +86,8 @@ _KNOBS: dict[str, _Knob] = {
     "compile_threads": _Knob("FLASHLIGHT_COMPILE_THREADS", 0, int),
     "tuning_cache": _Knob("FLASHLIGHT_TUNING_CACHE", True, _bool),
     "tuned_configs": _Knob("FLASHLIGHT_TUNED_CONFIGS", "", str),
+    "remainder": _Knob("FLASHLIGHT_REMAINDER", "inductor", _choice("inductor", "eager")),
+    "on_error": _Knob("FLASHLIGHT_ON_ERROR", "fallback", _choice("fallback", "raise")),
 }
 
 _overrides: dict[str, Any] = {}
@@ -82,7 +99,12 @@ def get(name: str) -> Any:
         return _overrides[name]
     knob = _KNOBS[name]
     raw = os.environ.get(knob.env)
-    return knob.default if raw is None else knob.parse(raw)
+    if raw is None:
+        return knob.default
+    try:
+        return knob.parse(raw)
+    except ValueError as error:
+        raise ValueError(f"{knob.env}={raw!r}: {error}") from None
 
 
 @contextlib.contextmanager

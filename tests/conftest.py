@@ -3,6 +3,9 @@
 - Generated Triton kernels run on CPU tensors through Triton's interpreter unless the
   caller chose otherwise: ``TRITON_INTERPRET`` must be set before Triton is imported,
   so it is set here, before any test module is collected.
+- The remainder of a graph runs eagerly (``FLASHLIGHT_REMAINDER=eager``) and errors
+  inside Flashlight's compile steps raise (``FLASHLIGHT_ON_ERROR=raise``), unless the
+  caller chose otherwise.
 - The repository root goes on ``sys.path`` so that tests can import helpers from the
   ``bench`` folder (``import bench...``).
 """
@@ -10,6 +13,10 @@ import os
 import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# the suite runs the remainder eagerly (Inductor's C++ builds would slow it down; the
+# tests of the Inductor remainder choose it themselves), and internal errors raise
+os.environ.setdefault("FLASHLIGHT_REMAINDER", "eager")
+os.environ.setdefault("FLASHLIGHT_ON_ERROR", "raise")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:

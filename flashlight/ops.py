@@ -1,0 +1,76 @@
+"""Flashlight kernels as one PyTorch operator, so that other compilers schedule around them.
+
+``torch.ops.flashlight.launch(kernel, inputs)`` runs the generated kernel named
+``kernel`` on ``inputs`` and returns its output, a new contiguous tensor. It is a
+``torch.library.custom_op`` with a fake (meta) implementation, so Inductor (and any
+tracer) sees an opaque op whose output shape, with symbolic sizes, dtype and strides it
+knows without running it: the shape is read off the inputs' shapes exactly as
+:meth:`flashlight.runtime.Launcher.__call__` reads it.
+
+Kernels are found in a process-wide registry by a key that is a digest of the kernel's
+source and its launch metadata, not a counter: a graph Inductor compiled in another
+process and loads from its on-disk cache names the same kernel in this one, which the
+backend registers before it hands the graph to Inductor.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Sequence
+
+import torch
+
+from flashlight.runtime import Launcher
+
+_REGISTRY: dict[str, Launcher] = {}  # key -> the launcher of that kernel
+
+
+def kernel_key(launcher: Launcher) -> str:
+    """The registry key of ``launcher``'s kernel: its name and a digest of everything
+    that decides what it computes and the shape it returns."""
+    src = launcher.src
+    shape = [[str(d.size) for d in axis] for axis in launcher.out_axes]
+    sizes = sorted((text, s.tensor, s.axis) for text, s in launcher.sources.items())
+    text = repr((src.source, shape, sizes, str(launcher.kernel.dtype), tuple(src.inputs),
+                 tuple(getattr(src, "fast_axes", ())), launcher.autotune))
+    return f"{src.name}_{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+
+def register(launcher: Launcher) -> str:
+    """Make ``launcher`` callable as ``torch.ops.flashlight.launch(key, inputs)``; returns the key."""
+    key = kernel_key(launcher)
+    _REGISTRY[key] = launcher
+    return key
+
+
+def launcher_of(kernel: str) -> Launcher:
+    """The launcher registered under ``kernel``."""
+    try:
+        return _REGISTRY[kernel]
+    except KeyError:
+        raise RuntimeError(f"no Flashlight kernel {kernel!r} is registered in this process "
+                           "(compile the function that uses it first)") from None
+
+
+def output_shape(launcher: Launcher, inputs: Sequence[torch.Tensor]) -> list:
+    """The shape ``launcher`` returns for ``inputs`` (SymInts where the inputs' sizes are)."""
+    values = {text: inputs[s.tensor].shape[s.axis] for text, s in launcher.sources.items()}
+    return [math.prod((int(d.size) if d.is_static else values[d.size]) for d in axis)
+            for axis in launcher.out_axes]
+
+
+@torch.library.custom_op("flashlight::launch", mutates_args=())
+def launch(kernel: str, inputs: list[torch.Tensor]) -> torch.Tensor:
+    """Run the Flashlight kernel registered as ``kernel`` on ``inputs``."""
+    out = launcher_of(kernel)(*inputs)
+    if out._base is not None or not out.is_contiguous() or any(out is t for t in inputs):
+        # the unfused graph ran instead of the kernel (size 0, or faster): a new
+        # contiguous tensor, as the fake implementation promises
+        out = out.clone(memory_format=torch.contiguous_format)
+    return out
+
+
+@launch.register_fake
+def _launch_fake(kernel: str, inputs: list[torch.Tensor]) -> torch.Tensor:
+    launcher = launcher_of(kernel)
+    return inputs[0].new_empty(output_shape(launcher, inputs), dtype=launcher.kernel.dtype)
