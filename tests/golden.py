@@ -1,0 +1,107 @@
+"""Golden outputs of the compiler: the Triton source it prints for the catalog variants.
+
+``python -m tests.golden --out DIR`` writes, for every variant of :mod:`bench.variants`
+(at its small ``default_shape``) in float32 and bfloat16, the GPU-path source of each
+kernel (``interpret=False``, fp32 contractions as ``tf32`` and as ``ieee``) and the
+interpreter's source, one file per kernel, so two runs can be compared with ``diff -r``.
+
+The graphs are captured the way the backend captures them (AOTAutograd with
+Flashlight's decompositions) and compiled by the compiler's own entry points; nothing
+is launched: the captured graph runs eagerly.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+PRECISIONS = ("tf32", "ieee")
+GOLDEN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
+# the variants whose IR and source are committed under tests/golden/
+GOLDEN_VARIANTS = ("vanilla", "causal_tril", "msa_row_pair_bias", "document_mask")
+
+
+def capture(fn, inputs) -> list:
+    """The ATen graphs the backend would compile for ``fn(*inputs)`` (static shapes)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from flashlight.decompositions import decompositions
+
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    backend = aot_autograd(fw_compiler=keep, inference_compiler=keep, decompositions=decompositions())
+    torch.compiler.reset()
+    with torch.no_grad():
+        torch.compile(fn, backend=backend, dynamic=False)(*inputs)
+    torch.compiler.reset()
+    return graphs
+
+
+def variant_inputs(name: str, dtype: torch.dtype):
+    from bench.variants import VARIANTS
+
+    v = VARIANTS[name]
+    return v.fn, v.make_inputs(v.default_shape, dtype, "cpu", torch.Generator().manual_seed(0))
+
+
+def sources(name: str, dtype: torch.dtype) -> dict[str, str]:
+    """File name -> text: every kernel's sources for variant ``name`` in ``dtype``."""
+    from flashlight.codegen import generate
+    from flashlight.lower import lower
+    from flashlight.pipeline import compile_graph
+
+    out: dict[str, str] = {}
+    for g, gm in enumerate(capture(*variant_inputs(name, dtype))):
+        plan = compile_graph(lower(gm))
+        for node, tiled in plan.kernels.items():
+            stem = f"graph{g}.{node}"
+            for precision in PRECISIONS:
+                out[f"{stem}.gpu.{precision}.py"] = generate(tiled, None, precision, interpret=False).source
+            out[f"{stem}.interpret.py"] = generate(tiled, None, "ieee", interpret=True).source
+        if plan.rejected:
+            out[f"graph{g}.rejected.txt"] = "".join(f"{k}: {v}\n" for k, v in sorted(plan.rejected.items()))
+    return out
+
+
+def dump(out_dir: str, names=None) -> int:
+    """Write every variant's sources under ``out_dir/<variant>/<dtype>/``; returns the count."""
+    from bench.variants import VARIANTS
+
+    count = 0
+    for name in names or VARIANTS:
+        for key, dtype in DTYPES.items():
+            folder = os.path.join(out_dir, name, key)
+            os.makedirs(folder, exist_ok=True)
+            for file, text in sources(name, dtype).items():
+                with open(os.path.join(folder, file), "w") as f:
+                    f.write(text)
+                count += 1
+    return count
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="write every variant's sources into this folder")
+    parser.add_argument("--variants", nargs="*", help="only these variants")
+    args = parser.parse_args(argv)
+    if args.out:
+        print(f"{dump(args.out, args.variants)} files written to {args.out}")
+    if not args.out:
+        parser.error("give --out DIR")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
