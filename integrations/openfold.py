@@ -1,9 +1,10 @@
-"""``patch_openfold``: run OpenFold's gated self-attention through Flashlight kernels.
+"""``patch_openfold``: run OpenFold's MSA and triangle attention through Flashlight kernels.
 
 What is patched
 ---------------
-OpenFold computes all of its Evoformer attentions with one module,
-``openfold.model.primitives.Attention``, owned by
+OpenFold computes its Evoformer attentions with one module,
+``openfold.model.primitives.Attention``, and the extra-MSA column attention with
+``GlobalAttention``, owned by
 
 =====================================  =============================  ==================
 owner (found by type)                  kind in the report             biases
@@ -20,6 +21,9 @@ extra-MSA and template pair stacks)
 ``starting=False`` (input transposed),
 or named ``*end*`` (0.0.1's Evoformer
 transposes around a starting node)
+``MSAColumnGlobalAttention`` (extra-   ``msa_global_column_           mask; mean-pooled
+MSA stack; its ``GlobalAttention``)    attention``                    query, one shared
+                                                                      key/value head
 =====================================  =============================  ==================
 
 :func:`patch_openfold` sets one instance attribute, ``forward``, on each of those
@@ -42,8 +46,11 @@ record a dataclass, so a patched model goes through ``copy.deepcopy`` and ``torc
 loads without it). ``torch.nn.DataParallel`` replicas share the original's forward
 attributes and are not supported.
 
-Not patched: the extra-MSA stack's column attention (``MSAColumnGlobalAttention``, a
-different computation), ``TemplatePointwiseAttention`` and the structure module's IPA.
+``GlobalAttention`` is patched the same way: its pooled query and projections keep the
+module's layers, the attention over the sequences is one kernel, and the gate, a product
+over every sequence, runs after it in PyTorch (see [Note: global column attention] in
+:mod:`flashlight.integrations.openfold_core`). Not patched: ``TemplatePointwiseAttention``
+and the structure module's IPA.
 
 OpenFold's flags
 ----------------
@@ -77,8 +84,8 @@ chunking.
 
 When the stock forward runs instead
 -----------------------------------
-The stock ``Attention.forward`` handles the call (with a one-time warning naming the
-reason) when: tensors are on the CPU and ``TRITON_INTERPRET`` is not set (or raise, with
+The stock ``Attention.forward`` (or ``GlobalAttention.forward``) handles the call (with
+a one-time warning naming the reason) when: tensors are on the CPU and ``TRITON_INTERPRET`` is not set (or raise, with
 ``fallback_on_cpu=False``); the dtype is neither float32 nor bfloat16; autograd is
 recording (Flashlight kernels are forward-only: wrap inference in ``torch.no_grad()``);
 more than two biases are passed. OpenFold's training-time ``_chunk_logits`` path of
@@ -96,6 +103,7 @@ from flashlight.integrations.openfold_forward import (  # noqa: F401 - public na
     _STATE_ATTR,
     PatchedForward,
     _foreign_forward,
+    _global_forward,
     _OwnerState,
     _Options,
     _owner_forward,
@@ -103,6 +111,7 @@ from flashlight.integrations.openfold_forward import (  # noqa: F401 - public na
     _PatchState,
     _stock_params,
     core_call,
+    global_core_call,
     is_patched,
     reset_warnings,
 )
@@ -112,7 +121,9 @@ KINDS = (
     "msa_column_attention",
     "triangle_attention_start",
     "triangle_attention_end",
+    "msa_global_column_attention",
 )
+_GLOBAL = "msa_global_column_attention"
 STACKS = ("evoformer", "extra_msa", "template_pair", "other")
 
 @dataclasses.dataclass
@@ -167,8 +178,12 @@ class PatchReport:
 def _openfold_classes() -> dict[str, type]:
     try:
         from openfold.model.evoformer import EvoformerStack, ExtraMSAStack
-        from openfold.model.msa import MSAAttention, MSAColumnAttention
-        from openfold.model.primitives import Attention
+        from openfold.model.msa import (
+            MSAAttention,
+            MSAColumnAttention,
+            MSAColumnGlobalAttention,
+        )
+        from openfold.model.primitives import Attention, GlobalAttention
         from openfold.model.template import TemplatePairStack
         from openfold.model.triangular_attention import TriangleAttention
     except ImportError as err:
@@ -177,8 +192,10 @@ def _openfold_classes() -> dict[str, type]:
         ) from err
     return {
         "Attention": Attention,
+        "GlobalAttention": GlobalAttention,
         "MSAAttention": MSAAttention,
         "MSAColumnAttention": MSAColumnAttention,
+        "MSAColumnGlobalAttention": MSAColumnGlobalAttention,
         "TriangleAttention": TriangleAttention,
         "EvoformerStack": EvoformerStack,
         "ExtraMSAStack": ExtraMSAStack,
@@ -228,10 +245,15 @@ def _find_targets(model: torch.nn.Module) -> list[_Target]:
                 kind = "msa_row_attention_with_pair_bias"
             elif ancestors and isinstance(ancestors[-1], cls["MSAColumnAttention"]):
                 kind = "msa_column_attention"
+        elif isinstance(module, cls["MSAColumnGlobalAttention"]):
+            kind = _GLOBAL
         if kind is None:
             continue
-        attention = getattr(module, "mha", None)
-        if not isinstance(attention, cls["Attention"]) or id(attention) in seen:
+        attribute, expected = ("mha", "Attention")
+        if kind == _GLOBAL:
+            attribute, expected = ("global_attention", "GlobalAttention")
+        attention = getattr(module, attribute, None)
+        if not isinstance(attention, cls[expected]) or id(attention) in seen:
             continue
         seen.add(id(attention))
         stack = "other"
@@ -240,8 +262,8 @@ def _find_targets(model: torch.nn.Module) -> list[_Target]:
             if names:
                 stack = names[0]
                 break
-        mha_path = f"{path}.mha" if path else "mha"
-        targets.append(_Target(mha_path, kind, stack, module, attention))
+        mha_path = f"{path}.{attribute}" if path else attribute
+        targets.append(_Target(mha_path, kind, stack, module, attention, attribute))
     return targets
 
 
@@ -288,8 +310,8 @@ def patch_openfold(
     if not targets:
         raise ValueError(
             f"patch_openfold found no OpenFold attention module in {type(model).__name__}: "
-            "expected MSARowAttentionWithPairBias, MSAColumnAttention or TriangleAttention "
-            "modules from openfold.model (an AlphaFold model, an Evoformer stack or block, "
+            "expected MSARowAttentionWithPairBias, MSAColumnAttention, TriangleAttention or "
+            "MSAColumnGlobalAttention modules from openfold.model (an AlphaFold model, an Evoformer stack or block, "
             "or the modules themselves)"
         )
     chosen = [t for t in targets if t.kind in wanted]
@@ -326,7 +348,8 @@ def patch_openfold(
             setattr(attention, _STATE_ATTR, state)
             # An instance attribute shadows the class's forward; nn.Module.__call__
             # (hooks included) then calls it.
-            attention.forward = PatchedForward(attention, _patched_forward)
+            forward = _global_forward if target.kind == _GLOBAL else _patched_forward
+            attention.forward = PatchedForward(attention, forward)
         _patch_owner(target)
         report._add(target.stack, target.kind, target.path)
     return report

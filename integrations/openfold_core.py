@@ -33,6 +33,22 @@ that e.g. fp32 and bf16, or the Evoformer's ``C = 32`` and the template stack's
 ``C = 16``, never compete for that limit. Sequence lengths and batch sizes are not part
 of the signature: the callables are compiled with ``dynamic=None``, so a second length
 makes those dimensions symbolic instead of compiling once per length.
+
+[Note: global column attention]
+The extra-MSA stack's ``MSAColumnGlobalAttention`` (``GlobalAttention``) attends, per
+column ``r``, from ``H`` queries to the ``S`` sequences of that column::
+
+    q = linear_q(masked mean of m over S)                       # [*, R, H, C]
+    k, v = linear_k(m), linear_v(m)                             # [*, R, S, C], one head
+    o = softmax(q / sqrt(C) @ k^T + mask_bias, -1) @ v          # [*, R, H, C]
+    out = linear_o((o[..., None, :, :] * sigmoid(linear_g(m))).flatten(-2))  # [*, R, S, C_in]
+
+:func:`global_attention` is the middle line only. The pooled query and the projections
+stay with the module's layers (each computed once), and so does the gate: its product
+``[*, R, S, H, C]`` is indexed by the sequence, and fused into the kernel it would make
+the sequence a grid dim, so every program along it would run the whole attention again
+(``flashlight.pipeline.recomputes_across_grid`` says so for that fusion). The kernel
+thus has one program per column and head block, with the sequences as its key loop.
 """
 from __future__ import annotations
 
@@ -98,6 +114,22 @@ def attention_2(q, k, v, bias_1, bias_2):
     return _attend(q, k, v, (bias_1, bias_2))
 
 
+def global_attention(q, k, v, bias):
+    """``softmax(q k^T / sqrt(C) + bias) v`` with one key/value head shared by the queries.
+
+    q: ``[*, R, H, C]`` pooled queries; k, v: ``[*, R, S, C]``; bias: the mask bias
+    broadcasting to ``[*, R, H, S]``. Returns ``[*, R, H, C]`` (see [Note: global column
+    attention]).
+    """
+    # [*, R, H, C]
+    q = q / math.sqrt(q.shape[-1])
+    # [*, R, H, S]
+    s = torch.matmul(q, k.transpose(-1, -2)) + bias.to(q.dtype)
+    p = torch.softmax(s, dim=-1)
+    # [*, R, H, C]
+    return torch.matmul(p, v)
+
+
 _CORES: dict[tuple[int, bool], Callable] = {
     (0, True): gated_attention_0,
     (1, True): gated_attention_1,
@@ -145,6 +177,19 @@ def signature_name(n_biases: int, gated: bool, heads: int, width: int, dtype: to
     return f"{base}_h{heads}_c{width}_{str(dtype).replace('torch.', '')}"
 
 
+def _compiled_once(key: Hashable, plain: Callable, name: str, options: dict) -> Callable:
+    """``plain`` compiled as ``name`` on first request for ``key``, then cached."""
+    key = (key, tuple(sorted(options.items())))
+    with _compiled_lock:
+        entry = _compiled.get(key)
+        if entry is None:
+            import flashlight
+
+            entry = (name, flashlight.compile(_fresh_copy(plain, name), dynamic=None, **options))
+            _compiled[key] = entry
+        return entry[1]
+
+
 def compiled_core(
     n_biases: int,
     gated: bool,
@@ -158,18 +203,19 @@ def compiled_core(
     ``compile_options`` are passed to :func:`flashlight.compile` (e.g.
     ``{"autotune": False}``). The callable is cached for the life of the process.
     """
-    options = dict(compile_options or {})
-    key = (n_biases, bool(gated), int(heads), int(width), dtype, tuple(sorted(options.items())))
-    with _compiled_lock:
-        entry = _compiled.get(key)
-        if entry is None:
-            import flashlight
+    plain = attention_core(n_biases, gated)
+    name = signature_name(n_biases, gated, heads, width, dtype)
+    key = (n_biases, bool(gated), int(heads), int(width), dtype)
+    return _compiled_once(key, plain, name, dict(compile_options or {}))
 
-            plain = attention_core(n_biases, gated)
-            name = signature_name(n_biases, gated, heads, width, dtype)
-            entry = (name, flashlight.compile(_fresh_copy(plain, name), dynamic=None, **options))
-            _compiled[key] = entry
-        return entry[1]
+
+def compiled_global_core(
+    heads: int, width: int, dtype: torch.dtype, compile_options: dict[str, Any] | None = None
+) -> Callable:
+    """The Flashlight-compiled :func:`global_attention`, e.g. ``global_attention_h8_c8_float32``."""
+    name = f"global_attention_h{heads}_c{width}_{str(dtype).replace('torch.', '')}"
+    key = ("global", int(heads), int(width), dtype)
+    return _compiled_once(key, global_attention, name, dict(compile_options or {}))
 
 
 def compiled_names() -> list[str]:

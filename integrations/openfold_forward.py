@@ -124,16 +124,25 @@ def _foreign_forward(module: torch.nn.Module) -> bool:
 # -- the replacement forward ---------------------------------------------------------
 
 
-def _bind(state: _PatchState, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """Positional flags after ``biases`` named as the installed OpenFold names them."""
+def _bind(module, args: tuple, kwargs: dict, skip: int) -> dict[str, Any]:
+    """Positional flags after the first ``skip`` arguments (``q_x, kv_x, biases`` or
+    ``m, mask``) named as the installed OpenFold names them."""
+    state: _PatchState = getattr(module, _STATE_ATTR)
+    what = f"{type(module).__name__}.forward"
     flags = dict(kwargs)
-    names = state.stock_params[3:]  # after q_x, kv_x, biases
+    names = state.stock_params[skip:]
     if len(args) > len(names):
-        raise TypeError(f"Attention.forward takes at most {3 + len(names)} positional arguments")
+        raise TypeError(f"{what} takes at most {skip + len(names)} positional arguments")
     for name, value in zip(names, args):
         if name in flags:
-            raise TypeError(f"Attention.forward got multiple values for argument {name!r}")
+            raise TypeError(f"{what} got multiple values for argument {name!r}")
         flags[name] = value
+    for name in flags:
+        if name not in _IGNORED_FLAGS and name not in ("use_flash", "flash_mask"):
+            _warn_once(
+                f"flag:{name}",
+                f"Flashlight-patched OpenFold attention ignores the unknown argument {name!r}",
+            )
     return flags
 
 
@@ -173,11 +182,11 @@ def _runs_fused(owner, state: _OwnerState, x, arguments: list) -> bool:
     return _fallback_reason(owner, options, [x], tensors) is None
 
 
-def _stock_forward(attention, q_x, kv_x, biases, flags: dict[str, Any]):
+def _stock_forward(attention, *inputs, flags: dict[str, Any]):
     """The class's own forward, with the flags it knows."""
     state: _PatchState = getattr(attention, _STATE_ATTR)
     known = {k: v for k, v in flags.items() if k in state.stock_params}
-    return type(attention).forward(attention, q_x, kv_x, biases, **known)
+    return type(attention).forward(attention, *inputs, **known)
 
 
 def _fallback_reason(module, options: _Options, inputs: list, others=()) -> str | None:
@@ -222,6 +231,15 @@ _FALLBACK_MESSAGES = {
 }
 
 
+def _warn_fallback(reason: str) -> None:
+    _warn_once(
+        f"fallback:{reason}",
+        _FALLBACK_MESSAGES.get(
+            reason, f"{reason}: running OpenFold's stock attention instead of Flashlight"
+        ),
+    )
+
+
 def _patched_forward(self, q_x, kv_x, biases=None, *args, **kwargs):
     """OpenFold ``Attention.forward`` with the attention core as one Flashlight kernel.
 
@@ -233,15 +251,8 @@ def _patched_forward(self, q_x, kv_x, biases=None, *args, **kwargs):
         ``[*, Q, C_q]``, as the stock forward.
     """
     state: _PatchState = getattr(self, _STATE_ATTR)
-    flags = _bind(state, args, kwargs)
+    flags = _bind(self, args, kwargs, skip=3)
     biases = [b for b in biases if b is not None] if biases is not None else []
-
-    for name in flags:
-        if name not in _IGNORED_FLAGS and name not in ("use_flash", "flash_mask"):
-            _warn_once(
-                f"flag:{name}",
-                f"Flashlight-patched OpenFold attention ignores the unknown argument {name!r}",
-            )
     flash_mask = flags.get("flash_mask")
     use_flash = bool(flags.get("use_flash", False))
 
@@ -249,20 +260,15 @@ def _patched_forward(self, q_x, kv_x, biases=None, *args, **kwargs):
     if reason is None and len(biases) > openfold_core.MAX_BIASES:
         reason = "biases"
     if reason is not None:
-        _warn_once(
-            f"fallback:{reason}",
-            _FALLBACK_MESSAGES.get(
-                reason, f"{reason}: running OpenFold's stock attention instead of Flashlight"
-            ),
-        )
-        return _stock_forward(self, q_x, kv_x, biases or None, flags)
+        _warn_fallback(reason)
+        return _stock_forward(self, q_x, kv_x, biases or None, flags=flags)
 
     if use_flash and flash_mask is not None:
         # [*, K] key mask -> [*, 1, 1, K]
         biases.append((state.inf * (flash_mask.to(q_x.dtype) - 1))[..., None, None, :])
         if len(biases) > openfold_core.MAX_BIASES:
             _warn_once("fallback:biases", _FALLBACK_MESSAGES["biases"])
-            return _stock_forward(self, q_x, kv_x, biases[:-1] or None, flags)
+            return _stock_forward(self, q_x, kv_x, biases[:-1] or None, flags=flags)
 
     fn, core_args = core_call(self, q_x, kv_x, biases, compiled=True)
     # [*, Q, H, C]
@@ -310,3 +316,62 @@ def core_call(attention, q_x, kv_x, biases, *, compiled: bool = False):
         fn = openfold_core.attention_core(len(biases), gated)
     return fn, tuple(args)
 
+
+
+def _global_forward(self, m, mask, *args, **kwargs):
+    """OpenFold ``GlobalAttention.forward`` with the attention over the sequences as one
+    Flashlight kernel (see [Note: global column attention] in
+    :mod:`flashlight.integrations.openfold_core`).
+
+    Args:
+        m: ``[*, R, S, C_in]`` the layer-normed MSA, a column per ``R``.
+        mask: ``[*, R, S]`` sequence mask of each column.
+        *args, **kwargs: OpenFold's flags (``use_lma``: replaced by the kernel, ignored).
+    Returns:
+        ``[*, R, S, C_in]``, as the stock forward.
+    """
+    state: _PatchState = getattr(self, _STATE_ATTR)
+    flags = _bind(self, args, kwargs, skip=2)
+    others = [mask] if isinstance(mask, torch.Tensor) else []
+    reason = _fallback_reason(self, state.options, [m], others)
+    if reason is not None:
+        _warn_fallback(reason)
+        return _stock_forward(self, m, mask, flags=flags)
+    fn, core_args = global_core_call(self, m, mask, compiled=True)
+    # [*, R, H, C]
+    o = fn(*core_args)
+    # [*, R, S, H, C]: the gate, per sequence, outside the kernel
+    g = torch.sigmoid(self.linear_g(m))
+    o = o.unsqueeze(-3) * g.view(g.shape[:-1] + (self.no_heads, -1))
+    # [*, R, S, C_in]
+    return self.linear_o(o.reshape(o.shape[:-2] + (-1,)))
+
+
+def global_core_call(attention, m, mask, *, compiled: bool = False):
+    """:func:`openfold_core.global_attention` for ``attention`` (an OpenFold
+    ``GlobalAttention``) and its arguments ``(q, k, v, mask_bias)``.
+
+    Pools the query (OpenFold's masked mean over the sequences) and runs the module's
+    projections; ``fn(*args)`` is the attention output ``[*, R, H, C]`` before the gate.
+    ``fn`` is the plain function, or with ``compiled=True`` its Flashlight-compiled form.
+    """
+    heads = attention.no_heads
+    # [*, R, C_in]
+    q = torch.sum(m * mask.unsqueeze(-1), dim=-2) / (
+        torch.sum(mask, dim=-1)[..., None] + attention.eps
+    )
+    # [*, R, H, C]
+    q = attention.linear_q(q)
+    q = q.view(q.shape[:-1] + (heads, -1))
+    # [*, R, S, C]: one key/value head
+    k = attention.linear_k(m)
+    v = attention.linear_v(m)
+    # [*, R, 1, S]
+    bias = (attention.inf * (mask - 1))[..., :, None, :]
+    if compiled:
+        state = getattr(attention, _STATE_ATTR, None)
+        options = state.options.compile_options if state is not None else {}
+        fn = openfold_core.compiled_global_core(heads, q.shape[-1], q.dtype, options)
+    else:
+        fn = openfold_core.global_attention
+    return fn, (q, k, v, bias)

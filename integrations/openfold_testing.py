@@ -9,8 +9,10 @@ computation shows in the output.
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any
+from typing import Any, Iterator
+from unittest import mock
 
 import numpy as np
 import torch
@@ -32,6 +34,23 @@ def randomize_(module: torch.nn.Module, generator: torch.Generator, gain: float 
             else:
                 value = 0.1 * noise
             p.copy_(value.to(p.dtype))
+
+
+@contextlib.contextmanager
+def count_launches() -> Iterator[list]:
+    """Within the block, every Flashlight kernel launch appends its ``Launcher`` to the
+    list yielded (``launcher.src.name`` names the kernel, ``launcher.tiled`` its tiling)."""
+    from flashlight import runtime
+
+    launches: list = []
+    launch = runtime.Launcher.__call__
+
+    def counted(self, *tensors):
+        launches.append(self)
+        return launch(self, *tensors)
+
+    with mock.patch.object(runtime.Launcher, "__call__", counted):
+        yield launches
 
 
 def random_mask(shape: tuple[int, ...], generator: torch.Generator, p_zero: float = 0.25):
@@ -122,19 +141,25 @@ def model_batch(config, sequence: str, n_alignments: int = 4, seed: int = 0):
 def random_model(config, seed: int = 0, gain: float = 0.5):
     """A seeded random-weight ``AlphaFold(config)`` in eval mode.
 
-    OpenFold's own initialisation is kept, except in the MSA row/column and triangle
-    attention modules and the pLDDT head, whose parameters are all drawn
-    (:func:`randomize_`) so that their outputs are not constant.
+    OpenFold's own initialisation is kept, except in the MSA row/column (global ones
+    too) and triangle attention modules, the extra-MSA stack's outer product means and
+    the pLDDT head, whose parameters are all drawn (:func:`randomize_`) so that their
+    outputs are not constant (OpenFold zeroes the outer product mean's output layer, so
+    the extra-MSA representation would otherwise never reach the pair representation).
     """
     from openfold.model.model import AlphaFold
-    from openfold.model.msa import MSAAttention
+    from openfold.model.msa import MSAAttention, MSAColumnGlobalAttention
+    from openfold.model.outer_product_mean import OuterProductMean
     from openfold.model.triangular_attention import TriangleAttention
 
     torch.manual_seed(seed)
     model = AlphaFold(config).eval()
     generator = torch.Generator().manual_seed(seed)
     for module in model.modules():
-        if isinstance(module, (MSAAttention, TriangleAttention)):
+        if isinstance(module, (MSAAttention, MSAColumnGlobalAttention, TriangleAttention)):
+            randomize_(module, generator, gain=gain)
+    for module in model.extra_msa_stack.modules():
+        if isinstance(module, OuterProductMean):
             randomize_(module, generator, gain=gain)
     randomize_(model.aux_heads.plddt, generator, gain=gain)
     return model

@@ -2,10 +2,10 @@
 
 OpenFold's owner modules split their batch into ``chunk_size`` chunks before calling
 ``Attention``; patched owners call their class's forward with ``chunk_size=None`` while
-the attention runs fused, and chunk as asked when it runs the stock code. Launches are
-counted by wrapping Flashlight's own ``Launcher.__call__``; calls of the attention module
-by a forward pre-hook (OpenFold calls it once per chunk). Kernels run through the
-Triton interpreter (tests/conftest.py).
+the attention runs fused, and chunk as asked when it runs the stock code. Kernel
+launches are counted by ``openfold_testing.count_launches`` (it wraps Flashlight's own
+``Launcher``), calls of the attention module by a forward pre-hook (OpenFold calls it
+once per chunk). Kernels run through the Triton interpreter (tests/conftest.py).
 
 Tolerances: float32 1e-4 of the largest output magnitude against the stock module
 chunked alike; against a float64 stock run, at most twice the stock float32 error plus
@@ -13,9 +13,7 @@ chunked alike; against a float64 stock run, at most twice the stock float32 erro
 """
 from __future__ import annotations
 
-import contextlib
 import copy
-from unittest import mock
 
 import pytest
 import torch
@@ -26,7 +24,6 @@ from openfold.model.msa import MSAColumnAttention, MSARowAttentionWithPairBias  
 from openfold.model.triangular_attention import TriangleAttention  # noqa: E402
 
 import flashlight  # noqa: E402
-from flashlight import runtime  # noqa: E402
 from flashlight.integrations import openfold as ofp  # noqa: E402
 from flashlight.integrations import openfold_testing as oft  # noqa: E402
 
@@ -88,20 +85,6 @@ CASES = {
 }
 
 
-@contextlib.contextmanager
-def counting():
-    """Yields (kernel launches, attention calls): lists that grow as they happen."""
-    launches: list[str] = []
-    original = runtime.Launcher.__call__
-
-    def call(self, *tensors):
-        launches.append(self.src.name)
-        return original(self, *tensors)
-
-    with mock.patch.object(runtime.Launcher, "__call__", call):
-        yield launches
-
-
 def _twins(name, gen):
     factory, inputs, attention_of, rows = CASES[name]
     stock = factory().eval()
@@ -135,7 +118,7 @@ def test_chunked_call_is_one_launch_and_matches_stock_chunked(name, gen):
     with torch.no_grad():
         want = stock(**kwargs, chunk_size=4)
         exact = reference(**{k: v.double() for k, v in kwargs.items()}, chunk_size=4)
-        with counting() as launches:
+        with oft.count_launches() as launches:
             out = patched(**kwargs, chunk_size=4)
     assert len(stock_calls) == -(-rows // 4) > 1  # the stock module did chunk
     assert len(calls) == 1 and len(launches) == 1, (calls, launches)
@@ -147,7 +130,7 @@ def test_positional_chunk_size_flags_and_unknown_keywords(gen):
     calls = _calls_of(attention_of(patched))
     with torch.no_grad():
         want = stock(kwargs["x"], kwargs["mask"], 3)
-        with counting() as launches:
+        with oft.count_launches() as launches:
             # x, mask, chunk_size, use_memory_efficient_kernel, use_lma by position
             out = patched(kwargs["x"], kwargs["mask"], 3, False, True)
             out_kw = patched(**kwargs, chunk_size=3, use_lma=True, inplace_safe=True)

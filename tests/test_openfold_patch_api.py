@@ -95,9 +95,9 @@ def test_report_counts_each_kind_by_stack():
         "triangle_attention_end": 1,
     }
     assert report.counts["evoformer"] == {k: 2 * v for k, v in per_block.items()}
-    # extra-MSA column attention is global attention: not patched
     assert report.counts["extra_msa"] == {
         "msa_row_attention_with_pair_bias": 1,
+        "msa_global_column_attention": 1,
         "triangle_attention_start": 1,
         "triangle_attention_end": 1,
     }
@@ -105,14 +105,15 @@ def test_report_counts_each_kind_by_stack():
         "triangle_attention_start": 2,
         "triangle_attention_end": 2,
     }
-    assert report.total == 8 + 3 + 4 == len(report.paths)
+    assert report.total == 8 + 4 + 4 == len(report.paths)
     assert report.by_kind["triangle_attention_start"] == 5
     assert "evoformer.blocks.1.core.tri_att_end.mha" in report.paths
-    assert "template_pair" in str(report)
-    # the global column attention and the template pointwise attention keep their forward
-    assert "forward" not in vars(model.extra_msa_stack.blocks[0].msa_att_col.global_attention)
+    assert "extra_msa_stack.blocks.0.msa_att_col.global_attention" in report.paths
+    assert "template_pair" in str(report) and "msa_global_column_attention" in str(report)
+    assert ofp.is_patched(model.extra_msa_stack.blocks[0].msa_att_col.global_attention)
+    # the template pointwise attention keeps its forward
     assert "forward" not in vars(model.template_pointwise_att.mha)
-    assert flashlight.unpatch_openfold(model) == 15
+    assert flashlight.unpatch_openfold(model) == 16
 
 
 def test_patch_matches_and_unpatch_restores_bit_identical(gen):

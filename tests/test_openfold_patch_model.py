@@ -1,10 +1,11 @@
 """A whole OpenFold ``model_1``, patched and stock, folds the same sequence alike (CPU).
 
 The model is a seeded random-weight ``model_1`` with 2 Evoformer blocks, 1 extra-MSA
-block, no templates and no recycling (its attention modules and pLDDT head have every
-parameter drawn, so they are not zero), on a 12-residue sequence with a 4-sequence MSA
-(5 MSA rows and 5 extra-MSA rows after padding, so masks have zeros), unchunked and with
-``chunk_size=4``.
+block, no templates and no recycling (its attention modules, the extra-MSA global column
+attention included, the extra-MSA outer product mean and the pLDDT head have every
+parameter drawn, so they are not zero), on a 12-residue sequence with an 8-sequence MSA
+(5 MSA rows, and 5 extra-MSA rows of which 3 are sequences, so masks have zeros),
+unchunked and with ``chunk_size=4``.
 Stock OpenFold needs ``cpu_compat()`` on CPU; the patched kernels run through the Triton
 interpreter.
 
@@ -40,7 +41,7 @@ def folded(request):
     config = oft.small_model_config(chunk_size=request.param, max_msa_clusters=5, max_extra_msa=5)
     model = oft.random_model(config, seed=1)
     torch.manual_seed(1)  # MSA sampling in the feature pipeline
-    batch = oft.model_batch(config, SEQUENCE, n_alignments=4, seed=1)
+    batch = oft.model_batch(config, SEQUENCE, n_alignments=8, seed=1)
     stock_out = _fold(model, batch)
     patched = copy.deepcopy(model)
     report = flashlight.patch_openfold(patched)
@@ -59,6 +60,7 @@ def test_report(folded):
         },
         "extra_msa": {
             "msa_row_attention_with_pair_bias": 1,
+            "msa_global_column_attention": 1,
             "triangle_attention_start": 1,
             "triangle_attention_end": 1,
         },
@@ -89,12 +91,18 @@ def test_attention_matters(folded):
     out = _fold(muted, batch)
     assert (out["single"] - want["single"]).abs().max() > 1e-2
     assert (out["pair"] - want["pair"]).abs().max() > 1e-2
+    # the extra-MSA stack's global column attention too
+    muted = copy.deepcopy(model)
+    with torch.no_grad():
+        muted.extra_msa_stack.blocks[0].msa_att_col.global_attention.linear_o.weight.zero_()
+    out = _fold(muted, batch)
+    assert (out["pair"] - want["pair"]).abs().max() > 1e-3
 
 
 def test_unpatch_restores_bit_identical_outputs(folded):
     model, patched, batch, _, want, _ = folded
     restored = copy.deepcopy(patched)
-    assert flashlight.unpatch_openfold(restored) == 11
+    assert flashlight.unpatch_openfold(restored) == 12
     out = _fold(restored, batch)
     for key in KEYS:
         assert torch.equal(out[key], want[key]), key
