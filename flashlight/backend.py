@@ -188,7 +188,9 @@ def _record(report: ExplainReport | None, gm: fx.GraphModule, plan: Plan, launch
 
 
 def _opaque_reason(node: fx.Node) -> str | None:
-    return node.meta.get("flashlight_reason")
+    from flashlight.sdpa import left_to_pytorch
+
+    return left_to_pytorch(node) or node.meta.get("flashlight_reason")
 
 
 def _kernel_report(launcher: Launcher) -> KernelReport:
@@ -229,8 +231,22 @@ def make_backend(report: ExplainReport | None = None, **options: Any):
             return compile_with_remainder(gm, example_inputs, report, options, kind)
         return compile_one
 
-    return aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                        inference_compiler=compiler("inference"), decompositions=decompositions())
+    captures = {inference: aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                                        inference_compiler=compiler("inference"),
+                                        decompositions=decompositions(inference=inference))
+                for inference in (False, True)}
+
+    def backend(gm: fx.GraphModule, example_inputs):
+        # SDPA decomposes only where AOTAutograd will trace no backward
+        return captures[not _needs_gradients(example_inputs)](gm, example_inputs)
+
+    return backend
+
+
+def _needs_gradients(example_inputs) -> bool:
+    """Whether AOTAutograd traces a backward for a graph of these inputs (its own test)."""
+    leaves = torch.utils._pytree.tree_leaves(list(example_inputs))
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves)
 
 
 def compile_with_remainder(gm: fx.GraphModule, example_inputs, report: ExplainReport | None,
@@ -258,7 +274,7 @@ def compile_with_remainder(gm: fx.GraphModule, example_inputs, report: ExplainRe
             report.errors.append(why)
     if remainder != "inductor" or not isinstance(gm, fx.GraphModule) \
             or not inductor.devices(gm, example_inputs) <= inductor.DEVICES:
-        return gm
+        return _boxed(gm) if kind == "backward" else gm
     try:
         inductor.to_custom_ops(gm)
         compiled = inductor.compile_remainder(gm, example_inputs, kind)
@@ -268,9 +284,16 @@ def compile_with_remainder(gm: fx.GraphModule, example_inputs, report: ExplainRe
         why = _warn_fallback("Inductor", error, "Inductor: the rest of it runs eagerly")
         if report is not None:
             report.errors.append(why)
-        return gm
+        return _boxed(gm) if kind == "backward" else gm
     _mark_remainder(report, start, "inductor")
     return compiled
+
+
+def _boxed(gm):
+    """``gm`` taking its arguments as one list, as AOTAutograd calls a backward graph."""
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(gm)
 
 
 def _warn_fallback(who: str, error: Exception, instead: str) -> str:

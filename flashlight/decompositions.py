@@ -59,13 +59,20 @@ def _root(var):
 
 
 @functools.cache
-def decompositions() -> dict:
+def decompositions(inference: bool = False) -> dict:
     """The table handed to ``aot_autograd``: PyTorch's decompositions of ``DECOMPOSED``
-    and ours of ``var`` and ``std`` (PyTorch's go to ``prims.var``, which does not lower)."""
+    and ours of ``var`` and ``std`` (PyTorch's go to ``prims.var``, which does not lower);
+    for graphs that need no gradients (``inference``), also the SDPA kernels' math
+    (:mod:`flashlight.sdpa`), so that attention written with
+    ``F.scaled_dot_product_attention`` fuses like attention written out."""
     from torch._decomp import get_decompositions
 
     table = get_decompositions(list(DECOMPOSED))
     for overload, var in (("correction", variance), ("dim", _variance_dim), ("default", _variance_all)):
         table[getattr(aten.var, overload)] = var
         table[getattr(aten.std, overload)] = _root(var)
+    if inference:
+        from flashlight.sdpa import SDPA_DECOMPOSITIONS
+
+        table.update(SDPA_DECOMPOSITIONS)
     return table
