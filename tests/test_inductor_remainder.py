@@ -1,0 +1,167 @@
+"""The remainder through Inductor: a function mixing attention with layer norm, linear
+layers and a gate compiles to Flashlight kernels inside an Inductor graph (C++ on the
+CPU around interpreted kernels) that matches float64 eager, at changing lengths without
+recompiling; the opaque launch op's fake implementation gives the kernel's shape; the
+eager remainder stays available; an internal error falls back with a warning.
+
+Inductor builds C++ on the CPU, so this file compiles few, small graphs."""
+from __future__ import annotations
+
+import unittest.mock
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+
+import flashlight
+import flashlight.backend
+import flashlight.inductor
+from flashlight import ops, settings
+from flashlight.api import ExplainReport
+from flashlight.backend import compile_count, make_backend
+
+D = 16
+
+
+def rand(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def block(x, wq, wk, wv, wg, wo):
+    """Pre-norm gated self-attention with a residual: x [B, L, D], weights [D, D]."""
+    h = F.layer_norm(x, (x.shape[-1],))
+    q, k, v = h @ wq, h @ wk, h @ wv
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    o = torch.softmax(s, dim=-1) @ v
+    o = o * torch.sigmoid(h @ wg)
+    return o @ wo + x
+
+
+def _block_inputs(L, seed):
+    return [rand(2, L, D, seed=seed)] + [rand(D, D, seed=seed + i) / D ** 0.5 for i in range(1, 6)]
+
+
+def _double(args):
+    return [a.double() for a in args]
+
+
+@pytest.fixture(scope="module")
+def compiled_block():
+    """``block`` compiled with the Inductor remainder and called at three lengths:
+    (report, {length: (output, inputs)}, launches compiled, graphs Dynamo compiled,
+    the graphs handed to Inductor)."""
+    report = ExplainReport()
+    torch.compiler.reset()
+    before = compile_count(), counters["stats"]["unique_graphs"]
+    fn = torch.compile(block, backend=make_backend(report=report, remainder="inductor"))
+    outputs = {}
+    spy = unittest.mock.patch.object(flashlight.inductor, "compile_remainder", wraps=flashlight.inductor.compile_remainder)
+    with settings.override(on_error="raise"), torch.no_grad(), spy as handed:
+        for L in (9, 14, 21):  # static, then symbolic lengths serve 14 and 21
+            args = _block_inputs(L, seed=L)
+            outputs[L] = (fn(*args), args)
+    graphs = [call.args[0] for call in handed.call_args_list]
+    yield report, outputs, compile_count() - before[0], counters["stats"]["unique_graphs"] - before[1], graphs
+    torch.compiler.reset()
+
+
+def test_the_remainder_goes_through_inductor_and_matches_eager(compiled_block):
+    report, outputs, _, _, graphs = compiled_block
+    for L, (out, args) in outputs.items():
+        assert not out.isnan().any()
+        torch.testing.assert_close(out.double(), block(*_double(args)), rtol=1e-5, atol=1e-5)
+    assert len(graphs) == 2  # both graphs went to Inductor
+    # which nodes went where: attention and its gate in Flashlight kernels, the rest to Inductor
+    kernel_ops = {op for kernel in report.kernels for op in kernel.aten_ops}
+    assert {"_softmax.default", "bmm.default", "sigmoid.default"} <= kernel_ops
+    assert report.inductor_ops and len(report.inductor_ops) == len(report.fallback_ops)
+    assert all(op.runs == "inductor" for op in report.fallback_ops)
+    assert "compiled by Inductor" in str(report) and not report.errors
+
+
+def test_changing_lengths_compile_once_more_then_never(compiled_block):
+    _, _, launches, graphs, _ = compiled_block
+    # the static graph at L=9, then one graph with symbolic lengths for 14 and 21
+    assert graphs == 2
+    assert launches <= 2 * 2  # two kernels per graph, none for the third length
+
+
+def test_the_launch_ops_fake_gives_the_kernels_shape_for_symbolic_sizes(compiled_block):
+    """In the graph with symbolic lengths, each launch's value (from the fake) has the
+    symbolic length of the input it came from, and is contiguous; Inductor's own size and
+    stride asserts then held for the real launches at lengths 14 and 21."""
+    _, outputs, _, _, graphs = compiled_block
+    dynamic = graphs[1]
+    launches = [n for n in dynamic.graph.nodes if n.target is flashlight.inductor.LAUNCH]
+    assert launches
+    x_length = next(n for n in dynamic.graph.nodes if n.op == "placeholder"
+                    and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].dim() == 3).meta["val"].shape[1]
+    assert isinstance(x_length, torch.SymInt)
+    for node in launches:
+        value = node.meta["val"]
+        assert value.is_contiguous() and value.dtype == torch.float32
+        assert any(isinstance(s, torch.SymInt) and s.node.expr == x_length.node.expr for s in value.shape), value.shape
+        key = node.args[0]
+        assert ops.launcher_of(key) is ops._REGISTRY[key]
+    with pytest.raises(RuntimeError, match="no Flashlight kernel"):
+        torch.ops.flashlight.launch("flashlight_unknown", [outputs[9][0]])
+
+
+def test_the_eager_remainder_is_kept_on_request():
+    args = _block_inputs(11, seed=90)
+    report = ExplainReport()
+    torch.compiler.reset()
+    spy = unittest.mock.patch.object(flashlight.inductor, "compile_remainder", wraps=flashlight.inductor.compile_remainder)
+    with settings.override(remainder="inductor", on_error="raise"), torch.no_grad(), spy as handed:
+        out = torch.compile(block, backend=make_backend(report=report, remainder="eager"))(*args)
+    torch.compiler.reset()
+    assert not handed.called
+    torch.testing.assert_close(out.double(), block(*_double(args)), rtol=1e-5, atol=1e-5)
+    assert report.kernels and report.fallback_ops and not report.inductor_ops
+    assert "compiled by Inductor" not in str(report)
+    with pytest.raises(ValueError, match="remainder='jit'"):
+        flashlight.compile(block, remainder="jit")
+
+
+def attention(q, k, v):
+    return torch.softmax(q @ k.transpose(-1, -2) * 0.5, dim=-1) @ v
+
+
+def _attention_inputs(seed):
+    return [rand(2, 3, 12, 8, seed=seed + i) for i in range(3)]
+
+
+@pytest.mark.parametrize("remainder", ["eager", "inductor"])
+def test_an_internal_error_falls_back_with_a_warning_and_the_reason(remainder):
+    args = _attention_inputs(100)
+    boom = RuntimeError("boom in codegen")
+    with settings.override(remainder=remainder, on_error="fallback"), \
+            unittest.mock.patch.object(flashlight.backend, "generate", side_effect=boom):
+        with pytest.warns(UserWarning, match=r"Flashlight failed \(RuntimeError: boom in codegen\)"):
+            report = flashlight.explain(attention, *args)
+        with pytest.warns(UserWarning, match="boom in codegen"):
+            torch.compiler.reset()
+            out = flashlight.compile(attention)(*args)
+            torch.compiler.reset()
+    torch.testing.assert_close(out.double(), attention(*_double(args)), rtol=1e-5, atol=1e-5)
+    assert not report.kernels and report.errors == ["Flashlight failed (RuntimeError: boom in codegen)"]
+    assert report.fallback_ops and all("boom in codegen" in op.reason for op in report.fallback_ops)
+    assert all(op.runs == remainder for op in report.fallback_ops)  # the whole graph to the remainder
+    assert "error: Flashlight failed" in str(report)
+
+
+def test_on_error_raise_raises():
+    args = _attention_inputs(110)
+    with settings.override(remainder="eager", on_error="raise"), \
+            unittest.mock.patch.object(flashlight.backend, "generate", side_effect=RuntimeError("boom in codegen")):
+        torch.compiler.reset()
+        with pytest.raises(Exception, match="boom in codegen"):
+            flashlight.compile(attention)(*args)
+        torch.compiler.reset()
+
+
+def test_the_settings_name_a_bad_value(monkeypatch):
+    monkeypatch.setenv("FLASHLIGHT_ON_ERROR", "ignore")
+    with pytest.raises(ValueError, match="FLASHLIGHT_ON_ERROR='ignore': expected one of fallback, raise"):
+        settings.get("on_error")
