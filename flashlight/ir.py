@@ -17,6 +17,8 @@ elimination.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import itertools
 from typing import Callable, Iterator, Union
@@ -25,7 +27,22 @@ import torch
 
 Size = Union[int, str]  # a static size, or the text of a symbolic (dynamic) size
 
-_dim_ids = itertools.count()
+# Dim ids are numbered per compile (see :func:`dim_names`), so the IR of one graph
+# prints the same names whatever was compiled before it.
+_dim_ids: contextvars.ContextVar[Iterator[int]] = contextvars.ContextVar("flashlight_dim_ids")
+_unscoped_ids = itertools.count()  # dims made outside any compile (IR built by hand)
+
+
+@contextlib.contextmanager
+def dim_names(start: int = 0) -> Iterator[Iterator[int]]:
+    """Number the dims made inside the block from ``start``: a graph's lowering starts
+    at 0 and its passes go on from where the lowering stopped. Yields the counter."""
+    ids = itertools.count(start)
+    token = _dim_ids.set(ids)
+    try:
+        yield ids
+    finally:
+        _dim_ids.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +54,7 @@ class Dim:
 
     @staticmethod
     def fresh(size: Size, hint: str = "d") -> "Dim":
-        return Dim(f"{hint}{next(_dim_ids)}", size)
+        return Dim(f"{hint}{next(_dim_ids.get(_unscoped_ids))}", size)
 
     @property
     def is_static(self) -> bool:
@@ -324,47 +341,6 @@ def check_invariants(graph: Graph) -> None:
     missing = graph.materialized - seen
     if missing:
         raise InvariantError(f"materialized nests missing: {sorted(missing)}")
-
-
-# ----------------------------------------------------------------------------- printing
-
-
-def format_expr(expr: Expr) -> str:
-    if isinstance(expr, Load):
-        return f"{expr.base}[{_fmt_index(expr.index)}]"
-    if isinstance(expr, Ref):
-        return f"%{expr.nest}[{_fmt_index(expr.index)}]"
-    if isinstance(expr, Iota):
-        return f"iota({_fmt_axis(expr.axis)})"
-    if isinstance(expr, Const):
-        return repr(expr.value)
-    if isinstance(expr, Pointwise):
-        return f"{expr.op}({', '.join(format_expr(a) for a in expr.args)})"
-    if isinstance(expr, Reduce):
-        dims = ",".join(d.name for d in expr.dims)
-        return f"{expr.op}[{dims}]({format_expr(expr.body)})"
-    if isinstance(expr, LoopResult):
-        return f"loop{expr.index}"
-    if isinstance(expr, RunningMax):
-        return f"running_max{expr.index}"
-    return repr(expr)
-
-
-def _fmt_axis(axis: Axis) -> str:
-    return "*".join(d.name for d in axis) if axis else "0"
-
-
-def _fmt_index(index: tuple[Axis, ...]) -> str:
-    return ", ".join(_fmt_axis(a) for a in index)
-
-
-def format_graph(graph: Graph) -> str:
-    lines = [f"inputs: {', '.join(graph.inputs)}"]
-    for nest in graph.nests:
-        mark = "*" if nest.name in graph.materialized else " "
-        axes = ", ".join(_fmt_axis(a) for a in nest.axes)
-        lines.append(f"{mark}{nest.name}[{axes}] = {format_expr(nest.body)}")
-    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------ fused kernel forms

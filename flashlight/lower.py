@@ -46,6 +46,7 @@ from flashlight.ir import (
     Reduce,
     Ref,
     axis_dims,
+    dim_names,
 )
 
 from flashlight.lower_reductions import REDUCTION_LOWERINGS, reduce_over
@@ -58,6 +59,7 @@ class Lowered:
     graph: Graph
     opaque: dict[str, str]  # FX node name -> why it was not lowered
     nest_of_node: dict[str, str]  # FX node name -> the nest computing it
+    next_dim_id: int = 0  # the passes number the dims they make from here (ir.dim_names)
 
 
 # ------------------------------------------------------------------------- the lowerer
@@ -595,5 +597,8 @@ for _kind in ("nan", "inf", "posinf", "neginf"):
 
 
 def lower(gm: fx.GraphModule) -> Lowered:
-    """Lower an ATen FX graph; nodes that cannot be lowered become opaque inputs."""
-    return _Lowerer(gm).run()
+    """Lower an ATen FX graph; nodes that cannot be lowered become opaque inputs.
+    Its dims are numbered from 0, so equal graphs lower to equal IR."""
+    with dim_names() as ids:
+        lowered = _Lowerer(gm).run()
+        return dataclasses.replace(lowered, next_dim_id=next(ids))

@@ -26,13 +26,13 @@ from flashlight.ir import (
     TiledKernel,
     check_invariants,
     check_kernel_invariants,
+    dim_names,
     contains,
-    format_graph,
-    format_kernel,
     free_dims,
     rebuild,
     walk,
 )
+from flashlight.ir_print import format_graph, format_kernel
 from flashlight.lower import Lowered
 from flashlight.passes.fusion import fuse_elementwise, fuse_reductions
 from flashlight.passes.online import NotOnline, fused_work, make_online
@@ -296,6 +296,11 @@ def _operand_cut(base: Graph, lowered: Lowered, failed: Nest, node_of_nest: dict
 def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
     """Fuse, rewrite online and tile; back off fusion until every fused nest is a kernel
     or is left to PyTorch with the reason."""
+    with dim_names(lowered.next_dim_id):
+        return _compile_graph(lowered, check)
+
+
+def _compile_graph(lowered: Lowered, check: bool) -> Plan:
     node_of_nest = {v: k for k, v in lowered.nest_of_node.items()}
     base = lowered.graph
     while True:

@@ -5,6 +5,11 @@
 kernel (``interpret=False``, fp32 contractions as ``tf32`` and as ``ieee``) and the
 interpreter's source, one file per kernel, so two runs can be compared with ``diff -r``.
 
+``python -m tests.golden --update`` rewrites the committed golden files of
+``tests/golden/``: for a few variants, the IR after each pass (as ``FLASHLIGHT_DEBUG=2``
+logs it) and the GPU source, which ``tests/test_golden.py`` compares against. Run it
+after a change that alters them on purpose, and read the diff before committing it.
+
 The graphs are captured the way the backend captures them (AOTAutograd with
 Flashlight's decompositions) and compiled by the compiler's own entry points; nothing
 is launched: the captured graph runs eagerly.
@@ -75,6 +80,58 @@ def sources(name: str, dtype: torch.dtype) -> dict[str, str]:
     return out
 
 
+def ir_trace(name: str, dtype: torch.dtype) -> str:
+    """The IR of variant ``name`` after each pass, as ``FLASHLIGHT_DEBUG=2`` logs it."""
+    import logging
+
+    from flashlight import settings
+    from flashlight.lower import lower
+    from flashlight.pipeline import compile_graph
+
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("flashlight")
+    handler, propagate = Keep(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        for gm in capture(*variant_inputs(name, dtype)):
+            with settings.override(debug=2):
+                compile_graph(lower(gm))
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+    return "\n".join(records) + "\n"
+
+
+def golden_files() -> dict[str, str]:
+    """Path under ``tests/golden/`` -> expected text, for :data:`GOLDEN_VARIANTS`."""
+    files = {}
+    for name in GOLDEN_VARIANTS:
+        for key, dtype in DTYPES.items():
+            files[f"{name}.{key}.ir.txt"] = ir_trace(name, dtype)
+            for file, text in sources(name, dtype).items():
+                if ".gpu." in file and (key == "fp32" or file.endswith(".tf32.py")):
+                    files[f"{name}.{key}.{file}"] = text
+    return files
+
+
+def update() -> int:
+    """Rewrite ``tests/golden/`` from the compiler as it is; returns the file count."""
+    os.makedirs(GOLDEN_DIR, exist_ok=True)
+    for old in os.listdir(GOLDEN_DIR):
+        os.unlink(os.path.join(GOLDEN_DIR, old))
+    files = golden_files()
+    for file, text in files.items():
+        with open(os.path.join(GOLDEN_DIR, file), "w") as f:
+            f.write(text)
+    return len(files)
+
+
 def dump(out_dir: str, names=None) -> int:
     """Write every variant's sources under ``out_dir/<variant>/<dtype>/``; returns the count."""
     from bench.variants import VARIANTS
@@ -95,11 +152,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="write every variant's sources into this folder")
     parser.add_argument("--variants", nargs="*", help="only these variants")
+    parser.add_argument("--update", action="store_true", help="rewrite the committed golden files")
     args = parser.parse_args(argv)
+    if not (args.out or args.update):
+        parser.error("give --out DIR or --update")
     if args.out:
         print(f"{dump(args.out, args.variants)} files written to {args.out}")
-    if not args.out:
-        parser.error("give --out DIR")
+    if args.update:
+        print(f"{update()} golden files written to {GOLDEN_DIR}")
     return 0
 
 
