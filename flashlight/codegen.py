@@ -32,8 +32,8 @@ from flashlight.ir import (
     TiledKernel,
     walk,
 )
-from flashlight.passes.skipping import DIVISION_OPS
 from flashlight.passes.tiling import Layouts, canonical, roles_of
+from flashlight.vocabulary import BOOLEAN_OPS, DIVISION_OPS, OPS
 
 TL_DTYPES = {
     torch.float32: "tl.float32",
@@ -46,21 +46,6 @@ TL_DTYPES = {
     torch.uint8: "tl.uint8",
     torch.bool: "tl.int1",
 }
-
-_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=",
-           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "&", "or": "|"}
-_UNARY = {"exp": "tl.exp({})", "log": "tl.log({})", "sigmoid": "tl.sigmoid({})",
-          "abs": "tl.abs({})", "sqrt": "tl.sqrt({})", "rsqrt": "tl.rsqrt({})", "neg": "(-{})",
-          "relu": "tl.maximum({}, 0.0)", "not": "({} == 0)",
-          # tanh through exp: exact at both tails, and tl has no portable tanh
-          "tanh": "(1.0 - 2.0 / (tl.exp(2.0 * {}) + 1.0))",
-          # expm1 / log1p: tl has no portable ones; near 0, where exp(x) - 1 and log(1 + x)
-          # lose their relative precision, the leading terms of the series
-          "expm1": "tl.where(tl.abs({0}) < 1e-5, {0} + 0.5 * {0} * {0}, tl.exp({0}) - 1.0)",
-          "log1p": "tl.where(tl.abs({0}) < 1e-4, {0} * (1.0 - {0} * (0.5 - {0} / 3.0)), tl.log(1.0 + {0}))",
-          "erf": "tl.erf({})", "reciprocal": "(1.0 / {})", "log2": "tl.log2({})",
-          "sin": "tl.sin({})", "cos": "tl.cos({})", "floor": "tl.floor({})", "ceil": "tl.ceil({})"}
-
 
 @dataclasses.dataclass(frozen=True)
 class KernelSource:
@@ -313,21 +298,16 @@ class _Printer:
             var, lay = self.emit(a, scope)
             args.append(self.broadcast(var, lay, layout))
         op = expr.op
-        if op in _BINARY:
-            text = f"({args[0]} {_BINARY[op]} {args[1]})"
-            if op == "div" and not expr.dtype.is_floating_point:
-                raise NotImplementedError("integer division")
-        elif op in _UNARY:
-            text = _UNARY[op].format(args[0])
+        template = OPS[op].triton if op in OPS else None
+        if op == "div" and not expr.dtype.is_floating_point:
+            raise NotImplementedError("integer division")
+        if template is not None:
+            text = template.format(*args)
+            if op == "where" and expr.dtype == torch.bool:
+                text = f"({text} != 0)"
         elif op in DIVISION_OPS:
             int_type = None if expr.dtype.is_floating_point else TL_DTYPES[expr.dtype]
             text = rounding_division(op, args[0], args[1], int_type)
-        elif op in ("maximum", "minimum"):
-            text = f"tl.{op}({args[0]}, {args[1]}, propagate_nan=tl.PropagateNan.ALL)"
-        elif op == "where":
-            text = f"tl.where({args[0]}, {args[1]}, {args[2]})"
-            if expr.dtype == torch.bool:
-                text = f"({text} != 0)"
         elif op == "pow":
             text = _pow(args[0], expr.args[1].value)
         elif op == "cast" and expr.dtype == torch.bool:
@@ -338,7 +318,7 @@ class _Printer:
             text = f"({args[0]}).to({TL_DTYPES[expr.dtype]})"
         else:
             raise NotImplementedError(op)
-        if expr.dtype.is_floating_point and op in ("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"):
+        if expr.dtype.is_floating_point and op in BOOLEAN_OPS:
             raise NotImplementedError("comparison typed as float")
         return self.assign(scope, "v", text)
 

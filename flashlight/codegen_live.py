@@ -20,7 +20,7 @@ import math
 import torch
 
 from flashlight.ir import Const, Dim, Expr, Iota, Load, Pointwise, free_dims
-from flashlight.passes.skipping import DIVISION_OPS
+from flashlight.vocabulary import DIVISION_OPS
 
 _INT_MAX = "9223372036854775807"
 _INT_MIN = "-9223372036854775807"

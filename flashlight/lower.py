@@ -50,6 +50,7 @@ from flashlight.ir import (
 )
 
 from flashlight.lower_reductions import REDUCTION_LOWERINGS, reduce_over
+from flashlight.vocabulary import COMPARISONS, INTEGER_EXACT, OPS
 
 aten = torch.ops.aten
 
@@ -203,10 +204,6 @@ def _op_name(node: fx.Node) -> str:
 # reductions, integer ops printed through float32) is not lowered: its op runs as
 # PyTorch does, and the reason is what explain() and FLASHLIGHT_DEBUG=1 show.
 
-_COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
-# integer ops the kernels print as Triton integer arithmetic
-_INTEGER_EXACT = _COMPARISONS | {"add", "sub", "mul", "neg", "abs", "maximum", "minimum", "where", "cast",
-                                 "and", "or", "not", "pow", "floordiv", "truncdiv", "remainder"}
 
 
 def inexact_reason(nest: Nest) -> str | None:
@@ -235,9 +232,9 @@ def _inexact_expr(expr: Expr) -> str | None:
 def _integer_op_issue(expr: Pointwise) -> str | None:
     """What in integer (or boolean) op ``expr`` the kernel would print as float arithmetic."""
     op, kind = expr.op, _dtype_name(expr.dtype)
-    if op not in _INTEGER_EXACT:
+    if op not in INTEGER_EXACT:
         return f"{op} of {kind} values"
-    if op in _COMPARISONS or op == "cast":
+    if op in COMPARISONS or op == "cast":
         return None  # comparisons promote as eager does; a cast is Triton's
     operands = expr.args[1:] if op == "where" else expr.args
     if op in ("and", "or", "not"):
@@ -480,49 +477,10 @@ LOWERINGS: dict[Any, Callable[[_Lowerer, fx.Node], Access]] = {
     **REDUCTION_LOWERINGS,
 }
 
-_BINARY = {
-    "add": [aten.add.Tensor, aten.add.Scalar],
-    "sub": [aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Scalar],
-    "mul": [aten.mul.Tensor, aten.mul.Scalar],
-    "div": [aten.div.Tensor, aten.div.Scalar],
-    "maximum": [aten.maximum.default],
-    "minimum": [aten.minimum.default],
-    "eq": [aten.eq.Tensor, aten.eq.Scalar],
-    "ne": [aten.ne.Tensor, aten.ne.Scalar],
-    "lt": [aten.lt.Tensor, aten.lt.Scalar],
-    "le": [aten.le.Tensor, aten.le.Scalar],
-    "gt": [aten.gt.Tensor, aten.gt.Scalar],
-    "ge": [aten.ge.Tensor, aten.ge.Scalar],
-    "and": [aten.logical_and.default, aten.bitwise_and.Tensor],
-    "or": [aten.logical_or.default, aten.bitwise_or.Tensor],
-    "pow": [aten.pow.Tensor_Scalar],
-    "where": [aten.where.self],
-    "remainder": [aten.remainder.Scalar, aten.remainder.Tensor],  # Python's: the divisor's sign
-}
-_UNARY = {
-    "neg": [aten.neg.default],
-    "exp": [aten.exp.default],
-    "log": [aten.log.default],
-    "tanh": [aten.tanh.default],
-    "sigmoid": [aten.sigmoid.default],
-    "abs": [aten.abs.default],
-    "sqrt": [aten.sqrt.default],
-    "rsqrt": [aten.rsqrt.default],
-    "relu": [aten.relu.default],
-    "not": [aten.logical_not.default, aten.bitwise_not.default],
-    "expm1": [aten.expm1.default],
-    "log1p": [aten.log1p.default],
-    "erf": [aten.erf.default],
-    "reciprocal": [aten.reciprocal.default],
-    "log2": [aten.log2.default],
-    "sin": [aten.sin.default],
-    "cos": [aten.cos.default],
-    "floor": [aten.floor.default],
-    "ceil": [aten.ceil.default],
-}
-for _op, _targets in {**_BINARY, **_UNARY}.items():
-    for _t_ in _targets:
-        LOWERINGS[_t_] = _pointwise(_op, 3 if _op == "where" else (1 if _op in _UNARY else 2))
+for _op, _info in OPS.items():  # the elementwise ops of the vocabulary
+    for _overload in _info.aten:
+        _packet, _name = _overload.split(".")
+        LOWERINGS[getattr(getattr(aten, _packet), _name)] = _pointwise(_op, _info.arity)
 
 
 def _rsub(lw: _Lowerer, node: fx.Node) -> Access:
@@ -543,7 +501,6 @@ def _rounding_div(lw: _Lowerer, node: fx.Node) -> Access:
 
 LOWERINGS[aten.div.Tensor_mode] = _rounding_div
 LOWERINGS[aten.div.Scalar_mode] = _rounding_div
-LOWERINGS[aten.floor_divide.default] = _pointwise("floordiv", 2)
 
 
 def _scalar_pow(lw: _Lowerer, node: fx.Node) -> Access:

@@ -48,13 +48,9 @@ import math
 import torch
 
 from flashlight.ir import Const, Expr, Iota, Kernel, Load, Pointwise, Reduce, free_dims, replace_nodes, walk
+from flashlight.vocabulary import DIVISION_OPS, INTERVAL_OPS
 
 NEG_INF, ZERO = "-inf", "0"
-# integer / boolean operations the interval evaluator in codegen can bound
-INTERVAL_OPS = frozenset({"add", "sub", "mul", "neg", "abs", "maximum", "minimum", "eq", "ne", "lt", "le",
-                          "gt", "ge", "and", "or", "not", "cast", "where"})
-# monotone (or bounded, for the remainder) where the divisor is a positive constant
-DIVISION_OPS = frozenset({"floordiv", "truncdiv", "remainder"})
 
 
 def find_live_tiles(kernel: Kernel) -> Kernel:
