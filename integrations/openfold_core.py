@@ -49,6 +49,11 @@ stay with the module's layers (each computed once), and so does the gate: its pr
 the sequence a grid dim, so every program along it would run the whole attention again
 (``flashlight.pipeline.recomputes_across_grid`` says so for that fusion). The kernel
 thus has one program per column and head block, with the sequences as its key loop.
+Measured on an H200 in bfloat16 (256 columns, c_in 64, 8 heads of 8): the patched module
+takes the stock module's time unchunked (0.64 vs 0.62 ms at 1024 sequences, 2.71 vs 2.72
+ms at 5120; its layer norm and gate dominate), and with ``chunk_size=4`` 2.8 ms where
+stock takes 36. With a program per column the kernel is latency-bound (157 us at 5120
+sequences for 42 MB of keys and values): a key loop split across programs would help.
 """
 from __future__ import annotations
 
