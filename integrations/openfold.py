@@ -80,7 +80,9 @@ asked. Unchunked, an owner computes its projections (``q, k, v`` and the gate, e
 size of its input times ``H * C / C_in``) and the layer-normed input for the whole batch
 at once, where chunked it held them per chunk; the biases (``[*, 1, H, L, L]``) are
 computed whole either way. Other chunked layers (transitions, outer product mean) keep
-chunking.
+chunking. Measured on an H200 in bfloat16 with ``chunk_size=4``: MSA row attention over
+512 x 256 (H 8, c 32) takes 1.3 ms patched where stock takes 75 (4.2 unchunked), triangle
+attention at 256 residues 0.8 ms where stock takes 31 (1.2 unchunked).
 
 When the stock forward runs instead
 -----------------------------------
