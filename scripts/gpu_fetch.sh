@@ -12,7 +12,8 @@
 # numpy, scipy, matplotlib, tqdm, pytest and hypothesis preinstalled.
 # What lands in .gpu/:
 #   wheels/          cp312/py3 wheels Flashlight and OpenFold need (biopython,
-#                    ml-collections, dm-tree and their own dependencies)
+#                    ml-collections, dm-tree and their own dependencies; modelcif,
+#                    ihm and gemmi for flashlight-fold's mmCIF output and its tests)
 #   sdist/           openfold-0.0.1.tar.gz (built on the GPU machine, with its CUDA
 #                    extension, by gpu_run.sh)
 #   peers/wheels/    trifast and its pure-Python dependencies
@@ -41,7 +42,13 @@ REQUIRED=(
     pyyaml==6.0.3
     wrapt==2.5.2
     attrs==26.1.0
+    modelcif==1.8
+    msgpack==1.2.4
+    gemmi==0.7.5
 )
+# modelcif's dependency; the registry has only its sdist: built here without its
+# optional C extension (a py3-none-any wheel; its pure-Python reader is used).
+IHM_SPEC=ihm==2.12
 TRIFAST=(
     trifast==0.1.13
     platformdirs==4.14.8
@@ -112,6 +119,11 @@ download_wheels() {  # download_wheels DIR SPEC...
 
 # 1. Required wheels.
 download_wheels "$DEST/wheels" "${REQUIRED[@]}"
+if ! ls "$DEST"/wheels/ihm-*-py3-none-any.whl >/dev/null 2>&1; then
+    run_logged "building $IHM_SPEC as a pure-Python wheel (its C extension is optional)" \
+        "$PYTHON" -m pip wheel --no-deps --no-binary :all: -w "$DEST/wheels" \
+        --config-settings=--build-option=--without-ext "$IHM_SPEC"
+fi
 
 # 2. The OpenFold sdist. Its setup.py imports scripts.utils (absent from the sdist) and
 # torch.utils.cpp_extension while pip prepares metadata, so pip runs it with a

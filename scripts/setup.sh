@@ -9,7 +9,10 @@
 #     machine with one, the venv sees the system's packages and an installed
 #     torch is kept as found;
 #   - triton, numpy, biopython, ml-collections, dm-tree, scipy, tqdm,
-#     matplotlib, pytest, hypothesis;
+#     matplotlib, pytest, pytest-xdist, hypothesis, modelcif==1.8 (mmCIF output;
+#     brings ihm) and gemmi==0.7.5 (reads it back in the tests);
+#   - with FLASHLIGHT_SETUP_RELAX=1 (or --relax): openmm==8.6.1 and
+#     pdbfixer==1.12.0, for flashlight-fold --relax (Amber relaxation);
 #   - openfold==0.0.1, built from the registry's sdist (see build_openfold);
 #   - this repository, editable, as the package "flashlight".
 # Installer output goes to .venv/setup.log; on failure the script prints its
@@ -20,13 +23,26 @@
 #   FLASHLIGHT_VENV         where the environment lives (default: <repo>/.venv)
 #   FLASHLIGHT_TORCH_SPEC   torch requirement used on machines without a CUDA GPU
 #                           (default: torch==2.13.0)
+#   FLASHLIGHT_SETUP_RELAX  1: also install OpenMM and PDBFixer (same as --relax)
 set -euo pipefail
+
+SETUP_RELAX="${FLASHLIGHT_SETUP_RELAX:-0}"
+for arg in "$@"; do
+    case "$arg" in
+        --relax) SETUP_RELAX=1 ;;
+        *) printf 'setup: unknown argument %s (known: --relax)\n' "$arg" >&2; exit 2 ;;
+    esac
+done
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${FLASHLIGHT_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
 TORCH_CPU_SPEC="${FLASHLIGHT_TORCH_SPEC:-torch==2.13.0}"
 OPENFOLD_SPEC="openfold==0.0.1"
+MODELCIF_SPEC="modelcif==1.8"
+GEMMI_SPEC="gemmi==0.7.5"
+OPENMM_SPEC="openmm==8.6.1"
+PDBFIXER_SPEC="pdbfixer==1.12.0"
 STAMP="$VENV/.flashlight-install"
 LOG="$(mktemp "${TMPDIR:-/tmp}/flashlight-setup.XXXXXX.log")"
 START=$SECONDS
@@ -108,10 +124,10 @@ missing() {
         stamp_ok=1
     fi
     # -I: ignore PYTHONPATH and the current directory, so only installed code counts.
-    "$PY" -I - "$ROOT" "$stamp_ok" <<'PYEOF'
+    "$PY" -I - "$ROOT" "$stamp_ok" "$SETUP_RELAX" <<'PYEOF'
 import importlib, importlib.util, os, sys
 
-root, stamp_ok = sys.argv[1], sys.argv[2] == "1"
+root, stamp_ok, relax = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
 
 
 def importable(name):
@@ -154,8 +170,11 @@ for module, requirement in [
     ("tqdm", "tqdm"),
     ("matplotlib", "matplotlib"),
     ("pytest", "pytest"),
+    ("xdist", "pytest-xdist"),
     ("hypothesis", "hypothesis"),
-]:
+    ("modelcif", "modelcif"),
+    ("gemmi", "gemmi"),
+] + ([("openmm", "openmm"), ("pdbfixer", "pdbfixer")] if relax else []):
     if not present(module):
         out.append(requirement)
 if not (torch_ok and importable("attn_core_inplace_cuda") and importable("openfold.config")):
@@ -279,8 +298,11 @@ if needs torch; then
     fi
 fi
 REQS=()
-for req in triton numpy biopython ml-collections dm-tree scipy tqdm matplotlib pytest hypothesis; do
+for req in triton numpy biopython ml-collections dm-tree scipy tqdm matplotlib pytest pytest-xdist hypothesis; do
     if needs "$req"; then REQS+=("$req"); fi
+done
+for pinned in "$MODELCIF_SPEC" "$GEMMI_SPEC" "$OPENMM_SPEC" "$PDBFIXER_SPEC"; do
+    if needs "${pinned%%==*}"; then REQS+=("$pinned"); fi
 done
 if [ ${#REQS[@]} -gt 0 ]; then
     pip_install "installing ${REQS[*]}" "${REQS[@]}"

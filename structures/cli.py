@@ -13,9 +13,13 @@ cannot be written or that another run is using; 130 after Ctrl-C and 143 after S
 with one line naming the records that finished and those that did not.
 
 Before any model is built the inputs are validated and the output folder is checked and
-locked for the run (rank 0 holds the lock under ``torchrun``; see
-:func:`flashlight.structures.outputs.claim_out_dir`). ``summary.json`` of an earlier run
-is removed when folding starts and written again when the run ends or is interrupted.
+locked for the run (worker 0 holds the lock under ``torchrun``; see
+:func:`flashlight.structures.outputs.claim_out_dir`). Records whose folder is already
+complete for the run's options are skipped (``--overwrite`` folds them again; see
+:mod:`~flashlight.structures.resume`), and the model is built only when a record is
+left. ``summary.json`` is never removed: when the run ends or is interrupted, its
+records replace the same ids of the earlier summary. Messages go through ``logging``
+(:mod:`~flashlight.structures.logs`), and to ``<out_dir>/flashlight-fold.log``.
 """
 from __future__ import annotations
 
@@ -30,8 +34,9 @@ import uuid
 import warnings
 from typing import List, Optional
 
-from flashlight.structures import distributed
-from flashlight.structures.inputs import Record, load_inputs, safe_name
+from flashlight.structures import distributed, resume
+from flashlight.structures.inputs import Problem, Record, load_inputs, safe_name
+from flashlight.structures.logs import add_log_file, console, log, remove_log_file
 
 SUMMARY_SCHEMA = "flashlight.fold.summary/1"
 
@@ -69,7 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
         "report end-to-end and per-layer latency. Exit status: 0 all records folded, "
         "1 a record failed, 2 invalid input or options.",
     )
-    p.add_argument("fasta", nargs="+", help="FASTA files; every record is folded")
+    p.add_argument(
+        "fasta", nargs="+",
+        help="FASTA files, A3M files (the first sequence is the query, the file its MSA) "
+        "or directories of them (*.fasta, *.fa, *.faa, *.a3m); every record is folded",
+    )
     p.add_argument(
         "--alignment-dir",
         help="folder with <record id>.a3m / .sto (or <record id>/*.a3m); records "
@@ -100,8 +109,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--require-flashlight", action="store_true",
         help="fail instead of falling back to stock OpenFold when Flashlight cannot run",
     )
-    p.add_argument("--mmcif", action="store_true", help="also write mmCIF")
-    p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG plot")
+    p.add_argument(
+        "--require-msa", action="store_true",
+        help="a record without an MSA is an input error (default: a warning, and it is "
+        "folded in single-sequence mode)",
+    )
+    p.add_argument("--mmcif", action="store_true", help="also write ModelCIF (mmCIF) with pLDDT and pTM")
+    p.add_argument(
+        "--relax", action="store_true",
+        help="also write <name>_relaxed.pdb: Amber relaxation with OpenMM (on the GPU when "
+        "there is one); needs FLASHLIGHT_SETUP_RELAX=1 bash scripts/setup.sh",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true",
+        help="fold every record again (default: skip records whose outputs are complete "
+        "for the same result-deciding options)",
+    )
+    p.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG plots")
     p.add_argument(
         "--repeats", type=_positive, default=1,
         help="timed passes per record, reported as medians (default 1: fold once; more for benchmarking)",
@@ -143,7 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="threads for CPU kernels (default: torch's; under torchrun, OMP_NUM_THREADS)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for random weights and MSA sampling")
-    p.add_argument("--quiet", action="store_true", help="no progress bars or tables (warnings still shown)")
+    p.add_argument(
+        "--quiet", action="store_true",
+        help="no progress bars, tables or progress lines (warnings and errors are still "
+        "shown; the log file keeps everything)",
+    )
     p.add_argument(
         "--skip-invalid", action="store_true",
         help="fold the valid records and list the invalid ones instead of stopping",
@@ -200,7 +228,9 @@ class _Progress:
     records: Optional[List[Record]] = None  # this rank's share, once inputs are valid
     problems: list = dataclasses.field(default_factory=list)
     local: dict = dataclasses.field(default_factory=dict)  # see _fold_share
-    lock: object = None  # the output folder's lock (rank 0), once claimed
+    lock: object = None  # the output folder's lock (worker 0), once claimed
+    log_file: object = None  # the handler writing <out_dir>/flashlight-fold.log
+    previous: list = dataclasses.field(default_factory=list)  # records of the older summary.json
 
 
 def _fold_share(args, group, records, warn, say, local: dict) -> dict:
@@ -210,51 +240,29 @@ def _fold_share(args, group, records, warn, say, local: dict) -> dict:
 
     from flashlight.structures.fold import Folder, FoldOptions
 
-    local.update(rank=group.rank, entries=[], error=None, model=None, flashlight=None)
+    local.update(worker=group.rank, entries=[], error=None, model=None, flashlight=None)
     mine = distributed.shard(records, group)
-    if not mine:  # more ranks than records
+    if not mine:  # more workers than records
+        return local
+    options = _options(args, group, FoldOptions)
+    mine = _skip_complete(args, group, mine, dataclasses.asdict(options), local)
+    if not mine:
         return local
     try:
-        options = FoldOptions(
-            out_dir=args.out_dir,
-            preset=args.preset,
-            params=args.params,
-            device=_default_device(group, args.device),
-            dtype=args.dtype,
-            flashlight=not args.no_flashlight,
-            compare=args.compare,
-            require_flashlight=args.require_flashlight,
-            mmcif=args.mmcif,
-            plot=args.plot,
-            repeats=args.repeats,
-            warmup=args.warmup,
-            num_blocks=args.num_blocks,
-            recycles=args.recycles if args.recycles is not None else _preset_recycles(args.preset),
-            chunk_size=args.chunk_size,
-            max_msa_clusters=args.max_msa_clusters,
-            max_extra_msa=args.max_extra_msa,
-            pad_msa=args.pad_msa,
-            seed=args.seed,
-            tf32=args.tf32,
-            command=["flashlight-fold"] + list(args.argv),
-            run_id=args.run_id,
-        )
         folder = Folder(options, warn)
-    except Exception as err:  # noqa: BLE001 - reported, and the other ranks still merge
+    except Exception as err:  # noqa: BLE001 - reported, and the other workers still merge
         local["error"] = f"{type(err).__name__}: {err}"
         warn(f"error: cannot set up the model: {local['error']}")
         return local
     local["model"] = {**folder.info.to_json(), "label": folder.info.label()}
     if group.is_root:
-        with contextlib.suppress(FileNotFoundError):  # it describes an earlier run
-            os.unlink(os.path.join(args.out_dir, "summary.json"))
         say(f"model: {folder.info.label()}")
         if folder.info.random_weights:
             warn(
                 f"WARNING: no --params given: the model has RANDOM WEIGHTS (seed "
                 f"{folder.info.seed}); outputs are not structure predictions"
             )
-    desc = "folding" if group.world_size == 1 else f"rank {group.rank}"
+    desc = "folding" if group.world_size == 1 else f"worker {group.rank}"
     bar = tqdm(mine, desc=desc, unit="record", disable=True if args.quiet else None, position=2 * group.rank, leave=True)
     try:
         for record in bar:
@@ -267,6 +275,55 @@ def _fold_share(args, group, records, warn, say, local: dict) -> dict:
     return local
 
 
+def _skip_complete(args, group, records: List[Record], options: dict, local: dict) -> List[Record]:
+    """The records to fold; complete ones get a summary entry and a line saying so."""
+    if args.overwrite:
+        return records
+    todo = []
+    for record in records:
+        report = resume.complete_report(args.out_dir, record, options)
+        if report is None:
+            todo.append(record)
+            continue
+        entry = resume.entry_from_report(report, record, args.out_dir, group.rank)
+        entry["skipped"] = True
+        local["entries"].append(entry)
+        log.info(
+            f"record {record.id!r}: outputs complete in {entry['out_dir']} (run {report.get('run_id')}, "
+            "same options); skipped (--overwrite folds it again)"
+        )
+    return todo
+
+
+def _options(args, group, FoldOptions):
+    """The run's FoldOptions."""
+    return FoldOptions(
+        out_dir=args.out_dir,
+        preset=args.preset,
+        params=args.params,
+        device=_default_device(group, args.device),
+        dtype=args.dtype,
+        flashlight=not args.no_flashlight,
+        compare=args.compare,
+        require_flashlight=args.require_flashlight,
+        mmcif=args.mmcif,
+        plot=args.plot,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        num_blocks=args.num_blocks,
+        recycles=args.recycles if args.recycles is not None else _preset_recycles(args.preset),
+        chunk_size=args.chunk_size,
+        max_msa_clusters=args.max_msa_clusters,
+        max_extra_msa=args.max_extra_msa,
+        pad_msa=args.pad_msa,
+        seed=args.seed,
+        tf32=args.tf32,
+        relax=args.relax,
+        command=["flashlight-fold"] + list(args.argv),
+        run_id=args.run_id,
+    )
+
+
 def _fold_one(args, group, folder, record, bar, local: dict) -> None:
     """Fold one record and append its summary entry to ``local``."""
     from tqdm import tqdm
@@ -274,26 +331,26 @@ def _fold_one(args, group, folder, record, bar, local: dict) -> None:
     from flashlight.structures.outputs import record_table
 
     bar.set_postfix_str(f"{record.id} ({record.length} aa)")
+    log.info(f"record {record.id!r} ({record.length} residues, MSA: {resume.msa_text(record)}): folding")
+    if record.alignment is None:
+        folder.warn(
+            f"warning: record {record.id!r} has no MSA: folded in single-sequence mode, which "
+            "is much less accurate (give --alignment-dir or an .a3m input; --require-msa "
+            "makes this an error)"
+        )
     runs = tqdm(
         total=folder.runs_per_record(), desc="  recycles", unit="pass", leave=False,
         disable=True if args.quiet else None, position=2 * group.rank + 1,
     )
-    entry = {"id": record.id, "order": record.order, "length": record.length, "rank": group.rank}
+    entry = {"id": record.id, "order": record.order, "length": record.length, "worker": group.rank,
+             "msa": resume.msa_text(record)}
     try:
         report = folder.fold(record, on_recycle=lambda: runs.update(1))
     except Exception as err:  # noqa: BLE001 - one bad record does not stop the rest
         entry.update(status="failed", error=f"{type(err).__name__}: {err}")
         folder.warn(f"error: record {record.id!r} failed: {entry['error']}")
     else:
-        entry.update(
-            status="ok",
-            out_dir=os.path.join(args.out_dir, safe_name(record.id)),
-            end_to_end_s=report["end_to_end"]["total_s"],
-            model_s={k: v["steady"]["model_s"] for k, v in report["runs"].items()},
-            warmup_s={k: (v["warmup_s"][0] if v["warmup_s"] else None) for k, v in report["runs"].items()},
-            mean_plddt=report["mean_plddt"],
-            comparison=report["comparison"],
-        )
+        entry = resume.entry_from_report(report, record, args.out_dir, group.rank)
         if not args.quiet:
             bar.write(record_table(report), file=sys.stdout)
     finally:
@@ -335,23 +392,25 @@ def _run(args) -> int:
     group = distributed.Group()
 
     def warn(text: str) -> None:
-        prefix = f"[rank {group.rank}] " if group.world_size > 1 else ""
-        print(prefix + text, file=sys.stderr, flush=True)
+        log.error(text) if text.startswith("error") else log.warning(text)
 
     def say(text: str) -> None:
-        if not args.quiet:
-            print(text, flush=True)
+        log.info(text)
 
     try:
         group = distributed.setup()
-        if args.cpu_threads:
-            import torch
+        with console(args.quiet, group.rank, group.world_size):
+            try:
+                if args.cpu_threads:
+                    import torch
 
-            torch.set_num_threads(args.cpu_threads)
-        return _fold_all(args, group, warn, say, progress, started)
-    except KeyboardInterrupt as stop:
-        with _signals({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):
-            return _interrupted(stop, args, group, progress, warn, started)
+                    torch.set_num_threads(args.cpu_threads)
+                return _fold_all(args, group, warn, say, progress, started)
+            except KeyboardInterrupt as stop:
+                with _signals({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):
+                    return _interrupted(stop, args, group, progress, warn, started)
+            finally:
+                remove_log_file(progress.log_file)
     finally:
         if progress.lock is not None:
             progress.lock.release()
@@ -362,6 +421,12 @@ def _fold_all(args, group, warn, say, progress: _Progress, started: float) -> in
     from flashlight.structures import outputs
 
     records, problems = load_inputs(args.fasta, args.alignment_dir)
+    if args.require_msa:
+        problems += [Problem(r.source, "no MSA (--require-msa): give --alignment-dir with "
+                             "<id>.a3m / .sto, or an .a3m input", r.id, r.index) for r in records if r.alignment is None]
+        records = [r for r in records if r.alignment is not None]
+        for order, record in enumerate(records):
+            record.order = order
     progress.problems = problems
     if problems and group.is_root:
         kind = "skipped" if args.skip_invalid else "invalid"
@@ -380,6 +445,11 @@ def _fold_all(args, group, warn, say, progress: _Progress, started: float) -> in
         if group.is_root:
             warn(f"error: --params {args.params}: no such file")
         return 2
+    missing = _missing_packages(args)
+    if missing:
+        if group.is_root:
+            warn(f"error: {missing}")
+        return 2
     error = None
     if group.is_root:
         try:
@@ -391,6 +461,9 @@ def _fold_all(args, group, warn, say, progress: _Progress, started: float) -> in
         if group.is_root:
             warn(f"error: {error}")
         return 2
+    progress.log_file = add_log_file(args.out_dir, args.argv, args.run_id, group.rank)
+    summary_path = os.path.join(args.out_dir, "summary.json")
+    progress.previous = resume.previous_records(summary_path) if group.is_root else []
     if group.is_root:
         for record in records:
             note = record.residue_note()
@@ -402,8 +475,8 @@ def _fold_all(args, group, warn, say, progress: _Progress, started: float) -> in
     gathered = distributed.gather_to_root(local, group)
     if not group.is_root:
         return _exit_code(local)
-    summary = _merge(args, group, gathered, problems, time.perf_counter() - started)
-    path = os.path.join(args.out_dir, "summary.json")
+    summary = _merge(args, group, gathered, problems, time.perf_counter() - started, progress.previous)
+    path = summary_path
     try:
         outputs.write_json(path, summary)
     except OSError as err:
@@ -415,7 +488,23 @@ def _fold_all(args, group, warn, say, progress: _Progress, started: float) -> in
     say(f"summary: {path}")
     if any(part["error"] for part in gathered):
         return 2
-    return 1 if summary["failed"] else 0
+    mine = [e for part in gathered for e in part["entries"]]
+    return 1 if any(e["status"] != "ok" for e in mine) else 0
+
+
+def _missing_packages(args) -> Optional[str]:
+    """Why an optional output the run asks for cannot be written (one line), or None."""
+    if args.mmcif:
+        try:
+            import modelcif.dumper  # noqa: F401
+        except Exception:  # noqa: BLE001 - any import failure means unusable
+            return ("--mmcif needs python-modelcif, which cannot be imported; install it with "
+                    "bash scripts/setup.sh (or pip install modelcif==1.8)")
+    if args.relax:
+        from flashlight.structures.relax import missing
+
+        return missing()
+    return None
 
 
 def _shown(ids: List[str], limit: int = 10) -> str:
@@ -450,7 +539,7 @@ def _interrupted(stop, args, group, progress: _Progress, warn, started: float) -
     if current is not None and current.id not in {e["id"] for e in entries}:
         if _written_by_this_run(args, current):  # interrupted just after its rename
             entries.append({"id": current.id, "order": current.order, "length": current.length,
-                            "rank": group.rank, "status": "ok",
+                            "worker": group.rank, "status": "ok",
                             "out_dir": os.path.join(args.out_dir, safe_name(current.id))})
     finished = [e["id"] for e in entries if e["status"] == "ok"]
     failed = [e["id"] for e in entries if e["status"] != "ok"]
@@ -472,13 +561,13 @@ def _write_interrupted_summary(args, group, progress, entries, pending, how, sta
     from flashlight.structures.outputs import write_json
 
     entries = entries + [
-        {"id": r.id, "order": r.order, "length": r.length, "rank": group.rank, "status": "not finished"}
+        {"id": r.id, "order": r.order, "length": r.length, "worker": group.rank, "status": "not finished"}
         for r in pending
     ]
-    local = {"rank": group.rank, "entries": entries, "flashlight": None,
+    local = {"worker": group.rank, "entries": entries, "flashlight": None,
              "error": progress.local.get("error"), "model": progress.local.get("model")}
-    summary = _merge(args, group, [local], progress.problems, time.perf_counter() - started)
-    summary["failed"] = [e["id"] for e in entries if e["status"] == "failed"]
+    summary = _merge(args, group, [local], progress.problems, time.perf_counter() - started, progress.previous)
+    summary["failed"] = [e["id"] for e in summary["records"] if e["status"] == "failed"]
     summary["interrupted"] = how
     summary["not_finished"] = [r.id for r in pending]
     path = os.path.join(args.out_dir, "summary.json")
@@ -495,8 +584,10 @@ def _exit_code(local: dict) -> int:
     return 1 if any(e["status"] != "ok" for e in local["entries"]) else 0
 
 
-def _merge(args, group, gathered, problems, elapsed_s: float) -> dict:
+def _merge(args, group, gathered, problems, elapsed_s: float, previous=()) -> dict:
+    """summary.json: this run's entries of every worker, then the earlier summary's others."""
     entries = sorted((e for part in gathered for e in part["entries"]), key=lambda e: e["order"])
+    entries = resume.merge_records(list(previous), entries)
     model = next((p["model"] for p in gathered if p["model"]), None)
     return {
         "schema": SUMMARY_SCHEMA,
@@ -508,7 +599,7 @@ def _merge(args, group, gathered, problems, elapsed_s: float) -> dict:
         "records": entries,
         "failed": [e["id"] for e in entries if e["status"] != "ok"],
         "invalid": [p.to_json() for p in problems],
-        "rank_errors": {str(p["rank"]): p["error"] for p in gathered if p["error"]},
+        "worker_errors": {str(p["worker"]): p["error"] for p in gathered if p["error"]},
         "elapsed_s": elapsed_s,
         "interrupted": None,
         "not_finished": [],

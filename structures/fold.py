@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import logging
 import os
 import platform
 import time
@@ -25,9 +26,11 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import torch
 
+from flashlight.structures import confidence
 from flashlight.structures import features as feature_builder
 from flashlight.structures import outputs
 from flashlight.structures.inputs import Record, safe_name
+from flashlight.structures.mmcif import modelcif_string
 from flashlight.structures.models import (
     DTYPES,
     ModelInfo,
@@ -42,6 +45,7 @@ from flashlight.structures.models import (
 from flashlight.structures.timing import LayerTimer, median_timing
 
 SCHEMA = "flashlight.fold.latency/1"
+log = logging.getLogger("flashlight.fold")
 _NOISY_OPENFOLD_WARNING = ".*non-tuple sequence for multidimensional indexing.*"
 
 
@@ -71,6 +75,7 @@ class FoldOptions:
     max_msa_clusters: Optional[int] = None
     max_extra_msa: Optional[int] = None
     pad_msa: bool = False  # pad MSAs to the configured sizes instead of their depth
+    relax: bool = False  # also write <name>_relaxed.pdb (structures/relax.py)
     seed: int = 0
     tf32: bool = True
     command: Optional[List[str]] = None  # the command line, recorded in latency.json
@@ -113,11 +118,13 @@ def _flashlight_unusable(device: torch.device) -> Optional[str]:
     return f"Flashlight's Triton kernels do not run on {device.type} devices"
 
 
-def _prediction(out: dict) -> Dict[str, np.ndarray]:
+def _prediction(out: dict) -> Dict[str, Optional[np.ndarray]]:
+    """Atoms (``positions`` [N, 37, 3], ``atom_mask`` [N, 37]) and confidence (pLDDT
+    [N]; pTM, PAE [N, N] and max PAE with the TM head) of an OpenFold output dict."""
     return {
         "positions": out["final_atom_positions"].detach().float().cpu().numpy(),
         "atom_mask": out["final_atom_mask"].detach().float().cpu().numpy(),
-        "plddt": out["plddt"].detach().float().cpu().numpy(),
+        **confidence.confidence_arrays(out),
     }
 
 
@@ -287,6 +294,8 @@ class Folder:
     def _passes(self, model, batch, on_recycle) -> tuple:
         opts = self.options
         warmups, iterations = self._warmup_plan()
+        if warmups:
+            log.info(f"  warm-up: {warmups} pass(es) of {iterations} recycling iteration(s)")
         # [..., R] features -> the first ``iterations`` recycling iterations
         warm_batch = {k: v[..., :iterations] for k, v in batch.items()}
         warm, steady = [], []
@@ -299,6 +308,7 @@ class Folder:
                 for _ in range(opts.repeats):
                     out, timing = timer.run(lambda: model(batch))
                     steady.append(timing)
+                    log.info(f"  model: {timing.model_s:.1f} s ({opts.recycles + 1} recycling iteration(s))")
         median = median_timing(steady)
         run = {
             "warmup_s": [t.model_s for t in warm],
@@ -323,6 +333,7 @@ class Folder:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         features_s = time.perf_counter() - start
+        log.info(f"record {record.id!r}: features in {features_s:.1f} s (MSA depth {depth})")
 
         runs: Dict[str, dict] = {}
         predictions: Dict[str, dict] = {}
@@ -396,7 +407,10 @@ class Folder:
             },
             "comparison": comparison,
             "mean_plddt": float(pred["plddt"].mean()),
+            "ptm": None if pred["ptm"] is None else float(pred["ptm"]),
+            "mean_pae": None if pred["pae"] is None else float(pred["pae"].mean()),
             "plddt": [round(float(x), 3) for x in pred["plddt"]],
+            "relax": None,
             "outputs": None,
         }
         return self._write_record(record, pred, report, wall_start)
@@ -405,9 +419,13 @@ class Folder:
         """Write the record's files into a fresh folder, ``latency.json`` last, then move
         it to ``<out_dir>/<safe name>`` whole (see :func:`outputs.record_folder`)."""
         opts = self.options
+        log.info(f"record {record.id!r}: writing {os.path.join(opts.out_dir, safe_name(record.id))}")
         with outputs.record_folder(opts.out_dir, safe_name(record.id)) as folder:
             start = time.perf_counter()
             files = self._write_structures(record, folder, pred)
+            if opts.relax:
+                files.update(self._relax(record, folder, files["pdb"], pred, report))
+            files.update(self._write_confidence(record, folder, pred))
             if opts.plot:
                 title = f"{record.id} ({record.length} residues) on {self.environment['device_name']}: {self.info.label()}"
                 labels = {} if self.status.active else {"flashlight": "flashlight (inactive: stock)"}
@@ -425,6 +443,45 @@ class Folder:
             report["outputs"] = {**files, "latency": "latency.json"}
             outputs.write_json(os.path.join(folder, "latency.json"), report)
         return report
+
+    def _relax(self, record: Record, folder: str, pdb_name: str, pred: dict, report: dict) -> dict:
+        """``<name>_relaxed.pdb`` (Amber, OpenMM); a failure is a warning, in ``report``."""
+        from flashlight.structures.relax import relax_pdb
+
+        log.info(f"record {record.id!r}: Amber relaxation")
+        with open(os.path.join(folder, pdb_name), "r", encoding="utf-8") as handle:
+            pdb_text = handle.read()
+        try:
+            relaxed, report["relax"] = relax_pdb(pdb_text, pred["plddt"], use_gpu=self.device.type == "cuda")
+        except Exception as err:  # noqa: BLE001 - the prediction is kept without it
+            report["relax"] = {"error": f"{type(err).__name__}: {err}"}
+            self.warn(f"warning: record {record.id!r}: relaxation failed ({report['relax']['error']})")
+            return {}
+        name = safe_name(record.id) + "_relaxed.pdb"
+        outputs.write_atomic(os.path.join(folder, name), relaxed)
+        info = report["relax"]
+        log.info(f"  relaxed on {info['platform']} in {info['time_s']:.1f} s: energy "
+                 f"{info['initial_energy_kcal_per_mol']:.4g} -> {info['final_energy_kcal_per_mol']:.4g} kcal/mol")
+        return {"relaxed_pdb": name}
+
+    def _write_confidence(self, record: Record, folder: str, pred: dict) -> dict:
+        """``<name>_confidence.json`` and, unless ``plot`` is off, the pLDDT and PAE plots."""
+        name = safe_name(record.id)
+        files = {"confidence": name + "_confidence.json"}
+        payload = confidence.confidence_report(
+            record.id, pred, self.info.label(), self.info.random_weights
+        )
+        outputs.write_json(os.path.join(folder, files["confidence"]), payload)
+        if self.options.plot:
+            title = f"{record.id}: {self.info.label()}"
+            files["plddt_plot"] = name + "_plddt.png"
+            confidence.plot_plddt(os.path.join(folder, files["plddt_plot"]), pred["plddt"], title)
+            if pred["pae"] is not None:
+                files["pae_plot"] = name + "_pae.png"
+                confidence.plot_pae(
+                    os.path.join(folder, files["pae_plot"]), pred["pae"], float(pred["max_pae"]), title
+                )
+        return files
 
     def _write_structures(self, record: Record, folder: str, pred: dict) -> dict:
         from openfold.np import residue_constants
@@ -444,6 +501,10 @@ class Folder:
         outputs.write_atomic(os.path.join(folder, files["pdb"]), pdb_text)
         if self.options.mmcif:
             files["mmcif"] = name + ".cif"
-            text = outputs.mmcif_string(pdb_text, name, f"flashlight-fold: {self.info.label()}")
+            text = modelcif_string(
+                name, record.sequence, pred["positions"], pred["atom_mask"], pred["plddt"],
+                f"flashlight-fold: {self.info.label()}", ptm=pred["ptm"],
+                details=" ".join(self.options.command or []) or None,
+            )
             outputs.write_atomic(os.path.join(folder, files["mmcif"]), text)
         return files

@@ -42,11 +42,13 @@ ACCEPTED_RESIDUES = frozenset(STANDARD_RESIDUES + "X" + "".join(RESIDUE_SUBSTITU
 # Characters allowed in an aligned MSA row once a3m insertions (lower case) are removed.
 ACCEPTED_MSA_CHARACTERS = frozenset(ACCEPTED_RESIDUES | {"-"})
 MSA_EXTENSIONS = (".a3m", ".sto")
+# Files of a directory given as an input: FASTA files, and A3M files (query + MSA).
+INPUT_EXTENSIONS = (".fasta", ".fa", ".faa", ".a3m")
 # OpenFold's feature pipeline fails on a single residue.
 MIN_LENGTH = 2
 MAX_NAME_LENGTH = 100
 # Names in the output folder that belong to the run, not to a record.
-RESERVED_NAMES = frozenset({"summary.json"})
+RESERVED_NAMES = frozenset({"summary.json", "flashlight-fold.log"})
 _SAFE_CHARACTERS = frozenset(string.ascii_letters + string.digits + "-_.")
 _SUBSTITUTE = str.maketrans(RESIDUE_SUBSTITUTIONS)
 
@@ -430,10 +432,37 @@ def _load_alignment(paths: Sequence[str], record: Record) -> Optional[Problem]:
 # -- everything ---------------------------------------------------------------------
 
 
+def expand_inputs(paths: Iterable[str], problems: List[Problem]) -> List[str]:
+    """``paths`` with each directory replaced by its input files, sorted by name.
+
+    A directory contributes its ``*.fasta``, ``*.fa``, ``*.faa`` and ``*.a3m`` files
+    (not hidden, not in subfolders); one without any is a problem.
+    """
+    files: List[str] = []
+    for path in paths:
+        path = os.fspath(path)
+        if not os.path.isdir(path):
+            files.append(path)
+            continue
+        found = sorted(
+            os.path.join(path, name) for name in os.listdir(path)
+            if name.lower().endswith(INPUT_EXTENSIONS) and not name.startswith(".")
+            and os.path.isfile(os.path.join(path, name))
+        )
+        if not found:
+            problems.append(Problem(path, "directory holds no input files (*.fasta, *.fa, *.faa, *.a3m)"))
+        files.extend(found)
+    return files
+
+
+
 def load_inputs(
     fasta_paths: Iterable[str], alignment_dir: Optional[str] = None
 ) -> Tuple[List[Record], List[Problem]]:
     """Read and validate every record of every FASTA file.
+
+    ``fasta_paths`` may name directories (:func:`expand_inputs`) and A3M files: an A3M
+    file is one record, its first sequence, with the whole file as its MSA.
 
     Returns the valid records (numbered in input order) and the problems: unreadable
     files, empty or too short records, invalid residue letters, duplicate ids, ids whose
@@ -448,11 +477,14 @@ def load_inputs(
         what = "is not a directory" if os.path.exists(alignment_dir) else "does not exist"
         problems.append(Problem(alignment_dir, f"alignment directory {what}"))
         alignment_dir = None
-    for path in fasta_paths:
+    for path in expand_inputs(fasta_paths, problems):
         parsed, problem = _read_fasta(path)
         if problem is not None:
             problems.append(problem)
             continue
+        is_a3m = path.lower().endswith(".a3m")
+        if is_a3m:  # the query is the first record; the file is its MSA
+            parsed = parsed[:1]
         for index, seq_record in enumerate(parsed, start=1):
             record_id = seq_record.id
             if not record_id:
@@ -497,7 +529,7 @@ def load_inputs(
                 source=path,
                 index=index,
             )
-            msa_paths = alignment_paths(alignment_dir, record_id)
+            msa_paths = [path] if is_a3m else alignment_paths(alignment_dir, record_id)
             if msa_paths:
                 bad = _load_alignment(msa_paths, record)
                 if bad is not None:

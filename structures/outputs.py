@@ -1,4 +1,7 @@
-"""Files written per record: structure (PDB, optional mmCIF), latency plot, JSON.
+"""Files written per record: the PDB file, the latency plot, JSON; the record folder.
+
+mmCIF is written by :mod:`~flashlight.structures.mmcif`, the confidence files by
+:mod:`~flashlight.structures.confidence`.
 
 A record's files are written into a fresh hidden folder inside the output folder
 (:func:`record_folder`), ``latency.json`` last, and that folder is renamed to
@@ -244,24 +247,6 @@ def pdb_string(
     return protein.to_pdb(prot)
 
 
-def mmcif_string(pdb_text: str, name: str, title: Optional[str]) -> str:
-    """The structure of ``pdb_text`` as mmCIF (Biopython), with ``title`` as _struct.title."""
-    from Bio.PDB import MMCIFIO, PDBParser
-
-    structure = PDBParser(QUIET=True).get_structure(name, io.StringIO(pdb_text))
-    writer = MMCIFIO()
-    writer.set_structure(structure)
-    buffer = io.StringIO()
-    writer.save(buffer)
-    text = buffer.getvalue()
-    if title:
-        lines = text.splitlines(keepends=True)
-        quoted = "'" + title.replace("'", "") + "'"
-        lines.insert(1, f"_struct.entry_id {name}\n_struct.title {quoted}\n#\n")
-        text = "".join(lines)
-    return text
-
-
 def plot_latency(
     path: str, title: str, runs: Dict[str, dict], labels: Optional[Dict[str, str]] = None
 ) -> str:
@@ -374,7 +359,7 @@ def record_table(report: dict) -> str:
 
 
 def summary_table(summary: dict) -> str:
-    """The terminal summary of a whole run (all records, all ranks)."""
+    """The terminal summary of a whole run (all records, all workers)."""
     rows = []
     for entry in summary["records"]:
         model = entry.get("model_s") or {}
@@ -382,13 +367,15 @@ def summary_table(summary: dict) -> str:
             [
                 entry["id"],
                 entry.get("length", "-"),
-                entry["status"],
+                "done before" if entry.get("skipped") else entry["status"],
                 _ms(model.get("stock")),
                 _ms(model.get("flashlight")),
                 _ms(entry.get("end_to_end_s")),
                 "-" if entry.get("mean_plddt") is None else f"{entry['mean_plddt']:.1f}",
-                entry.get("rank", 0),
+                "-" if entry.get("ptm") is None else f"{entry['ptm']:.3f}",
+                entry.get("worker", entry.get("rank", 0)),
             ]
         )
-    headers = ["record", "length", "status", "stock ms", "flashlight ms", "end to end ms", "pLDDT", "rank"]
+    headers = ["record", "length", "status", "stock ms", "flashlight ms", "end to end ms", "pLDDT",
+               "pTM", "worker"]
     return format_table(headers, rows)

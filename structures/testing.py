@@ -122,3 +122,44 @@ def export_alphafold_params(model, path: str, preset: str = "model_1") -> str:
     with open(path, "wb") as handle:
         np.savez(handle, **arrays)
     return path
+
+
+# -- small structures --------------------------------------------------------------------
+
+
+def _place(a, b, c, bond: float, angle: float, torsion: float) -> np.ndarray:
+    """The atom bonded to ``c`` at ``bond`` A, angle b-c-d ``angle`` and torsion a-b-c-d
+    ``torsion`` (degrees): the natural extension reference frame."""
+    angle, torsion = np.radians(angle), np.radians(torsion)
+    bc = (c - b) / np.linalg.norm(c - b)
+    n = np.cross(b - a, bc)
+    n /= np.linalg.norm(n)
+    d2 = bond * np.array([-np.cos(angle), np.sin(angle) * np.cos(torsion), np.sin(angle) * np.sin(torsion)])
+    frame = np.stack([bc, np.cross(n, bc), n], axis=1)
+    return c + frame @ d2
+
+
+def backbone_pdb(length: int, phi: float = -57.0, psi: float = -47.0, noise: float = 0.0, seed: int = 0) -> str:
+    """PDB text of a poly-alanine backbone (N, CA, C, O; no CB, no hydrogens) with ideal
+    bond lengths and angles and the given torsions (default: an alpha helix), each atom
+    moved by Gaussian ``noise`` (A). For relaxation tests: PDBFixer adds the rest."""
+    rng = np.random.default_rng(seed)
+    n, ca, c = np.array([0.0, 1.458, 0.0]), np.zeros(3), np.array([1.525, 0.0, 0.0])
+    chain = [(n, ca, c)]
+    for _ in range(length - 1):
+        n_next = _place(chain[-1][0], chain[-1][1], chain[-1][2], 1.329, 116.2, psi)
+        ca_next = _place(chain[-1][1], chain[-1][2], n_next, 1.458, 121.7, 180.0)
+        c_next = _place(chain[-1][2], n_next, ca_next, 1.525, 111.2, phi)
+        chain.append((n_next, ca_next, c_next))
+    lines, serial = [], 1
+    for i, (n, ca, c) in enumerate(chain):
+        if i + 1 < len(chain):
+            o = _place(chain[i + 1][0], ca, c, 1.231, 120.5, 180.0)
+        else:
+            o = _place(n, ca, c, 1.231, 120.5, psi + 180.0)
+        for name, xyz in (("N", n), ("CA", ca), ("C", c), ("O", o)):
+            x, y, z = xyz + rng.normal(0.0, noise, 3)
+            lines.append(f"ATOM  {serial:5d}  {name:<3s} ALA A{i + 1:4d}    {x:8.3f}{y:8.3f}{z:8.3f}"
+                         f"  1.00 50.00           {name[0]}")
+            serial += 1
+    return "\n".join(lines + ["TER", "END"]) + "\n"

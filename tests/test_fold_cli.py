@@ -40,7 +40,8 @@ def test_every_record_gets_a_complete_folder(folded):
         folder = out / record
         names = sorted(os.listdir(folder))
         assert names == sorted(
-            ["latency.json", "latency.png", f"{record}.pdb", f"{record}.cif"]
+            ["latency.json", "latency.png", f"{record}.pdb", f"{record}.cif",
+             f"{record}_confidence.json", f"{record}_plddt.png"]
         ), names
         report = json.loads((folder / "latency.json").read_text())
         assert report["record"]["length"] == length

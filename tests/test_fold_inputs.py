@@ -78,14 +78,17 @@ def test_unreadable_files(tmp_path):
     text.write_text("just some notes\nACDE\n")
     blank = tmp_path / "blank.fasta"
     blank.write_text("")
-    records, problems = load_inputs([str(missing), str(binary), str(text), str(blank), str(tmp_path)])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("a directory of inputs without any\n")
+    records, problems = load_inputs([str(missing), str(binary), str(text), str(blank), str(empty)])
     assert records == []
     messages = {p.file: p.message for p in problems}
     assert messages[str(missing)] == "file does not exist"
     assert messages[str(binary)].startswith("unreadable: not a text FASTA file")
     assert messages[str(text)].startswith("not a FASTA file")
     assert "no FASTA records" in messages[str(blank)]
-    assert "is a directory" in messages[str(tmp_path)]
+    assert "directory holds no input files (*.fasta, *.fa, *.faa, *.a3m)" in messages[str(empty)]
 
 
 def test_msa_query_mismatch(tmp_path):
@@ -161,7 +164,7 @@ def test_cli_skip_invalid_folds_the_rest_and_lists_the_others(tmp_path):
     )
     assert result.returncode == 0, result.output
     assert "4 invalid input(s) (skipped)" in result.stderr
-    assert sorted(os.listdir(out)) == ["dup", "summary.json", "trp"]
+    assert sorted(os.listdir(out)) == ["dup", "flashlight-fold.log", "summary.json", "trp"]
     summary = json.loads((out / "summary.json").read_text())
     assert [r["id"] for r in summary["records"]] == ["trp", "dup"]
     assert len(summary["invalid"]) == 4

@@ -209,14 +209,15 @@ def test_alignment_lookup_never_leaves_the_folder(tmp_path, record_id):
 
 def test_hostile_ids_fold_inside_the_output_folder(hostile_run):
     root, out, result, before = hostile_run
-    assert sorted(os.listdir(out)) == sorted({safe_name(i) for i in HOSTILE} | {"summary.json"})
+    assert sorted(os.listdir(out)) == sorted(
+        {safe_name(i) for i in HOSTILE} | {"summary.json", "flashlight-fold.log"})
     summary = json.loads((out / "summary.json").read_text())
     assert [r["id"] for r in summary["records"]] == list(HOSTILE)
     assert all(r["status"] == "ok" for r in summary["records"])
     for record_id in HOSTILE:
         report = _check_one_run(out / safe_name(record_id))
         assert report["record"]["id"] == record_id
-        assert sorted(report["outputs"]) == ["latency", "mmcif", "pdb"]
+        assert sorted(report["outputs"]) == ["confidence", "latency", "mmcif", "pdb"]
     # nothing else was written, and the MSAs of other folders were not read
     assert _tree(root, skip=str(out)) == before
     for record_id in ("..", "."):
@@ -348,7 +349,7 @@ def test_leftovers_of_a_killed_run_are_cleared(tmp_path, capsys, no_model):
     fasta = write_fasta(tmp_path / "q.fasta", {"q": "MKTAYI"})
     code, _, err = _main([fasta, "--out-dir", out, "--no-flashlight"], capsys)
     assert code == 2 and "the model was built" in err
-    assert sorted(os.listdir(out)) == ["keep", "summary.json"]
+    assert sorted(os.listdir(out)) == ["flashlight-fold.log", "keep", "summary.json"]
 
 
 def test_rerun_interrupted_leaves_no_mixed_folder(rerun):
@@ -479,7 +480,7 @@ def test_quiet_interrupted_rerun_says_one_thing(rerun):
         f"{', '.join(repr(i) if ',' in i or not i.isprintable() else i for i in others[:10])}"
         f" (listed in {rerun[0] / 'summary.json'})"
     )
-    allowed = re.compile(r"^(WARNING: no --params given|warning: record 'sub\|1': )")
+    allowed = re.compile(r"^(WARNING: no --params given|warning: record 'sub\|1': |warning: record .* has no MSA)")
     assert [line for line in lines[:-1] if not allowed.match(line)] == []  # no numpy, no traceback
 
 

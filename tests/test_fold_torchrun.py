@@ -39,9 +39,9 @@ def test_two_process_torchrun(tmp_path):
     assert summary["world_size"] == 2
     records = summary["records"]
     assert [r["id"] for r in records] == ["p0", "p1", "p2"]
-    assert [r["rank"] for r in records] == [0, 1, 0]
+    assert [r["worker"] for r in records] == [0, 1, 0]
     assert all(r["status"] == "ok" for r in records)
-    assert summary["failed"] == [] and summary["rank_errors"] == {}
+    assert summary["failed"] == [] and summary["worker_errors"] == {}
     for record in ("p0", "p1", "p2"):
         report = json.loads((out / record / "latency.json").read_text())
         assert report["record"]["id"] == record
