@@ -9,6 +9,7 @@ eagerly.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -238,9 +239,21 @@ def make_backend(report: ExplainReport | None = None, **options: Any):
 
     def backend(gm: fx.GraphModule, example_inputs):
         # SDPA decomposes only where AOTAutograd will trace no backward
-        return captures[not _needs_gradients(example_inputs)](gm, example_inputs)
+        training = _needs_gradients(example_inputs)
+        with _keep_saved_tensors(training and (options.get("remainder") or settings.get("remainder")) == "inductor"):
+            return captures[not training](gm, example_inputs)
 
     return backend
+
+
+def _keep_saved_tensors(training_through_inductor: bool):
+    """Where Inductor compiles a backward graph, AOTAutograd would let it reuse the memory
+    of tensors the forward saved for it ("donated buffers"); its default partition saves
+    views of one tensor as several (a softmax and its detached copy), and reusing one
+    would overwrite the others, so that reuse is switched off for these graphs."""
+    if not training_through_inductor:
+        return contextlib.nullcontext()
+    return torch._functorch.config.patch(donated_buffer=False)
 
 
 def _needs_gradients(example_inputs) -> bool:
