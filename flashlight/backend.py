@@ -4,8 +4,9 @@ Capture goes through public doors only: Dynamo hands us an FX graph, AOTAutograd
 ``aot_autograd`` turns it into an ATen-level inference graph (functionalized, with
 symbolic sizes when Dynamo marks lengths dynamic), and we return a callable
 ``GraphModule``. Nodes computed by a Flashlight kernel are replaced by a call to its
-:class:`~flashlight.runtime.Launcher`; everything else stays in the graph and runs
-eagerly.
+:class:`~flashlight.runtime.Launcher`; everything else stays in the graph, which
+Inductor then compiles around the kernels (:mod:`flashlight.inductor`; each kernel an
+opaque op to it) or which runs eagerly (``remainder="eager"``).
 """
 from __future__ import annotations
 
