@@ -13,9 +13,15 @@ forward pass of
 - ``torch_compile``: default ``torch.compile(variant.fn)``;
 - ``sdpa``: ``variant.sdpa`` (``F.scaled_dot_product_attention`` with the bias in the
   query's dtype), the memory-efficient backend pinned;
-- ``flex``: ``torch.compile(variant.flex)`` (FlexAttention), where one call expresses it;
-- ``cuequivariance``, ``trifast``: hand-written kernels (see :mod:`bench.peers`), where
-  installed and applicable.
+- ``flex``: ``torch.compile`` of FlexAttention, where one call expresses the variant;
+- ``flex_flash``: the same with FlexAttention's FLASH backend (CuTeDSL), where installed;
+- ``cuequivariance``, ``trifast``, ``ds4sci``: hand-written kernels (see :mod:`bench.peers`),
+  where installed and applicable.
+
+``flex``, ``flex_flash`` and ``sdpa`` are each timed in every formulation of
+:mod:`bench.formulations` (the catalog's, a contiguous pair bias, contiguous q/k/v); the
+cell keeps the fastest that is accurate (``formulation``), with every formulation's time
+and error in ``formulations``.
 
 Per cell (variant, shape, dtype, implementation): median time (``triton.testing.do_bench``),
 TFLOP/s (the catalog's useful FLOPs), the fraction of a roofline measured in the same run
@@ -46,16 +52,18 @@ import sys
 import time
 from typing import Any, Callable
 
-IMPLS = ("eager", "sdpa", "flex", "torch_compile", "flashlight", "cuequivariance", "trifast")
-COMPILED = ("flex", "torch_compile", "flashlight")
+IMPLS = ("eager", "sdpa", "flex", "flex_flash", "torch_compile", "flashlight", "cuequivariance", "trifast", "ds4sci")
+COMPILED = ("flex", "flex_flash", "torch_compile", "flashlight")
+FORMULATED = ("flex", "flex_flash", "sdpa")  # timed in each formulation of bench.formulations
 EVOFORMER = ("msa_row_pair_bias", "msa_column", "triangle_start", "triangle_end")
+CORE = ("evoformer_core",)
 SMOKE_IMPLS = ("eager", "sdpa", "torch_compile", "flashlight")
 
 EXIT_COMPLETE, EXIT_INCOMPLETE, EXIT_RESTART = 0, 3, 4
 
 CSV_FIELDS = (
     "variant", "shape", "dtype", "impl", "status", "ms", "tflops", "floor_ms", "roofline_frac",
-    "peak_extra_mib", "first_call_s", "max_abs_err", "max_rel_err", "kernels", "configs", "message",
+    "peak_extra_mib", "first_call_s", "max_abs_err", "max_rel_err", "kernels", "configs", "formulation", "message",
     "gpu", "driver", "torch", "triton", "date",
 )
 
@@ -63,7 +71,7 @@ CSV_FIELDS = (
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--variants", default="all", help="all, evoformer, lm, or names separated by commas")
+    p.add_argument("--variants", default="all", help="all, evoformer, core, lm, or names separated by commas")
     p.add_argument("--dtypes", default=None, help="bf16,tf32,fp32 (default: all three; fp32 with --smoke)")
     p.add_argument("--shapes", default=None,
                    help="all (bench_shapes), default (the small default_shape), or indices into bench_shapes: 0,2")
@@ -156,39 +164,45 @@ class Unavailable(Exception):
 
 
 def applicable(variant, impl: str) -> bool:
-    from bench import peers
+    from bench import formulations, peers
 
-    if impl == "sdpa":
-        return variant.sdpa is not None
-    if impl == "flex":
-        return variant.flex is not None
+    if impl in FORMULATED:
+        return bool(formulations.forms(variant, impl))
     if impl in peers.PEERS:
         return peers.adapter(impl, variant.name) is not None
     return True
 
 
-def make_impl(variant, impl: str, device: str, report) -> Callable:
+def make_impl(variant, impl: str, device: str, report, form: Callable | None = None) -> Callable:
+    """The callable of ``impl``; for ``flex``, ``flex_flash`` and ``sdpa``, of the
+    formulation ``form`` (default: the catalog's)."""
     import torch
 
     import flashlight
-    from bench import peers
+    from bench import formulations, peers
 
     if impl == "eager":
         return variant.fn
     if impl == "torch_compile":
         return torch.compile(variant.fn)
     if impl == "flex":
-        return torch.compile(variant.flex)
+        return torch.compile(form or variant.flex)
+    if impl == "flex_flash":
+        why = formulations.flash_availability()
+        if why:
+            raise Unavailable(why)
+        return torch.compile(form or next(iter(formulations.forms(variant, impl).values())))
     if impl == "flashlight":
         return flashlight.compile(variant.fn, report=report)
     if impl == "sdpa":
+        sdpa = form or variant.sdpa
         if device != "cuda":
-            return variant.sdpa  # the efficient backend is CUDA-only
+            return sdpa  # the efficient backend is CUDA-only
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         def sdpa_efficient(*args):
             with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-                return variant.sdpa(*args)
+                return sdpa(*args)
 
         return sdpa_efficient
     if impl in peers.PEERS:
@@ -285,6 +299,33 @@ def run_cell(fn: Callable, args: tuple, ref, ctx: dict, deadline, timeout_s: flo
     return rec
 
 
+def run_formulations(variant, impl: str, device: str, inputs, ref, ctx: dict, deadline, timeout_s: float) -> dict:
+    """Measure ``impl`` in each of its formulations; the fastest accurate one's fields,
+    with ``formulation`` (its name) and ``formulations`` (every one's status, time and
+    error). Raises :class:`Unavailable` when the implementation cannot run here."""
+    import torch
+
+    from bench import formulations
+
+    results: dict[str, dict] = {}
+    recs: dict[str, dict] = {}
+    for name, form in formulations.forms(variant, impl).items():
+        fn = make_impl(variant, impl, device, None, form)
+        rec = run_cell(fn, inputs, ref, ctx, deadline, timeout_s)
+        recs[name] = rec
+        results[name] = {k: rec[k] for k in ("status", "ms", "max_abs_err", "max_rel_err", "nonfinite",
+                                             "first_call_s", "peak_extra_mib", "message") if k in rec}
+        del fn
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    best = formulations.pick(results)
+    chosen = dict(recs[best] if best else next(iter(recs.values())))
+    chosen["formulation"] = best
+    chosen["formulations"] = results
+    chosen["wall_s"] = round(sum(r.get("wall_s", 0.0) for r in recs.values()), 2)
+    return chosen
+
+
 def _configs_label(configs: list | None) -> str:
     """[[BLOCK_M, BLOCK_N, num_warps, num_stages] or "eager", ...] -> "128x64 w4 s3; eager; ..." for the CSV."""
     return "; ".join(c if c == "eager" else "{}x{} w{} s{}".format(*c) for c in configs or ())
@@ -301,8 +342,10 @@ def _select(args, variants_all: dict) -> tuple[list, list[str], list[str]]:
         names = list(variants_all)
     elif spec == "evoformer":
         names = [n for n in variants_all if n in EVOFORMER]
+    elif spec == "core":
+        names = [n for n in variants_all if n in CORE]
     elif spec == "lm":
-        names = [n for n in variants_all if n not in EVOFORMER]
+        names = [n for n in variants_all if n not in EVOFORMER + CORE]
     else:
         names = [n.strip() for n in spec.split(",") if n.strip()]
     unknown = [n for n in names if n not in variants_all]
@@ -439,15 +482,23 @@ def _main(argv: list[str] | None) -> int:
                    "flops": float(v.flops(shape)), "roofline": rf}
             for impl in todo:
                 report = ExplainReport() if impl == "flashlight" else None
+                why = peers.not_applicable(impl, v.name, shape, dtype) if impl in peers.PEERS else None
+                if why:
+                    results.put({**base, "impl": impl, "status": "unavailable", "message": why})
+                    results.save()
+                    say(f"  {label} {impl}: not applicable ({why})")
+                    continue
                 try:
-                    fn = make_impl(v, impl, device, report)
+                    if impl in FORMULATED:
+                        rec = run_formulations(v, impl, device, inputs, ref, ctx, deadline, args.cell_timeout)
+                    else:
+                        fn = make_impl(v, impl, device, report)
+                        rec = run_cell(fn, inputs, ref, ctx, deadline, args.cell_timeout, report)
                 except Unavailable as exc:
                     results.put({**base, "impl": impl, "status": "unavailable", "message": str(exc)})
                     results.save()
                     say(f"  {label} {impl}: unavailable ({exc})")
                     continue
-                try:
-                    rec = run_cell(fn, inputs, ref, ctx, deadline, args.cell_timeout, report)
                 except Restart as exc:
                     results.put({**base, "impl": impl, "status": "error", "message": f"CUDA error: {exc}"})
                     results.save()

@@ -29,16 +29,18 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 BEGIN, END = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
 
-IMPLS = ("flashlight", "eager", "torch_compile", "sdpa", "flex", "cuequivariance", "trifast")
+IMPLS = ("flashlight", "eager", "torch_compile", "sdpa", "flex", "flex_flash", "cuequivariance", "trifast",
+         "ds4sci")
 IMPL_TITLES = {"flashlight": "Flashlight", "eager": "eager", "torch_compile": "torch.compile",
-               "sdpa": "SDPA (bias)", "flex": "FlexAttention", "cuequivariance": "cuEquivariance",
-               "trifast": "trifast"}
+               "sdpa": "SDPA (bias)", "flex": "FlexAttention", "flex_flash": "FlexAttention (FLASH)",
+               "cuequivariance": "cuEquivariance", "trifast": "trifast", "ds4sci": "DS4Sci"}
 EVOFORMER = ("msa_row_pair_bias", "msa_column", "triangle_start", "triangle_end")
 BLOCK_MASK = ("causal_tril", "causal_triu", "causal_index", "alibi", "sliding_window", "prefix_lm", "document_mask",
               "attention_sinks")
 HEAD_WIDTH_KEYS = ("D", "Dv", "c")  # the catalog's names for the widths a head's dots run over
 DTYPE_TITLES = {"bf16": "bf16", "tf32": "fp32 (TF32)", "fp32": "fp32 (IEEE)"}
-MODE_TITLES = {"stock": "stock", "compile": "torch.compile per block", "flashlight": "Flashlight"}
+MODE_TITLES = {"stock": "stock", "compile": "torch.compile per block", "flashlight": "Flashlight",
+               "ds4sci": "stock + DS4Sci", "cueq": "stock + cuEquivariance"}
 
 
 # ---------------------------------------------------------------------------- loading
@@ -78,7 +80,8 @@ def load_kernels(results: pathlib.Path) -> tuple[dict, list[dict]]:
 def load_evoformer(results: pathlib.Path) -> tuple[list[dict], list[dict]]:
     """Latest cell per (scope, n_res, mode, sizes) over every ``evoformer*.json``."""
     def key(c):
-        return (c["scope"], c["n_res"], c["mode"], c.get("n_seq"), c.get("n_extra"), c.get("iters"), c.get("blocks"))
+        return (c["scope"], c["n_res"], c["mode"], c.get("n_seq"), c.get("n_extra"), c.get("iters"), c.get("blocks"),
+                c.get("dtype", "tf32"))
 
     return _latest_cells(results, "evoformer*.json", key)
 

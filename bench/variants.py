@@ -30,9 +30,10 @@ take the inputs' dtype or are float32 tensors that type promotion absorbs.
 from __future__ import annotations
 
 from bench.variants_base import Variant, sdpa_any_batch
+from bench.variants_core import CORE_VARIANTS
 from bench.variants_evoformer import EVOFORMER_VARIANTS
 from bench.variants_lm import LM_VARIANTS
 
 __all__ = ["VARIANTS", "Variant", "sdpa_any_batch"]
 
-VARIANTS: dict[str, Variant] = {v.name: v for v in (*LM_VARIANTS, *EVOFORMER_VARIANTS)}
+VARIANTS: dict[str, Variant] = {v.name: v for v in (*LM_VARIANTS, *EVOFORMER_VARIANTS, *CORE_VARIANTS)}

@@ -84,8 +84,8 @@ def test_failing_implementation_is_a_recorded_result(tmp_path, monkeypatch):
         raise RuntimeError("deliberate failure")
 
     real = kernels.make_impl
-    monkeypatch.setattr(kernels, "make_impl",
-                        lambda v, impl, device, rep: broken if impl == "sdpa" else real(v, impl, device, rep))
+    monkeypatch.setattr(kernels, "make_impl",  # (variant, impl, device, report[, formulation])
+                        lambda *a: broken if a[1] == "sdpa" else real(*a))
     assert _kernels(tmp_path, "--variants", "vanilla", "--impls", "eager,sdpa") == kernels.EXIT_COMPLETE
     cells = {c["impl"]: c for c in json.loads((tmp_path / "kernels_smoke_test.json").read_text())["cells"]}
     assert cells["eager"]["status"] == "ok"
