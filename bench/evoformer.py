@@ -16,9 +16,16 @@ Two scopes, each at every ``--n-res``:
   recycling iterations, i.e. 1 = a single pass), with the time of its top-level parts
   (embedders, extra-MSA stack, Evoformer, structure module, heads).
 
-Three modes: ``stock`` (OpenFold 0.0.1 as installed, with its CUDA extension);
+Modes: ``stock`` (OpenFold 0.0.1 as installed, with its CUDA extension);
 ``compile`` (stock with ``torch.compile`` applied to each Evoformer block via
-``Module.compile()``); ``flashlight`` (``flashlight.patch_openfold(model)``).
+``Module.compile()``); ``flashlight`` (``flashlight.patch_openfold(model)``); ``ds4sci`` and
+``cueq`` (stock with every ``Attention`` module computing its attention with DeepSpeed's
+DS4Sci_EvoformerAttention or cuEquivariance, :mod:`bench.openfold_peers`; calls a peer
+cannot take run stock and are counted in ``peer``). A peer that is not installed is a
+cell with status ``unavailable`` and the reason.
+
+``--dtypes``: ``tf32`` (float32 weights and activations, TF32 matmuls: OpenFold's
+inference setting) and ``bf16`` (weights, inputs and activations in bfloat16).
 
 Weights are a seeded random initialisation (``model_1`` shapes, attention modules
 drawn so they are not constant): no AlphaFold parameters are loaded, so the outputs are
@@ -55,12 +62,13 @@ from typing import Any
 
 from bench.evoformer_inputs import build_model, model_config, stack_inputs, synthetic_batch
 
-MODES = ("stock", "compile", "flashlight")
+MODES = ("stock", "compile", "flashlight", "ds4sci", "cueq")
+DTYPE_NAMES = ("tf32", "bf16")
 SCOPES = ("stack", "model")
 EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
 MIN_CELL_START_S = 60.0  # a cell starts only with at least this much of the budget left
 
-CSV_FIELDS = ("scope", "n_res", "mode", "status", "ms", "first_call_s", "peak_gib", "attention_ms",
+CSV_FIELDS = ("scope", "n_res", "mode", "dtype", "status", "ms", "first_call_s", "peak_gib", "attention_ms",
               "attention_share", "max_abs_diff_vs_stock", "compile_options", "n_seq", "n_extra", "iters",
               "blocks", "chunk_size", "reference_chunk_size", "message", "gpu", "driver", "torch", "triton", "date")
 
@@ -71,6 +79,7 @@ def parse_args(argv):
     p.add_argument("--n-res", default="256,512", help="residue counts, comma-separated")
     p.add_argument("--scopes", default="stack,model")
     p.add_argument("--modes", default="stock,compile,flashlight")
+    p.add_argument("--dtypes", default="tf32", help="tf32 (float32, TF32 matmuls) and/or bf16")
     p.add_argument("--n-seq", type=int, default=512, help="MSA cluster rows")
     p.add_argument("--n-extra", type=int, default=5120, help="extra MSA rows (model scope)")
     p.add_argument("--iters", type=int, default=1, help="recycling iterations (1: a single pass)")
@@ -150,11 +159,34 @@ def _call_block(block, m, z, msa_mask, pair_mask):
 # ---------------------------------------------------------------------------- cells
 
 
+class PeerAbsent(Exception):
+    """The peer of a mode is not installed or cannot run here (a cell ``unavailable``)."""
+
+
+def peer_availability(mode: str, dtype_name: str = "tf32") -> str | None:
+    """Why the peer of ``mode`` cannot run here, or None (also None for non-peer modes)."""
+    if mode == "ds4sci":
+        from bench import ds4sci
+
+        if dtype_name != "bf16":
+            return "DS4Sci_EvoformerAttention computes in bf16 and fp16 only"
+        return ds4sci.availability()
+    if mode == "cueq":
+        from bench import peers
+
+        return peers.availability("cuequivariance")
+    return None
+
+
 def _apply_mode(model, mode: str, blocks) -> dict:
     import flashlight
 
     info: dict[str, Any] = {}
-    if mode == "compile":
+    if mode in ("ds4sci", "cueq"):
+        from bench import openfold_peers
+
+        info["_peer_forwards"] = openfold_peers.patch_attention(model, mode)
+    elif mode == "compile":
         for block in blocks:
             block.compile()
         info["compiled_blocks"] = len(blocks)
@@ -207,10 +239,11 @@ def run_stack(args, n_res: int, mode: str, device: str) -> dict:
     from flashlight.structures.timing import Clock
 
     config = model_config(args.blocks, 0)
-    model = build_model(config, args.seed, device)
+    dtype = _torch_dtype(args)
+    model = _cast(build_model(config, args.seed, device), dtype)
     stack = model.evoformer
     blocks = list(stack.blocks)
-    m0, z0, msa_mask, pair_mask = stack_inputs(n_res, args.n_seq, device, args.seed)
+    m0, z0, msa_mask, pair_mask = (t.to(dtype) for t in stack_inputs(n_res, args.n_seq, device, args.seed))
     events = Clock(torch.device(device))
 
     def run_pass(collect_blocks: bool = False):
@@ -269,8 +302,31 @@ def run_stack(args, n_res: int, mode: str, device: str) -> dict:
             att = sum(v for k, v in breakdown.items() if k in ATTENTION_PARTS)
             rec["attention_ms"] = round(att, 3)
             rec["attention_share"] = round(att / max(sum(breakdown.values()), 1e-9), 4)
+    _peer_summary(rec)
     del model, stack, blocks
     return rec
+
+
+def _cast(model, dtype):
+    """``model`` in ``dtype`` (left as built for float32)."""
+    import torch
+
+    return model if dtype == torch.float32 else model.to(dtype)
+
+
+def _torch_dtype(args):
+    import torch
+
+    return torch.bfloat16 if getattr(args, "dtype_name", "tf32") == "bf16" else torch.float32
+
+
+def _peer_summary(rec: dict) -> None:
+    """Replace the patched peer forwards in ``rec`` by what they did (calls, stock fallbacks)."""
+    forwards = rec.pop("_peer_forwards", None)
+    if forwards is not None:
+        from bench import openfold_peers
+
+        rec["peer"] = openfold_peers.summary(forwards)
 
 
 def wanted_again(cell: dict, retry: bool, budget_left_s: float) -> bool:
@@ -311,8 +367,10 @@ def run_model(args, n_res: int, mode: str, device: str) -> dict:
     from flashlight.structures.timing import Clock
 
     config = model_config(args.blocks, args.n_extra)
-    model = build_model(config, args.seed, device)
+    dtype = _torch_dtype(args)
+    model = _cast(build_model(config, args.seed, device), dtype)
     batch = synthetic_batch(n_res, args.n_seq, args.n_extra, args.iters, device, args.seed)
+    batch = {k: v.to(dtype) if v.is_floating_point() else v for k, v in batch.items()}
     events = Clock(torch.device(device))
     blocks = list(model.evoformer.blocks)
 
@@ -356,6 +414,7 @@ def run_model(args, n_res: int, mode: str, device: str) -> dict:
             out, _ = forward()
             del out
         rec["breakdown_ms"] = {k: round(sum(events.ms(a, b) for a, b in v), 2) for k, v in spans.items()}
+    _peer_summary(rec)
     del model, batch
     return rec
 
@@ -444,12 +503,15 @@ def _main(argv: list[str] | None) -> int:
     say = lambda *a: print(*a, flush=True)  # noqa: E731
 
     def key(c):
-        return (c["scope"], c["n_res"], c["mode"], c.get("n_seq"), c.get("n_extra"), c.get("iters"), c.get("blocks"))
+        return (c["scope"], c["n_res"], c["mode"], c.get("n_seq"), c.get("n_extra"), c.get("iters"), c.get("blocks"),
+                c.get("dtype", "tf32"))
 
     sizes = [int(n) for n in args.n_res.split(",") if n.strip()]
     scopes = [s for s in args.scopes.split(",") if s]
     modes = [m for m in args.modes.split(",") if m]
-    for bad, known in ((set(scopes) - set(SCOPES), SCOPES), (set(modes) - set(MODES), MODES)):
+    dtype_names = [d for d in args.dtypes.split(",") if d]
+    for bad, known in ((set(scopes) - set(SCOPES), SCOPES), (set(modes) - set(MODES), MODES),
+                       (set(dtype_names) - set(DTYPE_NAMES), DTYPE_NAMES)):
         if bad:
             sys.exit(f"bench.evoformer: unknown {sorted(bad)}; known: {', '.join(known)}")
 
@@ -465,18 +527,20 @@ def _main(argv: list[str] | None) -> int:
     for i, c in enumerate(data["cells"]):
         existing[key(c)] = i
 
-    def cell_id(scope, n, mode):
+    def cell_id(scope, n, mode, dtype_name):
         return (scope, n, mode, args.n_seq, args.n_extra if scope == "model" else None,
-                args.iters if scope == "model" else None, n_blocks)
+                args.iters if scope == "model" else None, n_blocks, dtype_name)
 
     todo = []
-    for n in sizes:
-        for scope in scopes:
-            for mode in modes:
-                k = cell_id(scope, n, mode)
-                if k in existing and not wanted_again(data["cells"][existing[k]], args.retry, deadline.remaining()):
-                    continue
-                todo.append((scope, n, mode))
+    for dtype_name in dtype_names:
+        for n in sizes:
+            for scope in scopes:
+                for mode in modes:
+                    k = cell_id(scope, n, mode, dtype_name)
+                    if k in existing and not wanted_again(data["cells"][existing[k]], args.retry,
+                                                          deadline.remaining()):
+                        continue
+                    todo.append((scope, n, mode, dtype_name))
     if not todo:
         say(f"bench.evoformer: every requested cell is already in {out}")
         return EXIT_COMPLETE
@@ -503,17 +567,22 @@ def _main(argv: list[str] | None) -> int:
     status = EXIT_COMPLETE
     try:
         with compat:
-            for scope, n, mode in todo:
+            for scope, n, mode, dtype_name in todo:
                 if deadline.remaining() < MIN_CELL_START_S:
                     status = EXIT_INCOMPLETE
                     break
                 base = {"scope": scope, "n_res": n, "mode": mode, "run": run_id, "n_seq": args.n_seq,
                         "n_extra": args.n_extra if scope == "model" else None,
-                        "iters": args.iters if scope == "model" else None, "blocks": n_blocks}
+                        "iters": args.iters if scope == "model" else None, "blocks": n_blocks,
+                        "dtype": dtype_name}
+                args.dtype_name = dtype_name
                 t0 = time.monotonic()
                 torch.compiler.reset()
                 torch._dynamo.utils.counters.clear()
+                why = peer_availability(mode, dtype_name)
                 try:
+                    if why:
+                        raise PeerAbsent(why)
                     with deadline.step(args.cell_timeout):
                         fn = run_stack if scope == "stack" else run_model
                         rec = {"status": "ok", **fn(args, n, mode, device)}
@@ -526,6 +595,8 @@ def _main(argv: list[str] | None) -> int:
                                                               "call had left (time budget)"}
                     else:
                         raise
+                except PeerAbsent as exc:
+                    rec = {"status": "unavailable", "message": str(exc)}
                 except Exception as exc:  # noqa: BLE001 - a failing configuration is a result
                     rec = {"status": "oom" if is_oom(exc) else "error", "message": short_error(exc, 600)}
                 finally:
@@ -541,7 +612,7 @@ def _main(argv: list[str] | None) -> int:
                     existing[k] = len(data["cells"])
                     data["cells"].append(cell)
                 save(out, data)
-                say(f"  [{deadline.elapsed():5.0f}s] {scope} N_res {n} {mode}: " + (
+                say(f"  [{deadline.elapsed():5.0f}s] {scope} N_res {n} {mode} {dtype_name}: " + (
                     f"{rec['ms']:.1f} ms, first call {rec['first_call_s']:.1f} s"
                     + (f", peak {rec['peak_gib']:.1f} GiB" if "peak_gib" in rec else "")
                     + (f", attention {100 * rec['attention_share']:.0f}%" if "attention_share" in rec else "")
