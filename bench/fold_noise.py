@@ -9,6 +9,11 @@ forward pre-hook and hook, what ``latency.json`` reports) and on the host
 span is launch-bound: the GPU waited for the host to issue its kernels.
 
     python -m bench.fold_noise --length 256 --chunk-size preset none --rounds 3
+    python -m bench.fold_noise --length 256 --depth 5632 --chunk-size none --out noise.json
+
+``--depth N`` folds the synthetic record with a deep A3M of N rows (made by
+``flashlight.structures.examples.make_synthetic``, as the product benchmark
+:mod:`bench.fold_product` folds it); without it the record is folded single-sequence.
 
 Prints one table per configuration: per-module medians (ms, all blocks summed) for
 stock and Flashlight, their ratio, the stock-vs-stock spread (max/min over rounds) and
@@ -20,6 +25,7 @@ import argparse
 import copy
 import gc
 import json
+import os
 import statistics
 import time
 
@@ -66,7 +72,23 @@ def _timed_run(model, batch, device):
     return gpu, dict(host)
 
 
-def run_config(length: int, chunk_size, rounds: int, recycles: int, dtype: str, seed: int) -> list[dict]:
+def record_paths(length: int, depth: int | None) -> tuple[str, str | None]:
+    """FASTA path and alignment folder of the synthetic record of ``length``."""
+    if not depth:
+        return f"structures/examples/synthetic_{length}.fasta", None
+    import tempfile
+
+    from flashlight.structures.examples import make_synthetic
+
+    folder = os.path.join(tempfile.gettempdir(), f"flashlight-fold-noise-{depth}")
+    fasta = os.path.join(folder, f"synthetic_{length}.fasta")
+    if not (os.path.exists(fasta) and os.path.exists(fasta[:-len(".fasta")] + ".a3m")):
+        make_synthetic.write(folder, length, depth, seed=0)
+    return fasta, folder
+
+
+def run_config(length: int, chunk_size, rounds: int, recycles: int, dtype: str, seed: int,
+               depth: int | None = None) -> list[dict]:
     from flashlight.structures.features import processed_features, to_device
     from flashlight.structures.inputs import load_inputs
     from flashlight.structures.models import DTYPES, ModelInfo, apply_flashlight, build_model, make_config
@@ -75,7 +97,8 @@ def run_config(length: int, chunk_size, rounds: int, recycles: int, dtype: str, 
     config = make_config("model_1", None, recycles, dtype, chunk_size)
     info = ModelInfo("model_1", 48, recycles, dtype, "cuda", "random", seed, config.globals.chunk_size,
                      int(config.data.predict.max_msa_clusters), int(config.data.predict.max_extra_msa))
-    records, problems = load_inputs([f"structures/examples/synthetic_{length}.fasta"], None)
+    fasta, alignment_dir = record_paths(length, depth)
+    records, problems = load_inputs([fasta], alignment_dir)
     assert not problems, problems
     feats = processed_features(records[0], config.data, seed)
     batch = to_device(feats, device, DTYPES[dtype])
@@ -120,14 +143,18 @@ def main() -> None:
     p.add_argument("--recycles", type=int, default=3)
     p.add_argument("--dtype", default="fp32")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--depth", type=int, default=None, help="fold with a synthetic A3M of this many rows")
     p.add_argument("--out")
     args = p.parse_args()
+    if args.out and os.path.exists(args.out):
+        print(f"bench.fold_noise: {args.out} exists; nothing to do")
+        return
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     results = {}
     for text in args.chunk_size:
         chunk = "preset" if text == "preset" else (None if text == "none" else int(text))
-        rows = run_config(args.length, chunk, args.rounds, args.recycles, args.dtype, args.seed)
+        rows = run_config(args.length, chunk, args.rounds, args.recycles, args.dtype, args.seed, args.depth)
         results[text] = rows
         print(f"\n== N_res {args.length}, chunk_size {text}, {args.dtype}, {args.rounds} rounds (medians, ms)")
         print(f"{'module':<28}{'stock':>9}{'flash':>9}{'ratio':>7}{'s-spr':>7}{'f-spr':>7}{'s-host':>9}{'f-host':>9}")

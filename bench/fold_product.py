@@ -1,0 +1,260 @@
+"""The product path of the fold-speed claims: ``flashlight-fold --compare`` as a user runs it.
+
+    python -m bench.fold_product [--lengths 256,512] [--msa deep,single] [--dtypes fp32,bf16]
+                                 [--max-minutes 9] [--out bench/results/fold_product.json]
+
+For each record (a synthetic sequence of each length, made by
+``python -m flashlight.structures.examples.make_synthetic --length L --depth 5632``, folded
+with its deep A3M alignment, ``deep``, or without one, ``single``: single-sequence mode)
+and each dtype it runs the user's command exactly::
+
+    flashlight-fold <fasta> --alignment-dir <dir> --compare [--dtype bf16] --out-dir <dir>
+
+in a subprocess (``python -m flashlight.structures`` where the ``flashlight-fold`` script
+is not installed; the cell records which), twice:
+
+- ``cold``: Flashlight's kernel cache (``FLASHLIGHT_CACHE_DIR``), Triton's
+  (``TRITON_CACHE_DIR``) and Inductor's (``TORCHINDUCTOR_CACHE_DIR``) point at fresh empty
+  folders, as on a user's first run;
+- ``warm``: the same command again with the caches the cold run filled.
+
+From the record's ``latency.json`` each row keeps: model time (the timed pass) of stock
+OpenFold and of Flashlight, their ratio, each variant's first call (warm-up pass) time,
+per-module totals (all blocks summed) for both, the stage times, the deviation of the
+two predictions, and the subprocess's wall time and exit status. Rows go to
+``--out`` (JSON, and a CSV beside it) after every run.
+
+Resumable: rows already in ``--out`` are skipped. A warm row needs the cold run's caches
+in the same call (the GPU machine may be fresh per call), so a config's cold and warm
+runs are started only with time for both (``--run-estimate-s``); the process stops
+before ``--max-minutes`` (exit status 3: run again). Status 0: every row is in the file.
+
+``--fold-args`` passes extra options to every fold (``--num-blocks 1 --recycles 0
+--device cpu`` in the CPU smoke test).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import pathlib
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
+DEEP_DEPTH = 512 + 5120  # model_1's cluster rows plus its extra rows
+CSV_FIELDS = ("length", "msa", "dtype", "cache", "status", "stock_model_s", "flashlight_model_s", "speedup",
+              "stock_first_call_s", "flashlight_first_call_s", "wall_s", "chunk_size", "max_abs_diff",
+              "message", "gpu", "date")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m bench.fold_product", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lengths", default="256,512")
+    p.add_argument("--msa", default="deep,single", help="deep (5632-row A3M), single (no alignment)")
+    p.add_argument("--dtypes", default="fp32,bf16")
+    p.add_argument("--depth", type=int, default=DEEP_DEPTH, help="rows of the deep alignment")
+    p.add_argument("--out", default=None)
+    p.add_argument("--work-dir", default=None,
+                   help="inputs, outputs and caches (default: a folder under the system's temp dir)")
+    p.add_argument("--fold-args", default="", help="extra options for every fold, as one string")
+    p.add_argument("--max-minutes", type=float, default=9.0)
+    p.add_argument("--run-estimate-s", type=float, default=150.0,
+                   help="seconds one fold is assumed to need when deciding whether a config fits")
+    p.add_argument("--quiet", action="store_true")
+    return p.parse_args(argv)
+
+
+def configs(lengths, msas, dtypes) -> list[tuple[int, str, str]]:
+    """(length, msa, dtype) in priority order: deep fp32 first, then bf16, then single."""
+    order = []
+    for msa in msas:
+        for dtype in dtypes:
+            for n in lengths:
+                order.append((n, msa, dtype))
+    return order
+
+
+def row_key(row: dict) -> tuple:
+    return (row["length"], row["msa"], row["dtype"], row["cache"])
+
+
+def make_inputs(work: pathlib.Path, length: int, depth: int) -> pathlib.Path:
+    """The synthetic record of ``length`` and its deep A3M in ``work/inputs`` (deterministic)."""
+    from flashlight.structures.examples import make_synthetic
+
+    inputs = work / "inputs"
+    fasta = inputs / f"synthetic_{length}.fasta"
+    a3m = inputs / f"synthetic_{length}.a3m"
+    if not (fasta.exists() and a3m.exists()):
+        make_synthetic.write(str(inputs), length, depth, seed=0)
+    return inputs
+
+
+def user_args(fasta: pathlib.Path, alignment_dir: pathlib.Path | None, dtype: str, out_dir: pathlib.Path,
+              extra: list[str]) -> list[str]:
+    """The options of the user's ``flashlight-fold`` command line."""
+    args = [str(fasta)]
+    if alignment_dir is not None:
+        args += ["--alignment-dir", str(alignment_dir)]
+    args += ["--compare"]
+    if dtype != "fp32":
+        args += ["--dtype", dtype]
+    return args + ["--out-dir", str(out_dir), "--no-plot", "--quiet", *extra]
+
+
+def launcher() -> tuple[list[str], str]:
+    """How ``flashlight-fold`` is started here: its script, else ``python -m flashlight.structures``."""
+    script = shutil.which("flashlight-fold")
+    if script:
+        return [script], "flashlight-fold"
+    return [sys.executable, "-m", "flashlight.structures"], "python -m flashlight.structures"
+
+
+def cache_env(cache: pathlib.Path) -> dict:
+    """Environment of a fold whose compiler caches all live under ``cache``."""
+    return {**os.environ, "FLASHLIGHT_CACHE_DIR": str(cache / "flashlight"), "TRITON_CACHE_DIR": str(cache / "triton"),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor")}
+
+
+def module_totals(steady: dict) -> dict[str, float]:
+    """Seconds per module kind, all blocks summed, from a ``latency.json`` steady run."""
+    totals: dict[str, float] = {}
+    for block in steady.get("blocks", []):
+        for kind, seconds in block.get("modules", {}).items():
+            totals[kind] = totals.get(kind, 0.0) + seconds
+    return {k: round(v, 6) for k, v in totals.items()}
+
+
+def summarise(report: dict) -> dict:
+    """The row's fields from one record's ``latency.json``."""
+    runs = report.get("runs", {})
+    row: dict = {"variants": sorted(runs)}
+    for name, run in runs.items():
+        steady = run.get("steady", {})
+        row[f"{name}_model_s"] = steady.get("model_s")
+        row[f"{name}_runs_s"] = run.get("runs_s")
+        row[f"{name}_first_call_s"] = run["warmup_s"][0] if run.get("warmup_s") else None
+        row[f"{name}_modules_s"] = module_totals(steady)
+        row[f"{name}_stages_s"] = steady.get("stages")
+        row["chunk_size"] = run.get("chunk_size")
+    if row.get("stock_model_s") and row.get("flashlight_model_s"):
+        row["speedup"] = round(row["stock_model_s"] / row["flashlight_model_s"], 4)
+    comparison = report.get("comparison") or {}
+    row["comparison"] = comparison
+    row["max_abs_diff"] = comparison.get("max_atom_deviation_A")
+    row["flashlight"] = report.get("flashlight")
+    row["end_to_end"] = report.get("end_to_end")
+    row["warmup_recycling_iterations"] = report.get("warmup_recycling_iterations")
+    row["msa_depth"] = (report.get("record") or {}).get("msa_depth")
+    row["environment"] = report.get("environment")
+    return row
+
+
+def run_fold(cmd: list[str], env: dict, out_dir: pathlib.Path, record_id: str, timeout_s: float) -> dict:
+    """Run one fold; the row's measured fields (``status`` included)."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(timeout_s, 1.0))
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "message": f"did not finish in {timeout_s:.0f} s",
+                "wall_s": round(time.monotonic() - t0, 2)}
+    wall = round(time.monotonic() - t0, 2)
+    latency = out_dir / record_id / "latency.json"
+    if done.returncode != 0 or not latency.exists():
+        tail = " | ".join((done.stderr or done.stdout or "").strip().splitlines()[-4:])
+        return {"status": "error", "exit_status": done.returncode, "wall_s": wall,
+                "message": f"exit status {done.returncode}: {tail[:600]}"}
+    return {"status": "ok", "exit_status": 0, "wall_s": wall, **summarise(json.loads(latency.read_text()))}
+
+
+def save(path: pathlib.Path, data: dict) -> None:
+    from bench.common import atomic_write_json
+
+    atomic_write_json(path, data)
+    runs = {r["id"]: r for r in data["runs"]}
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        for row in data["rows"]:
+            run = runs.get(row.get("run"), {})
+            writer.writerow({**row, "gpu": run.get("gpu"), "date": run.get("date")})
+    os.replace(tmp, path.with_suffix(".csv"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import tempfile
+
+    from bench.common import RESULTS, Deadline, budget_from_env, environment
+
+    args = parse_args(argv)
+    lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+    msas = [m for m in args.msa.split(",") if m]
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    bad = [m for m in msas if m not in ("deep", "single")] + [d for d in dtypes if d not in ("fp32", "bf16")]
+    if bad:
+        sys.exit(f"bench.fold_product: unknown {bad}; --msa takes deep,single and --dtypes fp32,bf16")
+    out = pathlib.Path(args.out) if args.out else RESULTS / "fold_product.json"
+    work = pathlib.Path(args.work_dir or pathlib.Path(tempfile.gettempdir()) / "flashlight-fold-product")
+    extra = shlex.split(args.fold_args)
+    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
+    data = json.loads(out.read_text()) if out.exists() else {"schema": "flashlight-bench-fold-product/1",
+                                                             "runs": [], "rows": []}
+    have = {row_key(r): i for i, r in enumerate(data["rows"])}
+    todo = [c for c in configs(lengths, msas, dtypes)
+            if any((*c, cache) not in have for cache in ("cold", "warm"))]
+    if not todo:
+        say(f"bench.fold_product: every row is already in {out}")
+        return EXIT_COMPLETE
+    deadline = Deadline(budget_from_env(args.max_minutes))
+    import torch
+
+    meta = {"id": len(data["runs"]), **environment("cuda" if torch.cuda.is_available() else "cpu"),
+            "args": vars(args)}
+    data["runs"].append(meta)
+    save(out, data)
+
+    def put(row: dict) -> None:
+        k = row_key(row)
+        if k in have:
+            data["rows"][have[k]] = row
+        else:
+            have[k] = len(data["rows"])
+            data["rows"].append(row)
+        save(out, data)
+
+    for length, msa, dtype in todo:
+        if deadline.remaining() < 2 * args.run_estimate_s:
+            say("bench.fold_product: time budget reached; run the same command again to continue")
+            return EXIT_INCOMPLETE
+        inputs = make_inputs(work, length, args.depth)
+        record = f"synthetic_{length}"
+        cache = work / f"cache-{length}-{msa}-{dtype}"
+        shutil.rmtree(cache, ignore_errors=True)  # cold: empty caches
+        for kind in ("cold", "warm"):
+            options = user_args(inputs / f"{record}.fasta", inputs if msa == "deep" else None, dtype,
+                                work / "out", extra)
+            prefix, how = launcher()
+            cmd = [*prefix, *options]
+            base = {"length": length, "msa": msa, "dtype": dtype, "cache": kind, "run": meta["id"],
+                    "command": ["flashlight-fold", *options], "invoked_as": how}
+            rec = run_fold(cmd, cache_env(cache), work / "out", record, deadline.remaining() - 10)
+            put({**base, **rec, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            say(f"  [{deadline.elapsed():5.0f}s] N_res {length} {msa} {dtype} {kind}: " + (
+                f"stock {rec.get('stock_model_s', 0):.2f} s, Flashlight {rec.get('flashlight_model_s', 0):.2f} s, "
+                f"first call {rec.get('flashlight_first_call_s') or 0:.1f} s, wall {rec['wall_s']:.0f} s"
+                if rec["status"] == "ok" else f"{rec['status'].upper()} {rec.get('message', '')[:300]}"))
+            if rec["status"] == "timeout":
+                return EXIT_INCOMPLETE
+    return EXIT_COMPLETE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""The benchmark's peers on the CPU: every Flex / SDPA formulation computes its variant, the
+hand-written peers' adapters put the catalog's tensors in each peer's documented layout
+(checked through float64 stand-ins of the peers, which need a GPU), the OpenFold
+attention adapters reproduce stock modules, and the product, long-chain and fidelity
+parts record and resume (the GPU work replaced by stand-ins)."""
+import json
+import math
+import pathlib
+import sys
+
+import pytest
+import torch
+
+from bench import formulations, kernels, peers
+from bench.variants import VARIANTS
+
+# ---------------------------------------------------------------------------- stand-ins
+
+
+def ref_ds4sci(q, k, v, biases):
+    """DS4Sci_EvoformerAttention's documented computation: [B, N, L, H, c], scale c**-0.5."""
+    B, N, L, H, c = q.shape
+    b1, b2 = (list(biases) + [None, None])[:2]
+    if b1 is not None:
+        assert tuple(b1.shape) == (B, N, 1, 1, L)
+    if b2 is not None:
+        assert tuple(b2.shape) == (B, 1, H, L, L)
+    qt, kt, vt = (t.transpose(-2, -3) for t in (q, k, v))  # [B, N, H, L, c]
+    a = qt @ kt.transpose(-1, -2) * c ** -0.5
+    a = a + (0 if b1 is None else b1) + (0 if b2 is None else b2)
+    return (torch.softmax(a, -1) @ vt).transpose(-2, -3)
+
+
+def ref_cueq(q, k, v, bias, mask, scale):
+    """cuEquivariance's triangle_attention: q, k, v [B, N, H, Q, c], bias [B, 1, H, Q, K],
+    bool keep-mask [B, N, 1, 1, K]."""
+    assert q.dim() == 5 and bias.shape[1] == 1 and mask.dtype == torch.bool
+    a = q @ k.transpose(-1, -2) * scale + bias
+    a = a.masked_fill(~mask, float("-inf"))
+    return torch.softmax(a, -1) @ v
+
+
+def ref_trifast(q, k, v, bias, mask):
+    """trifast's triangle_attention: q, k, v [B, H, N, N, c], bias [B, H, N, N], mask
+    [B, N, N] True = masked, scale c**-0.5."""
+    c = q.shape[-1]
+    a = q @ k.transpose(-1, -2) * c ** -0.5 + bias[:, :, None]  # [B, H, I, J, K]
+    a = a.masked_fill(mask[:, None, :, None, :], float("-inf"))
+    return torch.softmax(a, -1) @ v
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    monkeypatch.setattr(peers, "_ds4sci", ref_ds4sci)
+    monkeypatch.setattr(peers, "_cueq", lambda: ref_cueq)
+    monkeypatch.setattr(peers, "_trifast", lambda: ref_trifast)
+
+
+def _inputs(variant, shape=None, seed=3):
+    gen = torch.Generator().manual_seed(seed)
+    args = variant.make_inputs(shape or variant.default_shape, torch.float64, "cpu", gen)
+    return args, kernels.reference(variant, args)
+
+
+# ---------------------------------------------------------------------------- formulations
+
+
+@pytest.mark.parametrize("impl", ["flex", "sdpa"])
+def test_every_formulation_computes_its_variant(impl):
+    checked = 0
+    for name in (*kernels.EVOFORMER, *kernels.CORE):
+        v = VARIANTS[name]
+        args, ref = _inputs(v)
+        for form, fn in formulations.forms(v, impl).items():
+            got = fn(*args)
+            assert torch.isfinite(got).all(), (name, form)
+            torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9, msg=lambda m: f"{name} {form}: {m}")
+            checked += 1
+    assert checked >= 9
+
+
+def test_flash_forms_pass_the_flash_backend_and_are_unavailable_here():
+    forms = formulations.forms(VARIANTS["msa_row_pair_bias"], "flex_flash")
+    assert set(forms) == {"bias_contiguous", "qkv_contiguous"}
+    assert all(f.keywords["kernel_options"] == {"BACKEND": "FLASH"} for f in forms.values())
+    assert "catalog" in formulations.forms(VARIANTS["evoformer_core"], "flex_flash")
+    assert "CUDA" in formulations.flash_availability() or "flash-attn-4" in formulations.flash_availability()
+
+
+def test_the_fastest_accurate_formulation_wins():
+    results = {"catalog": {"status": "ok", "ms": 2.0, "max_rel_err": 1e-3},
+               "fast_but_wrong": {"status": "ok", "ms": 0.5, "max_rel_err": 0.3},
+               "nan": {"status": "ok", "ms": 0.1, "max_rel_err": 1e-3, "nonfinite": 4},
+               "broken": {"status": "error"},
+               "fast": {"status": "ok", "ms": 1.0, "max_rel_err": 2e-3}}
+    assert formulations.pick(results) == "fast"
+    assert formulations.pick({"broken": {"status": "error"}}) is None
+
+
+def test_kernels_records_the_winning_formulation(tmp_path):
+    out = tmp_path / "k.json"
+    assert kernels.main(["--device", "cpu", "--smoke", "--quiet", "--variants", "msa_row_pair_bias,evoformer_core",
+                         "--impls", "sdpa,ds4sci,trifast", "--out", str(out)]) == kernels.EXIT_COMPLETE
+    cells = {(c["variant"], c["impl"]): c for c in json.loads(out.read_text())["cells"]}
+    sdpa = cells[("msa_row_pair_bias", "sdpa")]
+    assert sdpa["status"] == "ok" and sdpa["formulation"] in ("catalog", "qkv_contiguous")
+    assert set(sdpa["formulations"]) == {"catalog", "qkv_contiguous"}
+    assert all(f["max_rel_err"] < 1e-4 for f in sdpa["formulations"].values())
+    assert sdpa["ms"] == sdpa["formulations"][sdpa["formulation"]]["ms"]
+    ds = cells[("msa_row_pair_bias", "ds4sci")]
+    assert ds["status"] == "unavailable" and "bf16" in ds["message"]  # fp32 smoke cells
+    assert "square" in cells[("evoformer_core", "trifast")]["message"]
+
+
+# ---------------------------------------------------------------------------- peer adapters
+
+
+@pytest.mark.parametrize("peer", ["ds4sci", "cuequivariance", "trifast"])
+def test_peer_adapters_compute_the_variant_in_the_peers_layout(peer, stand_ins):
+    checked = 0
+    for name, fn in peers.ADAPTERS[peer].items():
+        v = VARIANTS[name]
+        shape = dict(v.default_shape)
+        if peer == "ds4sci":  # it takes more than 16 positions
+            shape.update({k: max(shape[k], 17) for k in ("N", "L", "S") if k in shape})
+        if name == "evoformer_core" and peer == "trifast":
+            shape["N"] = shape["L"]
+        assert peers.not_applicable(peer, name, shape, torch.bfloat16) is None, name
+        args, ref = _inputs(v, shape)
+        got = fn(*args)
+        assert got.shape == ref.shape, name
+        torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9, msg=lambda m: f"{peer} {name}: {m}")
+        checked += 1
+    assert checked == len(peers.ADAPTERS[peer]) >= 3
+
+
+def test_ds4sci_is_unavailable_without_a_gpu_and_says_why():
+    assert "CUDA" in peers.availability("ds4sci")
+    assert peers.not_applicable("ds4sci", "msa_column", {"S": 16, "L": 40}, torch.bfloat16)
+    assert peers.not_applicable("ds4sci", "triangle_start", {"N": 40}, torch.float32)
+
+
+# ---------------------------------------------------------------------------- OpenFold adapters
+
+
+def _fake_peer(q, k, v, biases):
+    """OpenFold's attention from the split biases, through the DS4Sci stand-in (float64)."""
+    from bench import openfold_peers
+
+    lead, (q_len, heads, _) = q.shape[:-3], q.shape[-3:]
+    mask, pair = openfold_peers.split_biases(biases, lead, heads, q_len, k.shape[-3])
+    rows = [openfold_peers._rows(t, lead) for t in (q, k, v)]
+    return ref_ds4sci(*rows, [mask, pair]).reshape(q.shape)
+
+
+def test_openfold_attention_through_a_peer_matches_stock_and_unpatches():
+    pytest.importorskip("openfold")
+    from openfold.model.msa import MSARowAttentionWithPairBias
+    from openfold.model.triangular_attention import TriangleAttention
+
+    from bench import openfold_peers
+
+    torch.manual_seed(0)
+    row = MSARowAttentionWithPairBias(c_m=16, c_z=8, c_hidden=4, no_heads=2).double()
+    tri = TriangleAttention(c_in=8, c_hidden=4, no_heads=2, starting=True).double()
+    for module in (row, tri):
+        for p in module.parameters():
+            torch.nn.init.normal_(p, std=0.3)
+    m, z = torch.randn(1, 3, 18, 16, dtype=torch.float64), torch.randn(1, 18, 18, 8, dtype=torch.float64)
+    msa_mask = (torch.rand(1, 3, 18) > 0.2).double()
+    pair_mask = (torch.rand(1, 18, 18) > 0.2).double()
+    msa_mask[..., 0] = pair_mask[..., 0] = 1
+    with torch.no_grad():
+        want = (row(m, z, mask=msa_mask), tri(z, mask=pair_mask))
+        patched = [*openfold_peers.patch_attention(row, "ds4sci", _fake_peer),
+                   *openfold_peers.patch_attention(tri, "ds4sci", _fake_peer)]
+        got = (row(m, z, mask=msa_mask), tri(z, mask=pair_mask))
+    assert openfold_peers.summary(patched) == {"modules": 2, "peer_calls": 2, "stock_calls": {}}
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9)
+    assert openfold_peers.unpatch_attention(row) + openfold_peers.unpatch_attention(tri) == 2
+    assert "forward" not in vars(row.mha) and "forward" not in vars(tri.mha)
+
+    # a call the peer rejects runs the stock forward and is counted, with its reason
+    def rejects(*args):
+        raise RuntimeError("head width not supported")
+
+    (fwd,) = openfold_peers.patch_attention(tri, "ds4sci", rejects)
+    with torch.no_grad():
+        torch.testing.assert_close(tri(z, mask=pair_mask), want[1])
+    assert fwd.calls == 0 and list(fwd.fallbacks.values()) == [1] and "head width" in next(iter(fwd.fallbacks))
+
+
+# ---------------------------------------------------------------------------- the product part
+
+
+def _fake_fold(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A stand-in for flashlight-fold writing a latency.json like the real one."""
+    script = tmp_path / "fake_fold.py"
+    script.write_text('''
+import json, os, sys
+args = sys.argv[1:]
+out = args[args.index("--out-dir") + 1]
+rid = os.path.basename(args[0])[:-len(".fasta")]
+cold = not os.listdir(os.environ["FLASHLIGHT_CACHE_DIR"]) if os.path.isdir(os.environ["FLASHLIGHT_CACHE_DIR"]) else True
+os.makedirs(os.environ["FLASHLIGHT_CACHE_DIR"], exist_ok=True)
+open(os.path.join(os.environ["FLASHLIGHT_CACHE_DIR"], "k"), "w").write("x")
+first = 30.0 if cold else 3.0
+def run(model_s):
+    block = {"index": 0, "total_s": model_s, "modules": {"msa_att_row": model_s / 4, "tri_att_start": model_s / 8}}
+    return {"warmup_s": [first], "runs_s": [model_s], "chunk_size": None,
+            "steady": {"model_s": model_s, "stages": {"evoformer": model_s}, "blocks": [block, block]}}
+report = {"runs": {"stock": run(4.0), "flashlight": run(2.0 if "--dtype" not in args else 1.0)},
+          "comparison": {"max_atom_deviation_A": 0.01}, "record": {"msa_depth": 7 if "--alignment-dir" in args else 1}}
+os.makedirs(os.path.join(out, rid), exist_ok=True)
+json.dump(report, open(os.path.join(out, rid, "latency.json"), "w"))
+''')
+    return script
+
+
+def test_fold_product_runs_cold_then_warm_and_resumes(tmp_path, monkeypatch):
+    from bench import fold_product
+
+    script = _fake_fold(tmp_path)
+    monkeypatch.setattr(fold_product, "launcher", lambda: ([sys.executable, str(script)], "fake"))
+    out = tmp_path / "fp.json"
+    argv = ["--lengths", "20", "--msa", "deep,single", "--dtypes", "fp32,bf16", "--depth", "7",
+            "--work-dir", str(tmp_path / "work"), "--out", str(out), "--quiet", "--run-estimate-s", "1"]
+    assert fold_product.main(argv) == fold_product.EXIT_COMPLETE
+    rows = {fold_product.row_key(r): r for r in json.loads(out.read_text())["rows"]}
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows.values())
+    cold, warm = rows[(20, "deep", "fp32", "cold")], rows[(20, "deep", "fp32", "warm")]
+    assert cold["flashlight_first_call_s"] == 30.0 and warm["flashlight_first_call_s"] == 3.0  # caches filled
+    assert cold["speedup"] == 2.0 and rows[(20, "deep", "bf16", "cold")]["speedup"] == 4.0
+    assert cold["flashlight_modules_s"] == {"msa_att_row": 1.0, "tri_att_start": 0.5}  # both blocks summed
+    assert cold["msa_depth"] == 7 and rows[(20, "single", "fp32", "cold")]["msa_depth"] == 1
+    assert cold["command"][0] == "flashlight-fold" and "--compare" in cold["command"]
+    assert "--dtype" not in cold["command"] and "bf16" in rows[(20, "deep", "bf16", "warm")]["command"]
+    assert (tmp_path / "fp.csv").read_text().count("\n") == 9
+    assert fold_product.main(argv) == fold_product.EXIT_COMPLETE  # resumes: nothing to do
+    assert len(json.loads(out.read_text())["runs"]) == 1
+
+
+def test_fold_product_stops_without_time_for_a_cold_and_warm_pair(tmp_path):
+    from bench import fold_product
+
+    out = tmp_path / "fp.json"
+    assert fold_product.main(["--lengths", "20", "--msa", "single", "--dtypes", "fp32", "--out", str(out),
+                              "--work-dir", str(tmp_path), "--quiet", "--max-minutes", "1"]) == fold_product.EXIT_INCOMPLETE
+    assert json.loads(out.read_text())["rows"] == []
+
+
+def test_a_failing_fold_is_a_recorded_result(tmp_path, monkeypatch):
+    from bench import fold_product
+
+    monkeypatch.setattr(fold_product, "launcher", lambda: ([sys.executable, "-c",
+                        "import sys; print('error: bad record', file=sys.stderr); sys.exit(2)"], "fake"))
+    out = tmp_path / "fp.json"
+    assert fold_product.main(["--lengths", "20", "--msa", "single", "--dtypes", "fp32", "--out", str(out),
+                              "--work-dir", str(tmp_path), "--quiet", "--run-estimate-s", "1"]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["status"] for r in rows] == ["error", "error"]
+    assert "exit status 2" in rows[0]["message"] and "bad record" in rows[0]["message"]
+
+
+# ---------------------------------------------------------------------------- long chains, fidelity
+
+
+def test_fidelity_deviation_is_zero_for_the_same_prediction_and_measures_atoms():
+    from bench.fidelity import deviation
+
+    pos = torch.randn(5, 37, 3)
+    mask = (torch.rand(5, 37) > 0.5).float()
+    mask[0, 0] = 1
+    ref = {"pos": pos, "plddt": torch.rand(5) * 100, "mask": mask}
+    same = deviation(ref, ref)
+    assert same["rms_atom_deviation_A"] == 0 and same["max_plddt_difference"] == 0 and same["finite"]
+    moved = {**ref, "pos": pos + torch.tensor([0.0, 3.0, 4.0])}  # every atom 5 Å away, same frame
+    got = deviation(ref, moved)
+    assert math.isclose(got["rms_atom_deviation_A"], 5.0, rel_tol=1e-6)
+    assert math.isclose(got["max_atom_deviation_A"], 5.0, rel_tol=1e-6) and got["atoms"] == int(mask.sum())
+    assert not deviation(ref, {**ref, "plddt": ref["plddt"] * float("nan")})["finite"]
+
+
+def test_long_chain_records_out_of_memory_and_resumes(tmp_path, monkeypatch):
+    pytest.importorskip("openfold")
+    from bench import long_chain
+
+    def fake_cell(args, n, mode, device):
+        if mode == "stock_chunked":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+        return {"ms": 1000.0 * n / 1024, "first_call_s": 1.0, "iters": 1}
+
+    monkeypatch.setattr(long_chain, "run_cell", fake_cell)
+    out = tmp_path / "lc.json"
+    argv = ["--n-res", "2048", "--modes", "flashlight,stock_chunked", "--out", str(out), "--device", "cpu"]
+    assert long_chain.main(argv) == long_chain.EXIT_COMPLETE
+    cells = {c["mode"]: c for c in json.loads(out.read_text())["cells"]}
+    assert cells["flashlight"]["status"] == "ok" and cells["flashlight"]["ms"] == 2000.0
+    assert cells["stock_chunked"]["status"] == "oom" and "80.00 GiB" in cells["stock_chunked"]["message"]
+    assert long_chain.main(argv) == long_chain.EXIT_COMPLETE
+    assert len(json.loads(out.read_text())["cells"]) == 2
+
+
+def test_run_all_lists_the_new_parts_first():
+    import subprocess
+
+    root = pathlib.Path(__file__).parents[1]
+    listed = subprocess.run(["bash", "bench/run_all.sh", "--list"], cwd=root, capture_output=True, text=True,
+                            check=True).stdout.split("\n")
+    names = [line.split()[0] for line in listed if line.strip()]
+    assert names[:4] == ["fold-product", "tune-configs", "kernels-core", "ds4sci-build"]
+    for part in ("kernels-ds4sci", "fold-noise", "evoformer-peers-256", "fidelity", "long-chain",
+                 "kernels-flex-flash"):
+        assert part in names
