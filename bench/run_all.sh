@@ -30,8 +30,11 @@ mkdir -p "$R"
 
 K="$PY -m bench.kernels --max-minutes 9"
 E="$PY -m bench.evoformer --max-minutes 9"
-# name | command. Ordered by what matters most if GPU time runs short: the Evoformer
-# attentions at AlphaFold2's sizes, OpenFold end to end at 256 residues, then the rest.
+# name | command. Ordered by what matters most if GPU time runs short: the product path
+# of the fold-speed claims (flashlight-fold --compare, cold and warm caches), the shipped
+# tuned choices, the like-for-like attention core, DeepSpeed's DS4Sci (its op's build is
+# a part of its own: about 9 minutes), then the rest; below them, the parts of earlier
+# sessions (done).
 # Parts writing to their own file re-measure cells of an earlier part after a compiler
 # change (the report keeps the newest cell of each implementation): the masked LM
 # variants after full-tile loops (and ALiBi's tile skipping) and again after the coarse
@@ -39,6 +42,19 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # configurations. At 1024 residues a whole-model cell runs OpenFold chunked (minutes per
 # cell, torch.compile's the longest), so Flashlight's is measured before torch.compile's.
 PARTS=(
+    "fold-product|$PY -m bench.fold_product --max-minutes 9 --out $R/fold_product.json"
+    "tune-configs|$PY -m bench.tune_configs --max-minutes 9"
+    "kernels-core|$K --variants core --shapes all --dtypes bf16,tf32 --impls flashlight,flex,sdpa,cuequivariance,trifast --out $R/kernels_core.json"
+    "ds4sci-build|$PY -m bench.ds4sci --build --max-minutes 9.5"
+    "kernels-ds4sci|$K --variants msa_row_pair_bias,msa_column,triangle_start,triangle_end,evoformer_core --shapes all --dtypes bf16 --impls ds4sci --out $R/kernels_ds4sci.json"
+    "kernels-evoformer-forms|$K --variants evoformer --shapes 0,1,2 --dtypes bf16,tf32 --impls flex,sdpa --out $R/kernels_evoformer_forms.json"
+    "fold-noise|$PY -m bench.fold_noise --length 256 --depth 5632 --chunk-size none --rounds 3 --out $R/fold_noise_deep_256.json"
+    "evoformer-peers-256|$E --retry --n-res 256 --scopes stack,model --modes ds4sci,cueq,stock,compile,flashlight --dtypes bf16,tf32 --out $R/evoformer.json"
+    "evoformer-peers-512|$E --retry --n-res 512 --scopes stack,model --modes ds4sci,cueq,stock,compile,flashlight --dtypes bf16,tf32 --out $R/evoformer.json"
+    "fidelity|$PY -m bench.fidelity --max-minutes 9 --out $R/fidelity.json"
+    "long-chain|$PY -m bench.long_chain --max-minutes 9 --out $R/long_chain.json"
+    "kernels-flex-flash|$K --variants msa_row_pair_bias,msa_column,triangle_start,triangle_end,evoformer_core --shapes 0 --dtypes bf16 --impls flex_flash --out $R/kernels_flex_flash.json"
+    "evoformer-peers-1024|$E --retry --n-res 1024 --scopes stack,model --modes ds4sci,cueq,flashlight,stock --dtypes bf16,tf32 --out $R/evoformer.json"
     "kernels-evoformer-main|$K --variants evoformer --shapes 0 --dtypes bf16,tf32,fp32 --out $R/kernels_evoformer.json"
     "evoformer-256|$E --retry --n-res 256 --scopes stack,model --out $R/evoformer.json"
     "kernels-evoformer-bf16|$K --variants evoformer --shapes all --dtypes bf16 --out $R/kernels_evoformer.json"

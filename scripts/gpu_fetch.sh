@@ -7,6 +7,7 @@
 #   bash scripts/gpu_fetch.sh --no-peers   # only what Flashlight and OpenFold need
 #   bash scripts/gpu_fetch.sh --no-cueq    # skip cuEquivariance (27 MB of the total)
 #   bash scripts/gpu_fetch.sh --force      # fetch again even if files are present
+#   bash scripts/gpu_fetch.sh --deepspeed  # also DeepSpeed (DS4Sci_EvoformerAttention), 12 MB
 #
 # The GPU machine is assumed to run Python 3.12 on Linux x86_64 with torch, triton,
 # numpy, scipy, matplotlib, tqdm, pytest and hypothesis preinstalled.
@@ -20,7 +21,15 @@
 #   peers/cuequivariance-<ver>-cp312.tar.xz
 #                    cuEquivariance's four wheels (+ opt-einsum, nvidia-ml-py)
 #                    installed into one folder and packed (74 MB of wheels -> 27 MB)
+#   peers/deepspeed/ (--deepspeed) the deepspeed-0.19.8 sdist, the nvidia-cutlass 4.2.0.0
+#                    wheel (CUTLASS's headers, for the op's JIT build) and DeepSpeed's
+#                    runtime dependencies (hjson, pydantic and its own, py-cpuinfo, ninja,
+#                    msgpack, psutil); gpu_run.sh --deepspeed installs those it lacks
 #   MANIFEST.sha256  checksums, verified on the GPU machine
+#
+# Not carried: FlexAttention's FLASH backend needs flash-attn-4 and the CuTeDSL wheels,
+# whose nvidia-cutlass-dsl-libs-cu12 / -cu13 are 92 MB each: over the 64 MiB that travel
+# with the working tree.
 #
 # Environment:
 #   PYTHON   interpreter used to run pip (default: the repo's .venv, else python3)
@@ -66,6 +75,20 @@ CUEQ=(
     nvidia-ml-py==13.615.71
 )
 OPENFOLD_SPEC=openfold==0.0.1
+DEEPSPEED_SPEC=deepspeed==0.19.8
+DEEPSPEED_WHEELS=(
+    nvidia-cutlass==4.2.0.0
+    hjson==3.1.0
+    pydantic==2.14.4
+    pydantic-core==2.50.5
+    annotated-types==0.8.0
+    typing-extensions==4.16.0
+    typing-inspection==0.4.5
+    py-cpuinfo==9.0.0
+    ninja==1.13.2
+    msgpack==1.2.4
+    psutil==7.2.2
+)
 # Wheels for the GPU machine's interpreter, whatever this machine runs.
 TARGET_FLAGS=(
     --only-binary=:all: --python-version 3.12 --implementation cp
@@ -78,12 +101,14 @@ TARGET_FLAGS=(
 peers=1
 cueq=1
 force=0
+deepspeed=0
 for arg in "$@"; do
     case "$arg" in
         --no-peers) peers=0 ;;
         --no-cueq) cueq=0 ;;
+        --deepspeed) deepspeed=1 ;;
         --force) force=1 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "gpu_fetch: unknown option $arg (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -177,6 +202,18 @@ if [ "$peers" = 1 ]; then
             rm -rf "$tmp"
         fi
     fi
+fi
+
+# 3b. DeepSpeed (optional): its sdist (installed with DS_BUILD_OPS=0 on the GPU machine,
+# which JIT-builds DS4Sci_EvoformerAttention's op there) and the wheels it needs.
+if [ "$peers" = 1 ] && [ "$deepspeed" = 1 ]; then
+    ds="$DEST/peers/deepspeed"
+    download_wheels "$ds" "${DEEPSPEED_WHEELS[@]}"
+    if ! ls "$ds"/deepspeed-*.tar.gz >/dev/null 2>&1; then
+        run_logged "downloading the $DEEPSPEED_SPEC sdist" \
+            "$PYTHON" -m pip download --no-deps --no-binary :all: --no-build-isolation -d "$ds" "$DEEPSPEED_SPEC"
+    fi
+    say "DeepSpeed: $(du -sh "$ds" | cut -f1) in ${ds#"$ROOT"/}"
 fi
 
 # 4. Every wheel must suit CPython 3.12 on Linux x86_64.

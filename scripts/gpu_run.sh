@@ -18,6 +18,13 @@
 #                    waits for the build before it exits
 #   --no-peers       do not install the optional peers (trifast, cuEquivariance)
 #   --collect DIR    afterwards, copy bench/results/ (results and logs) into DIR
+#   --deepspeed      also install DeepSpeed from .gpu/peers/deepspeed (gpu_fetch.sh
+#                    --deepspeed) with DS_BUILD_OPS=0, and set what its JIT build of
+#                    DS4Sci_EvoformerAttention needs: CUTLASS_PATH (the nvidia-cutlass
+#                    wheel's headers), TORCH_CUDA_ARCH_LIST (the GPU's), MAX_JOBS,
+#                    TORCH_EXTENSIONS_DIR ($FLASHLIGHT_GPU_SITE/torch_extensions, kept
+#                    while the machine is) and ninja on PATH; a prebuilt op carried as
+#                    .gpu/peers/deepspeed/prebuilt.tar is unpacked there (bench/ds4sci.py)
 #   -h, --help       this text
 #
 # What it does, each step skipped when already done (safe to run again and again on
@@ -40,6 +47,8 @@
 #   FLASHLIGHT_GPU_FILES    the carried files (default: <repo>/.gpu)
 #   FLASHLIGHT_OPENFOLD_CC  compute capability to build OpenFold for, e.g. 9.0
 #                           (default: the GPU's, else 9.0)
+#   OUT                     a folder that comes back from the GPU machine, if any; passed
+#                           on as FLASHLIGHT_GPU_OUT (bench/ds4sci.py packs its build there)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -59,15 +68,17 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignor
 
 openfold=fg
 peers=1
+deepspeed=0
 collect=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-openfold) openfold=no ;;
         --openfold-bg) openfold=bg ;;
         --no-peers) peers=0 ;;
+        --deepspeed) deepspeed=1 ;;
         --collect) collect="${2:?--collect needs a folder}"; shift ;;
         --collect=*) collect="${1#--collect=}" ;;
-        -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
         --) shift; break ;;
         -*) echo "gpu_run: unknown option $1 (see --help)" >&2; exit 2 ;;
         *) break ;;
@@ -210,6 +221,44 @@ if [ "$peers" = 1 ]; then
         say "cuEquivariance: not carried (run gpu_fetch.sh without --no-cueq); skipped"
     fi
 fi
+
+# DeepSpeed (optional): the sdist installed without building any op (DS_BUILD_OPS=0);
+# DS4Sci_EvoformerAttention's op is JIT-built by bench/ds4sci.py into TORCH_EXTENSIONS_DIR.
+if [ "$peers" = 1 ] && [ "$deepspeed" = 1 ]; then
+    ds="$FILES/peers/deepspeed"
+    if [ ! -d "$ds" ]; then
+        say "DeepSpeed: not carried (run gpu_fetch.sh --deepspeed); skipped"
+    else
+        install_wheels "DeepSpeed's dependencies" "$ds"
+        export PATH="$SITE/bin:$PATH"
+        if PYTHONPATH="$SITE" "$PY" -c 'import deepspeed' >/dev/null 2>&1; then
+            say "DeepSpeed: already installed"
+        else
+            sdist="$(ls "$ds"/deepspeed-*.tar.gz 2>/dev/null | head -n 1)"
+            [ -n "$sdist" ] || die 13 "no deepspeed sdist in $ds"
+            [ "$have_pip" = 1 ] || die 13 "installing DeepSpeed from its sdist needs pip"
+            say "DeepSpeed: installing $(basename "$sdist") (DS_BUILD_OPS=0)"
+            DS_BUILD_OPS=0 PYTHONPATH="$SITE" logged "$PREP_LOG" "$PY" -m pip install -q --no-index --no-deps \
+                --no-build-isolation --no-compile --target "$SITE" "$sdist" \
+                || die 13 "DeepSpeed did not install from $sdist (see the log)"
+        fi
+        export CUTLASS_PATH=DS_USE_CUTLASS_PYTHON_BINDINGS MAX_JOBS="${MAX_JOBS:-$(nproc)}"
+        export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$SITE/torch_extensions}"
+        cc="$("$PY" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability(0))' 2>/dev/null || echo 9.0)"
+        export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-$cc}"
+        mkdir -p "$TORCH_EXTENSIONS_DIR"
+        if [ -f "$ds/prebuilt.tar" ] && ! ls "$TORCH_EXTENSIONS_DIR"/*/evoformer_attn/*.so >/dev/null 2>&1; then
+            # the build folder of an earlier machine: ninja finds it up to date once its
+            # products are newer than the sources just installed
+            root="$("$PY" -c 'from torch.utils.cpp_extension import _get_build_directory as g; import os; print(os.path.dirname(g("evoformer_attn", False)))')"
+            tar -C "$root" -xf "$ds/prebuilt.tar" && find "$root/evoformer_attn" -exec touch {} + \
+                && say "DeepSpeed: unpacked the prebuilt DS4Sci op into $root" \
+                || say "WARNING: could not unpack $ds/prebuilt.tar; the op is built again"
+        fi
+        say "DeepSpeed: TORCH_EXTENSIONS_DIR=$TORCH_EXTENSIONS_DIR, TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
+    fi
+fi
+[ -n "${OUT:-}" ] && export FLASHLIGHT_GPU_OUT="$OUT"
 
 # cuEquivariance's ops library loads CUDA's runtime compiler (libnvrtc) by name; with a
 # pip-installed CUDA (torch's nvidia-* dependencies) it is not on the loader's path.
