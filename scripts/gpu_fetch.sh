@@ -223,7 +223,8 @@ bad = []
 for whl in pathlib.Path(sys.argv[1]).rglob("*.whl"):
     parts = whl.name[:-4].split("-")
     py, abi, plat = parts[-3], parts[-2], parts[-1]
-    py_ok = any(t in ("cp312", "py3", "py312") for t in py.split("."))
+    py_ok = any(t in ("cp312", "py3", "py312") for t in py.split(".")) or (
+        abi == "abi3" and any(t.startswith("cp3") and int(t[3:] or 99) <= 12 for t in py.split(".")))
     abi_ok = any(t in ("cp312", "abi3", "none") for t in abi.split("."))
     plat_ok = all(t == "any" or (t.startswith("manylinux") and t.endswith("x86_64")) for t in plat.split("."))
     if not (py_ok and abi_ok and plat_ok):
