@@ -71,59 +71,48 @@ def attention_math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask:
     return out.to(q.dtype)
 
 
-def _logsumexp(q, k, out):
-    """A placeholder for a kernel's log-sum-exp output [..., H, L] (float32), which only
-    backward ops read."""
-    return out.new_zeros(out.shape[:-1], dtype=torch.float32)
+def _arguments(op, args, kwargs) -> dict:
+    """The op's arguments by their schema names, defaults filled in (the kernels' schemas
+    differ between PyTorch releases: names, not positions, are read)."""
+    schema = op._schema.arguments
+    bound = {a.name: a.default_value for a in schema if a.has_default_value()}
+    bound.update(zip((a.name for a in schema), args))
+    bound.update(kwargs)
+    return bound
 
 
-def _flash_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    if dropout_p > 0:
-        return NotImplemented
-    out = attention_math(query, key, value, attn_mask, is_causal, scale)
-    return out, _logsumexp(query, key, out)
+def _decomposition(op):
+    """The math of SDPA kernel ``op``, returning its outputs: the attention, then
+    placeholders for what only backward ops read (log-sum-exp as zeros [..., H, L] in
+    float32, random state and sequence bookkeeping empty, max lengths as the lengths)."""
+    returns = op._schema.returns
+
+    def decompose(*args, **kwargs):
+        a = _arguments(op, args, kwargs)
+        if a.get("dropout_p", 0.0) > 0 or a.get("return_debug_mask", False):
+            return NotImplemented
+        q, k = a["query"], a["key"]
+        mask = a.get("attn_mask", a.get("attn_bias"))
+        out = attention_math(q, k, a["value"], mask, bool(a.get("is_causal", False)), a.get("scale"))
+        rest = []
+        for ret in returns[1:]:
+            if ret.name in ("logsumexp", "log_sumexp"):
+                rest.append(out.new_zeros(out.shape[:-1], dtype=torch.float32))
+            elif str(ret.type) in ("SymInt", "int"):
+                rest.append(q.size(-2) if ret.name == "max_q" else k.size(-2))
+            else:
+                rest.append(q.new_empty((0,), dtype=torch.int64))
+        return (out, *rest)
+
+    return decompose
 
 
-def _flash(query, key, value, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
-    if dropout_p > 0 or return_debug_mask:
-        return NotImplemented
-    out = attention_math(query, key, value, None, is_causal, scale)
-    empty = query.new_empty((0,), dtype=torch.int64)
-    return (out, _logsumexp(query, key, out), empty, empty, query.size(-2), key.size(-2),
-            empty, empty, query.new_empty((0,)))
-
-
-def _efficient(query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *, scale=None):
-    if dropout_p > 0:
-        return NotImplemented
-    out = attention_math(query, key, value, attn_bias, is_causal, scale)
-    empty = query.new_empty((0,), dtype=torch.int64)
-    return out, _logsumexp(query, key, out), empty, empty
-
-
-def _cudnn(query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
-           return_debug_mask=False, *, scale=None):
-    if dropout_p > 0 or return_debug_mask:
-        return NotImplemented
-    out = attention_math(query, key, value, attn_bias, is_causal, scale)
-    empty = query.new_empty((0,), dtype=torch.int64)
-    return (out, _logsumexp(query, key, out), empty, empty, query.size(-2), key.size(-2),
-            empty, empty, query.new_empty((0,)))
-
-
-SDPA_DECOMPOSITIONS = {
-    aten._scaled_dot_product_flash_attention_for_cpu.default: _flash_for_cpu,
-    aten._scaled_dot_product_flash_attention.default: _flash,
-    aten._scaled_dot_product_efficient_attention.default: _efficient,
-    aten._scaled_dot_product_cudnn_attention.default: _cudnn,
-}
-# where each op holds dropout_p among its positional arguments
-_DROPOUT_ARG = {
-    aten._scaled_dot_product_flash_attention_for_cpu.default: 3,
-    aten._scaled_dot_product_flash_attention.default: 3,
-    aten._scaled_dot_product_efficient_attention.default: 5,
-    aten._scaled_dot_product_cudnn_attention.default: 5,
-}
+# the SDPA kernels PyTorch may pick while it traces F.scaled_dot_product_attention
+SDPA_OPS = tuple(getattr(aten, name).default for name in (
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
+    if hasattr(aten, name))
+SDPA_DECOMPOSITIONS = {op: _decomposition(op) for op in SDPA_OPS}
 
 
 def left_to_pytorch(node: fx.Node) -> str | None:
@@ -131,8 +120,7 @@ def left_to_pytorch(node: fx.Node) -> str | None:
     ``node`` is not one."""
     if node.op != "call_function" or node.target not in SDPA_DECOMPOSITIONS:
         return None
-    index = _DROPOUT_ARG[node.target]
-    dropout = node.args[index] if len(node.args) > index else node.kwargs.get("dropout_p", 0.0)
+    dropout = _arguments(node.target, node.args, node.kwargs).get("dropout_p", 0.0)
     if isinstance(dropout, (int, float)) and dropout > 0:
         return f"SDPA with dropout_p={dropout}: its random dropout runs in PyTorch"
     return "SDPA in a graph that needs gradients runs in PyTorch (only inference graphs decompose it)"

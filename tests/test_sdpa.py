@@ -135,3 +135,24 @@ def test_graphs_that_need_gradients_keep_sdpa():
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
     for grad, ref_t in zip(grads, (ref_q, ref_k, ref_v)):
         torch.testing.assert_close(grad.double(), ref_t.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_each_sdpa_kernels_decomposition_gives_sdpas_value_and_its_outputs():
+    """The CUDA kernels' decompositions too (pure math, checked here on CPU tensors)."""
+    from flashlight.sdpa import SDPA_DECOMPOSITIONS
+
+    q, k, v = _qkv(90)
+    bias = rand(B, H, L, S, seed=93)
+    assert len(SDPA_DECOMPOSITIONS) == 4
+    for op, decompose in SDPA_DECOMPOSITIONS.items():
+        names = [a.name for a in op._schema.arguments]
+        mask_name = "attn_mask" if "attn_mask" in names else "attn_bias" if "attn_bias" in names else None
+        kwargs = {mask_name: bias} if mask_name else {"is_causal": True}
+        if "compute_log_sumexp" in names:
+            kwargs["compute_log_sumexp"] = False
+        outputs = decompose(q, k, v, **kwargs)
+        assert len(outputs) == len(op._schema.returns), op
+        ref = F.scaled_dot_product_attention(*_double((q, k, v)), attn_mask=bias.double() if mask_name else None,
+                                             is_causal=not mask_name)
+        torch.testing.assert_close(outputs[0].double(), ref, rtol=1e-5, atol=1e-5)
+        assert decompose(q, k, v, **kwargs, dropout_p=0.1) is NotImplemented
