@@ -51,7 +51,7 @@ def built_library() -> pathlib.Path | None:
         folder = extensions_dir()
     except Exception:  # noqa: BLE001 - torch without cpp_extension support
         return None
-    found = sorted(folder.glob(f"{OP_NAME}*.so"))
+    found = sorted(folder.glob(f"{OP_NAME}*.so")) or sorted(folder.parent.glob(f"*{OP_NAME}*/*{OP_NAME}*.so"))
     return found[0] if found else None
 
 
@@ -83,7 +83,8 @@ def attention(q, k, v, biases):
 
 def pack(out_dir: pathlib.Path) -> pathlib.Path:
     """Tar the op's build folder into ``out_dir`` (for carrying to a fresh machine)."""
-    folder = extensions_dir()
+    library = built_library()
+    folder = library.parent if library is not None else extensions_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / PACK_NAME
     with tarfile.open(target, "w") as tar:

@@ -149,6 +149,12 @@ def main() -> None:
     if args.out and os.path.exists(args.out):
         print(f"bench.fold_noise: {args.out} exists; nothing to do")
         return
+    from bench.common import Deadline
+    from bench.evoformer import wait_for_openfold
+
+    why = wait_for_openfold(Deadline(540.0), print)  # gpu_run.sh --openfold-bg may still be building it
+    if why:
+        raise SystemExit(f"bench.fold_noise: {why}")
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     results = {}

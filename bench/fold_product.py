@@ -214,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"bench.fold_product: every row is already in {out}")
         return EXIT_COMPLETE
     deadline = Deadline(budget_from_env(args.max_minutes))
+    from bench.evoformer import wait_for_openfold
+
+    why = wait_for_openfold(deadline, say)  # gpu_run.sh --openfold-bg may still be building it
+    if why:
+        say(f"bench.fold_product: {why}")
+        return 1 if "failed" in why or "importable" in why else EXIT_INCOMPLETE
     import torch
 
     meta = {"id": len(data["runs"]), **environment("cuda" if torch.cuda.is_available() else "cpu"),

@@ -140,6 +140,23 @@ def test_ds4sci_is_unavailable_without_a_gpu_and_says_why():
     assert peers.not_applicable("ds4sci", "triangle_start", {"N": 40}, torch.float32)
 
 
+def test_ds4sci_finds_a_finished_build_and_packs_it(tmp_path, monkeypatch):
+    import tarfile
+
+    from bench import ds4sci
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    assert ds4sci.built_library() is None  # nothing built yet
+    folder = ds4sci.extensions_dir()
+    assert str(folder).startswith(str(tmp_path / "ext")) and folder.name == "evoformer_attn"
+    (folder / "build.ninja").write_text("rule x\n")
+    (folder / "evoformer_attn.so").write_bytes(b"\x7fELF")
+    assert ds4sci.built_library() == folder / "evoformer_attn.so"
+    packed = ds4sci.pack(tmp_path / "out")
+    with tarfile.open(packed) as tar:
+        assert sorted(tar.getnames()) == ["evoformer_attn", "evoformer_attn/build.ninja", "evoformer_attn/evoformer_attn.so"]
+
+
 # ---------------------------------------------------------------------------- OpenFold adapters
 
 
