@@ -18,6 +18,7 @@ from typing import Sequence
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensor
 
 from flashlight import ops
 from flashlight.runtime import Launcher
@@ -39,7 +40,7 @@ def to_custom_ops(gm: fx.GraphModule) -> int:
             call = gm.graph.call_function(LAUNCH, (key, list(node.args)))
         call.meta = {k: v for k, v in node.meta.items() if k != "tensor_meta"}
         values = [a.meta.get("val") for a in node.args]
-        if values and all(isinstance(v, torch.Tensor) for v in values):
+        if values and all(isinstance(v, FakeTensor) for v in values):
             # the launch's own result: contiguous, where the node it replaced may not be
             call.meta["val"] = LAUNCH(key, values)
         node.replace_all_uses_with(call)
