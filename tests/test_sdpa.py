@@ -57,6 +57,11 @@ def gated(q, k, v, gate):
     return F.scaled_dot_product_attention(q, k, v) * torch.sigmoid(gate)
 
 
+def prologue_and_gate(q, k, v, wq, gate):
+    q = q * torch.sigmoid(wq)  # a query prologue
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True) * torch.sigmoid(gate)
+
+
 CASES = {
     "float mask": (float_mask, lambda: (*_qkv(0), _float_mask(3))),
     "bool mask": (bool_mask, lambda: (*_qkv(10), _bool_mask(13))),
@@ -64,6 +69,7 @@ CASES = {
     "scale": (scaled, lambda: _qkv(30)),
     "enable_gqa": (grouped, lambda: _qkv(40, heads_k=2)),
     "sigmoid gate": (gated, lambda: (*_qkv(50), rand(B, H, L, E, seed=53))),
+    "prologue and gate": (prologue_and_gate, lambda: (*_qkv(60), rand(B, H, L, E, seed=63), rand(B, H, L, E, seed=64))),
 }
 
 
@@ -85,8 +91,8 @@ def test_sdpa_fuses_into_one_kernel_and_matches_eager(case):
     assert not [op for op in report.fallback_ops if "getitem" not in op.name], str(report)
     ops = report.kernels[0].aten_ops
     assert "bmm.default" in ops and "_softmax.default" in ops
-    if case == "sigmoid gate":
-        assert "sigmoid.default" in ops  # the gate is the kernel's epilogue
+    # the gate (and the query prologue's sigmoid) inside the kernel
+    assert ops.count("sigmoid.default") == {"sigmoid gate": 1, "prologue and gate": 2}.get(case, 0)
     ref = fn(*_double(args))
     assert not out.isnan().any()
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
