@@ -24,8 +24,7 @@ DS4Sci_EvoformerAttention or cuEquivariance, :mod:`bench.openfold_peers`; calls 
 cannot take run stock and are counted in ``peer``). A peer that is not installed is a
 cell with status ``unavailable`` and the reason.
 
-``--dtypes``: ``tf32`` (float32 weights and activations, TF32 matmuls: OpenFold's
-inference setting) and ``bf16`` (weights, inputs and activations in bfloat16).
+``--dtypes``: ``tf32`` (float32, TF32 matmuls: OpenFold's inference setting), ``bf16``.
 
 Weights are a seeded random initialisation (``model_1`` shapes, attention modules
 drawn so they are not constant): no AlphaFold parameters are loaded, so the outputs are
@@ -60,7 +59,7 @@ import sys
 import time
 from typing import Any
 
-from bench.evoformer_inputs import build_model, model_config, stack_inputs, synthetic_batch
+from bench.evoformer_inputs import build_model, cast_model, model_config, stack_inputs, synthetic_batch, torch_dtype
 
 MODES = ("stock", "compile", "flashlight", "ds4sci", "cueq")
 DTYPE_NAMES = ("tf32", "bf16")
@@ -159,32 +158,13 @@ def _call_block(block, m, z, msa_mask, pair_mask):
 # ---------------------------------------------------------------------------- cells
 
 
-class PeerAbsent(Exception):
-    """The peer of a mode is not installed or cannot run here (a cell ``unavailable``)."""
-
-
-def peer_availability(mode: str, dtype_name: str = "tf32") -> str | None:
-    """Why the peer of ``mode`` cannot run here, or None (also None for non-peer modes)."""
-    if mode == "ds4sci":
-        from bench import ds4sci
-
-        if dtype_name != "bf16":
-            return "DS4Sci_EvoformerAttention computes in bf16 and fp16 only"
-        return ds4sci.availability()
-    if mode == "cueq":
-        from bench import peers
-
-        return peers.availability("cuequivariance")
-    return None
-
-
 def _apply_mode(model, mode: str, blocks) -> dict:
     import flashlight
 
     info: dict[str, Any] = {}
-    if mode in ("ds4sci", "cueq"):
-        from bench import openfold_peers
+    from bench import openfold_peers  # imports torch: not before TRITON_INTERPRET is set
 
+    if mode in openfold_peers.PEERS:
         info["_peer_forwards"] = openfold_peers.patch_attention(model, mode)
     elif mode == "compile":
         for block in blocks:
@@ -236,11 +216,13 @@ def _dynamo_stats() -> dict:
 def run_stack(args, n_res: int, mode: str, device: str) -> dict:
     import torch
 
+    from bench import openfold_peers
+
     from flashlight.structures.timing import Clock
 
     config = model_config(args.blocks, 0)
-    dtype = _torch_dtype(args)
-    model = _cast(build_model(config, args.seed, device), dtype)
+    dtype = torch_dtype(getattr(args, "dtype_name", "tf32"))
+    model = cast_model(build_model(config, args.seed, device), dtype)
     stack = model.evoformer
     blocks = list(stack.blocks)
     m0, z0, msa_mask, pair_mask = (t.to(dtype) for t in stack_inputs(n_res, args.n_seq, device, args.seed))
@@ -302,31 +284,9 @@ def run_stack(args, n_res: int, mode: str, device: str) -> dict:
             att = sum(v for k, v in breakdown.items() if k in ATTENTION_PARTS)
             rec["attention_ms"] = round(att, 3)
             rec["attention_share"] = round(att / max(sum(breakdown.values()), 1e-9), 4)
-    _peer_summary(rec)
+    openfold_peers.record_summary(rec)
     del model, stack, blocks
     return rec
-
-
-def _cast(model, dtype):
-    """``model`` in ``dtype`` (left as built for float32)."""
-    import torch
-
-    return model if dtype == torch.float32 else model.to(dtype)
-
-
-def _torch_dtype(args):
-    import torch
-
-    return torch.bfloat16 if getattr(args, "dtype_name", "tf32") == "bf16" else torch.float32
-
-
-def _peer_summary(rec: dict) -> None:
-    """Replace the patched peer forwards in ``rec`` by what they did (calls, stock fallbacks)."""
-    forwards = rec.pop("_peer_forwards", None)
-    if forwards is not None:
-        from bench import openfold_peers
-
-        rec["peer"] = openfold_peers.summary(forwards)
 
 
 def wanted_again(cell: dict, retry: bool, budget_left_s: float) -> bool:
@@ -364,11 +324,13 @@ def _fitting(model, call):
 def run_model(args, n_res: int, mode: str, device: str) -> dict:
     import torch
 
+    from bench import openfold_peers
+
     from flashlight.structures.timing import Clock
 
     config = model_config(args.blocks, args.n_extra)
-    dtype = _torch_dtype(args)
-    model = _cast(build_model(config, args.seed, device), dtype)
+    dtype = torch_dtype(getattr(args, "dtype_name", "tf32"))
+    model = cast_model(build_model(config, args.seed, device), dtype)
     batch = synthetic_batch(n_res, args.n_seq, args.n_extra, args.iters, device, args.seed)
     batch = {k: v.to(dtype) if v.is_floating_point() else v for k, v in batch.items()}
     events = Clock(torch.device(device))
@@ -414,7 +376,7 @@ def run_model(args, n_res: int, mode: str, device: str) -> dict:
             out, _ = forward()
             del out
         rec["breakdown_ms"] = {k: round(sum(events.ms(a, b) for a, b in v), 2) for k, v in spans.items()}
-    _peer_summary(rec)
+    openfold_peers.record_summary(rec)
     del model, batch
     return rec
 
@@ -489,6 +451,7 @@ def _main(argv: list[str] | None) -> int:
 
     import torch
 
+    from bench import openfold_peers
     from bench.common import (RESULTS, Deadline, TimeUp, budget_from_env, environment, is_oom, set_precision,
                               short_error)
 
@@ -579,10 +542,10 @@ def _main(argv: list[str] | None) -> int:
                 t0 = time.monotonic()
                 torch.compiler.reset()
                 torch._dynamo.utils.counters.clear()
-                why = peer_availability(mode, dtype_name)
+                why = openfold_peers.availability(mode, dtype_name)
                 try:
                     if why:
-                        raise PeerAbsent(why)
+                        raise openfold_peers.PeerAbsent(why)
                     with deadline.step(args.cell_timeout):
                         fn = run_stack if scope == "stack" else run_model
                         rec = {"status": "ok", **fn(args, n, mode, device)}
@@ -595,7 +558,7 @@ def _main(argv: list[str] | None) -> int:
                                                               "call had left (time budget)"}
                     else:
                         raise
-                except PeerAbsent as exc:
+                except openfold_peers.PeerAbsent as exc:
                     rec = {"status": "unavailable", "message": str(exc)}
                 except Exception as exc:  # noqa: BLE001 - a failing configuration is a result
                     rec = {"status": "oom" if is_oom(exc) else "error", "message": short_error(exc, 600)}

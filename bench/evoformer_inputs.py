@@ -28,6 +28,20 @@ def build_model(config, seed: int, device: str):
     return random_model(config, seed=seed).to(device)
 
 
+def torch_dtype(name: str):
+    """The torch dtype of a benchmark's ``tf32`` / ``fp32`` / ``bf16`` setting."""
+    import torch
+
+    return torch.bfloat16 if name == "bf16" else torch.float32
+
+
+def cast_model(model, dtype):
+    """``model`` in ``dtype`` (float32: left as built)."""
+    import torch
+
+    return model if dtype == torch.float32 else model.to(dtype)
+
+
 def synthetic_batch(n_res: int, n_seq: int, n_extra: int, iters: int, device: str, seed: int) -> dict:
     """model_1 input features of the right shapes and kinds, drawn at random.
 

@@ -161,3 +161,31 @@ def summary(patched: list[PeerForward]) -> dict:
         for why, n in p.fallbacks.items():
             fallbacks[why] = fallbacks.get(why, 0) + n
     return {"modules": len(patched), "peer_calls": sum(p.calls for p in patched), "stock_calls": fallbacks}
+
+
+class PeerAbsent(Exception):
+    """The peer of a mode is not installed or cannot run here (a cell ``unavailable``)."""
+
+
+def availability(mode: str, dtype_name: str = "tf32") -> str | None:
+    """Why the peer of an end-to-end ``mode`` cannot run here, or None (also for the
+    modes that are not peers)."""
+    if mode == "ds4sci":
+        from bench import ds4sci
+
+        if dtype_name != "bf16":
+            return "DS4Sci_EvoformerAttention computes in bf16 and fp16 only"
+        return ds4sci.availability()
+    if mode == "cueq":
+        from bench import peers
+
+        return peers.availability("cuequivariance")
+    return None
+
+
+def record_summary(rec: dict) -> None:
+    """Replace the patched forwards a benchmark cell kept (``_peer_forwards``) by
+    :func:`summary` of them (``peer``)."""
+    forwards = rec.pop("_peer_forwards", None)
+    if forwards is not None:
+        rec["peer"] = summary(forwards)

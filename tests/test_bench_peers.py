@@ -330,3 +330,36 @@ def test_run_all_lists_the_new_parts_first():
     for part in ("kernels-ds4sci", "fold-noise", "evoformer-peers-256", "fidelity", "long-chain",
                  "kernels-flex-flash"):
         assert part in names
+
+
+def test_evoformer_peer_mode_runs_the_stack_through_the_peer(tmp_path, monkeypatch):
+    """``--modes ds4sci`` patches every attention of the stack (the peer replaced by its
+    float stand-in), records what the peer computed and matches stock (float32 tightly,
+    bf16 loosely); DS4Sci itself is unavailable in TF32, with the reason."""
+    pytest.importorskip("openfold")
+    from openfold.model.model import AlphaFold
+
+    from bench import evoformer, openfold_peers
+
+    assert "bf16" in openfold_peers.availability("ds4sci", "tf32")
+    assert openfold_peers.availability("stock", "tf32") is None
+
+    def build(config, seed, device):
+        torch.manual_seed(seed)
+        model = AlphaFold(config)
+        for p in model.parameters():
+            torch.nn.init.normal_(p, std=0.05)
+        return model.eval().to(device)
+
+    monkeypatch.setattr(evoformer, "build_model", build)
+    monkeypatch.setattr(openfold_peers, "availability", lambda mode, dtype: None)
+    monkeypatch.setitem(openfold_peers.ATTENTION, "ds4sci", _fake_peer)
+    out = tmp_path / "evo.json"
+    assert evoformer.main(["--smoke", "--scopes", "stack", "--modes", "ds4sci", "--dtypes", "tf32,bf16",
+                           "--blocks", "1", "--n-res", "20", "--out", str(out)]) == evoformer.EXIT_COMPLETE
+    cells = {c["dtype"]: c for c in json.loads(out.read_text())["cells"]}
+    for dtype, bound in (("tf32", 1e-4), ("bf16", 1.0)):
+        cell = cells[dtype]
+        assert cell["status"] == "ok", cell
+        assert cell["peer"]["modules"] == 4 and cell["peer"]["peer_calls"] >= 4 and cell["peer"]["stock_calls"] == {}
+        assert cell["max_abs_diff_vs_stock"] < bound, (dtype, cell["max_abs_diff_vs_stock"])
