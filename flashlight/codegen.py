@@ -1,7 +1,9 @@
 """Triton code generation: prints a tiled kernel as Triton source.
 
-Every decision (which dims are tiles, which loop, what is a ``tl.dot``, how the online
-loop rescales) was made by the passes; this module only spells it out. The printed
+Every decision (which dims are tiles, which loop, what is a ``tl.dot`` and in which
+dtype, what is hoisted before the loop, which inputs the launcher re-lays out) was made
+by the passes and recorded in the tiled kernel's :class:`flashlight.ir.TilePlan`; this
+module only spells it out. It imports nothing from ``passes/``. The printed
 kernel has a fixed shape:
 
 1. decode the logical grid from ``tl.program_id(0)`` (row blocks innermost, so
@@ -19,6 +21,7 @@ import hashlib
 import torch
 
 from flashlight.codegen_live import LiveScan, rounding_division
+from flashlight.codegen_text import TL_DTYPES, TileText, literal
 from flashlight.ir import (
     Const,
     Dim,
@@ -30,22 +33,9 @@ from flashlight.ir import (
     Reduce,
     RunningMax,
     TiledKernel,
-    walk,
 )
-from flashlight.passes.tiling import Layouts, canonical, roles_of
 from flashlight.vocabulary import BOOLEAN_OPS, DIVISION_OPS, OPS
 
-TL_DTYPES = {
-    torch.float32: "tl.float32",
-    torch.float16: "tl.float16",
-    torch.bfloat16: "tl.bfloat16",
-    torch.float64: "tl.float64",
-    torch.int64: "tl.int64",
-    torch.int32: "tl.int32",
-    torch.int8: "tl.int8",
-    torch.uint8: "tl.uint8",
-    torch.bool: "tl.int1",
-}
 
 @dataclasses.dataclass(frozen=True)
 class KernelSource:
@@ -67,130 +57,20 @@ class KernelSource:
     fma_dots: bool = False
 
 
-def _literal(value) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, float):
-        if value != value:
-            return 'float("nan")'
-        if value in (float("inf"), float("-inf")):
-            return 'float("inf")' if value > 0 else 'float("-inf")'
-        return repr(value)
-    return repr(value)
+class _Printer(TileText):
+    """Prints the values, the online loop and the store of one tiled kernel."""
 
-
-class _Printer:
     def __init__(self, tk: TiledKernel, name: str, fp32_precision: str, interpret: bool, check_bounds: bool):
+        super().__init__(tk, check_bounds)
         self.interpret = interpret
-        self.check_bounds = check_bounds
-        self.tk = tk
-        self.kernel = tk.kernel
-        self.tiling = tk.tiling
         self.name = name
         self.fp32_precision = fp32_precision
-        self.roles = roles_of(self.tiling, self.kernel)
-        grid = set(self.tiling.grid)
-        self.layouts = Layouts(self.kernel, self.roles, grid)
-        self.padded = dict(self.tiling.padded)
-        self.inputs: list[str] = []
-        self.ranks: list[int] = []
-        self.fma_dots = False
-        self.fast_axes: dict[int, int] = {}
-        self.sizes: list[str] = []
-        self.pre: list[str] = []
-        self.loop: list[str] = []
         self.loop_unmasked: list[str] = []  # the loop step on full tiles (kernel.unmasked)
-        self.full_tiles = False  # printing that step: every loop position is in range
-        self.scan: list[str] = []  # the tile-liveness scan's body (see codegen_live)
-        # keys in one tile of the loop dim and their offsets (other in the coarse scan)
-        self.n_width, self.n_offs = "BLOCK_N", "offs_n"
-        self.post: list[str] = []
         self.memo: dict[tuple[str, Expr], tuple[str, tuple]] = {}
         self.stored_as: dict[str, tuple[str, str]] = {}  # float32 tile -> (as loaded, its tl dtype)
-        self.counter = 0
-        self.loop_dims = {red.dim for red in self.kernel.loop}
-
-    # ------------------------------------------------------------------ helpers
-    def fresh(self, hint: str) -> str:
-        self.counter += 1
-        return f"{hint}{self.counter}"
-
-    def size(self, d: Dim) -> str:
-        if d.is_static:
-            return str(d.size)
-        if d.size not in self.sizes:
-            self.sizes.append(d.size)
-        return f"size{self.sizes.index(d.size)}"
-
-    def role_size(self, role: str) -> str:
-        if role == "m":
-            return "BLOCK_M"
-        if role == "n":
-            return self.n_width
-        for d, r in self.roles.items():
-            if r == role:
-                return str(self.padded[d])
-        raise KeyError(role)
-
-    def shape(self, layout) -> str:
-        return "[" + ", ".join(self.role_size(r) for r in layout) + "]"
-
-    def offs(self, role: str, layout) -> str:
-        var = self.n_offs if role == "n" else f"offs_{role}"
-        if len(layout) <= 1:
-            return var
-        return f"{var}[:, None]" if layout[0] == role else f"{var}[None, :]"
-
-    def broadcast(self, var: str, src, dst) -> str:
-        src, dst = tuple(src), tuple(dst)
-        if src == dst or not src:
-            return var
-        if len(src) == 2:
-            return f"tl.trans({var})" if src == dst[::-1] else var
-        return f"{var}[:, None]" if dst[0] == src[0] else f"{var}[None, :]"
-
-    def grid_var(self, d: Dim) -> str:
-        """The program's coordinate along grid dim ``d``, named by the dim's place in the
-        grid (not its global name), so equal kernels print equal source."""
-        return f"g{self.tiling.grid.index(d)}"
-
-    def dim_term(self, d: Dim, layout) -> str:
-        role = self.roles.get(d)
-        return self.grid_var(d) if role is None else self.offs(role, layout)
-
-    def index(self, axis, layout) -> str:
-        if not axis:
-            return "0"
-        text = self.dim_term(axis[0], layout)
-        for d in axis[1:]:
-            text = f"({text}) * {self.size(d)} + {self.dim_term(d, layout)}"
-        return text
-
-    def mask(self, dims, layout) -> str | None:
-        parts = []
-        for d in dims:
-            role = self.roles.get(d)
-            if role is None or (role == "n" and self.full_tiles):
-                continue
-            bound = self.extent(role)
-            if role[0] in "ef" and self.padded.get(d) == d.size:
-                continue
-            parts.append(f"({self.offs(role, layout)} < {bound})")
-        return " & ".join(parts) if parts else None
-
-    def extent(self, role: str) -> str:
-        for d, r in self.roles.items():
-            if r == role:
-                return self.size(d)
-        raise KeyError(role)
 
     def scope_of(self, expr: Expr) -> str:
-        for node in walk(expr):
-            if isinstance(node, RunningMax):
-                return "loop"
-            if isinstance(node, (Load, Iota)) and any(d in self.loop_dims for d in _index_dims(node)):
-                return "loop"
-        return "pre"
+        return "loop" if expr in self.plan.in_loop else "pre"
 
     # ----------------------------------------------------------------- emission
     def emit(self, expr: Expr, scope: str) -> tuple[str, tuple]:
@@ -204,18 +84,10 @@ class _Printer:
         self.memo[(target, expr)] = (var, layout)
         return var, layout
 
-    def lines(self, scope: str) -> list[str]:
-        return {"pre": self.pre, "loop": self.loop, "post": self.post, "scan": self.scan}[scope]
-
-    def assign(self, scope: str, hint: str, text: str) -> str:
-        var = self.fresh(hint)
-        self.lines(scope).append(f"{var} = {text}")
-        return var
-
     def _emit(self, expr: Expr, scope: str) -> tuple[str, tuple]:
-        layout = self.layouts.of(expr)
+        layout = self.layouts[expr]
         if isinstance(expr, Const):
-            return _literal(expr.value), ()
+            return literal(expr.value), ()
         if isinstance(expr, Load):
             return self.emit_load(expr, layout, scope), layout
         if isinstance(expr, Iota):
@@ -229,20 +101,6 @@ class _Printer:
         if isinstance(expr, Pointwise):
             return self.emit_pointwise(expr, layout, scope), layout
         raise TypeError(type(expr))
-
-    def load_text(self, load: Load, layout, scope: str) -> tuple[str, str | None]:
-        """The masked ``tl.load`` of ``load``'s tile (its input registered, its offsets
-        bounds-checked in ``scope``), and the mask of valid lanes."""
-        if load.base not in self.inputs:
-            self.inputs.append(load.base)
-            self.ranks.append(len(load.index))
-        k = self.inputs.index(load.base)
-        self.note_fast_axis(k, load, layout)
-        offset = " + ".join(f"({self.index(axis, layout)}) * in{k}_s{a}" for a, axis in enumerate(load.index) if axis) or "0"
-        mask = self.mask(_index_dims(load), layout)
-        masked = f", mask={mask}, other=0" if mask else ""
-        self.assert_in_bounds(scope, f"in{k}", offset, mask, layout)
-        return f"tl.load(in{k} + {offset}{masked})", mask
 
     def emit_load(self, load: Load, layout, scope: str) -> str:
         """The loaded tile as computed on: float32 for floats, ``tl.int1`` for booleans.
@@ -258,39 +116,6 @@ class _Printer:
         elif load.dtype == torch.bool:
             value = f"({value} != 0)"
         return self.assign(scope, "x", value)
-
-    def assert_in_bounds(self, scope: str, tensor: str, offset: str, mask: str | None, layout) -> None:
-        """With ``check_bounds``: count unmasked lanes whose offset leaves the tensor.
-
-        The count goes to ``errors[slot]`` (one slot per tensor argument); the launcher
-        raises if any is non-zero. (``tl.device_assert`` is not enforced by the Triton
-        interpreter, so the check is ordinary arithmetic.)
-        """
-        if not self.check_bounds:
-            return
-        slot = len(self.inputs) if tensor == "out" else int(tensor[2:])
-        off = self.assign(scope, "off", f"{offset} + tl.zeros({self.shape(layout)}, tl.int32)" if layout else offset)
-        outside = f"(({off} < 0) | ({off} >= {tensor}_span))"
-        bad = f"({outside} & {mask})" if mask else outside
-        count = self.assign(scope, "bad", f"tl.sum(({bad}).to(tl.int32))" if layout else f"({bad}).to(tl.int32)")
-        self.lines(scope).append(f"tl.atomic_add(errors + {slot}, {count})")
-
-    def note_fast_axis(self, k: int, load: Load, layout) -> None:
-        """Remember which axis should be contiguous for a tile re-read across the grid.
-
-        A tile whose innermost role is strided in memory wastes most of every memory
-        sector it touches; when the tensor is broadcast over some grid dims (a pair bias
-        read for every MSA row), a one-off contiguous copy is far cheaper than that.
-        """
-        if not layout or k in self.fast_axes:
-            return
-        used = set(_index_dims(load))
-        if all(d in used for d in self.tiling.grid):
-            return
-        inner = layout[-1]
-        for a, axis in enumerate(load.index):
-            if axis and self.roles.get(axis[-1]) == inner:
-                self.fast_axes[k] = a
 
     def emit_pointwise(self, expr: Pointwise, layout, scope: str) -> str:
         args = []
@@ -322,29 +147,24 @@ class _Printer:
             raise NotImplementedError("comparison typed as float")
         return self.assign(scope, "v", text)
 
-    def emit_dot(self, body: Pointwise, reduced: str, scope: str, mask_n: bool) -> tuple[str, tuple]:
+    def emit_dot(self, body: Pointwise, scope: str, mask_n: bool) -> tuple[str, tuple]:
+        """``tl.dot`` as the plan says ([Note: dot operands] in passes/contractions)."""
+        dot = self.plan.dots[body]
         (a, la), (b, lb) = (self.emit(x, scope) for x in body.args)
         if mask_n:
             a = self.mask_loop(a, la, body.args[0], "0.0")
             b = self.mask_loop(b, lb, body.args[1], "0.0")
-        a = self.pad_to_zero(a, la, reduced, body.args)
-        x = [r for r in la if r != reduced][0]
-        y = [r for r in lb if r != reduced][0]
-        low = body.dtype in (torch.bfloat16, torch.float16) and not self.interpret
-        # the Triton interpreter multiplies 16-bit floats wrongly: it gets fp32 operands
-        dtype = TL_DTYPES[body.dtype] if low else "tl.float32"
+        a = self.pad_to_zero(a, la, dot.reduced, body.args)
+        dtype = TL_DTYPES[dot.operand_dtype(self.interpret)]
         # a loaded 16-bit operand goes in as loaded, not converted to float32 and back
         a, b = (self.stored_as[v][0] if self.stored_as.get(v, ("", ""))[1] == dtype else v for v in (a, b))
-        a = a if la == (x, reduced) else f"tl.trans({a})"
-        b = b if lb == (reduced, y) else f"tl.trans({b})"
+        a = f"tl.trans({a})" if dot.trans_a else a
+        b = f"tl.trans({b})" if dot.trans_b else b
         precision = f', input_precision="{self.fp32_precision}"' if dtype == "tl.float32" else ""
-        self.fma_dots |= dtype == "tl.float32" and self.fp32_precision == "ieee"
-        text = f"tl.dot({a}.to({dtype}), {b}.to({dtype}){precision})"
-        out = canonical((x, y))
-        var = self.assign(scope, "dot", text)
-        if out != (x, y):
+        var = self.assign(scope, "dot", f"tl.dot({a}.to({dtype}), {b}.to({dtype}){precision})")
+        if dot.trans_out:
             var = self.assign(scope, "dot", f"tl.trans({var})")
-        return var, out
+        return var, dot.out
 
     def pad_to_zero(self, var: str, layout, reduced: str, operands) -> str:
         """A contraction over a padded tile dim adds the product of the padding lanes:
@@ -369,8 +189,8 @@ class _Printer:
 
     def emit_inner_reduce(self, expr: Reduce, scope: str) -> tuple[str, tuple]:
         role = self.roles[expr.dims[0]]
-        if self.layouts.is_dot(expr.body, role):
-            return self.emit_dot(expr.body, role, scope, mask_n=False)
+        if expr.body in self.plan.dots:
+            return self.emit_dot(expr.body, scope, mask_n=False)
         var, lay = self.emit(expr.body, scope)
         axis = lay.index(role)
         fn = "tl.sum" if expr.op == "sum" else "tl.max"
@@ -386,7 +206,7 @@ class _Printer:
         maxes = [k for k, r in enumerate(kernel.loop) if r.op == "max"]
         sums = [k for k, r in enumerate(kernel.loop) if r.op == "sum"]
         for k in maxes:
-            lay = self.layouts.loop_layouts[k]
+            lay = self.plan.loop_layouts[k]
             start = f"tl.full({self.shape(lay)}, float(\"-inf\"), tl.float32)"
             if kernel.loop[k].init is not None:  # max(init, max_j body_j): start from init
                 var, init_lay = self.emit(kernel.loop[k].init, "pre")
@@ -394,7 +214,7 @@ class _Printer:
                 start = f"tl.maximum({start}, {init}, propagate_nan=tl.PropagateNan.ALL)"
             self.pre.append(f"m{k} = {start}")
         for k in sums:
-            self.pre.append(f"acc{k} = tl.zeros({self.shape(self.layouts.loop_layouts[k])}, tl.float32)")
+            self.pre.append(f"acc{k} = tl.zeros({self.shape(self.plan.loop_layouts[k])}, tl.float32)")
         masked = self.emit_loop_step(kernel.loop, full_tiles=False)
         if kernel.unmasked is not None:
             # the same step without masks, for tiles every mask keeps whole
@@ -422,9 +242,9 @@ class _Printer:
             self.loop.append(f"alpha{k} = tl.exp(m{k} - m_safe{k})")
         for k in sums:
             red = loop[k]
-            acc_lay = self.layouts.loop_layouts[k]
-            if self.layouts.is_dot(red.body, "n"):
-                part, lay = self.emit_dot(red.body, "n", "loop", mask_n=True)
+            acc_lay = self.plan.loop_layouts[k]
+            if red.body in self.plan.dots:
+                part, lay = self.emit_dot(red.body, "loop", mask_n=True)
             else:
                 var, lay = self.emit(red.body, "loop")
                 var = self.in_loop_range(var, lay, "0.0")
@@ -441,12 +261,12 @@ class _Printer:
         """``exp(power * (m_old - m_new))`` of loop max ``k`` ([Note: online reduction])."""
         alpha = f"alpha{k}"
         if power != 1:
-            alpha = self.assign("loop", "alpha", f"tl.exp({_literal(float(power))} * (m{k} - m_safe{k}))")
-        return self.broadcast(alpha, self.layouts.loop_layouts[k], layout)
+            alpha = self.assign("loop", "alpha", f"tl.exp({literal(float(power))} * (m{k} - m_safe{k}))")
+        return self.broadcast(alpha, self.plan.loop_layouts[k], layout)
 
     def emit_store(self) -> None:
         var, lay = self.emit(self.kernel.epilogue, "post")
-        out_roles = canonical(self.roles[d] for d in self.kernel.dims if d in self.roles)
+        out_roles = self.plan.store_layout
         var = self.broadcast(var, lay, out_roles)
         if not lay and out_roles:
             var = f"tl.full({self.shape(out_roles)}, {var}, tl.float32)"
@@ -505,13 +325,10 @@ class _Printer:
         name = self.name or f"flashlight_{hashlib.sha1(text.encode()).hexdigest()[:12]}"
         src = "import triton\nimport triton.language as tl\n\n\n@triton.jit\n" + f"def {name}{text}"
         return KernelSource(name, src, tuple(self.inputs), tuple(self.ranks),
-                            tuple(self.sizes), len(self.kernel.axes), tuple(self.fast_axes.items()),
-                            self.check_bounds, self.fp32_precision, self.fma_dots)
-
-
-def _index_dims(node: Expr) -> tuple[Dim, ...]:
-    axes = node.index if isinstance(node, Load) else (node.axis,)
-    return tuple(d for axis in axes for d in axis)
+                            tuple(self.sizes), len(self.kernel.axes),
+                            tuple((self.inputs.index(name), axis) for name, axis in self.plan.relayouts),
+                            self.check_bounds, self.fp32_precision,
+                            self.plan.fma_dots(self.fp32_precision, self.interpret))
 
 
 def _pow(base: str, exponent) -> str:
@@ -523,7 +340,7 @@ def _pow(base: str, exponent) -> str:
     if float(exponent).is_integer():  # at most MAX_POW_PRODUCT factors (the tiling checks)
         product = "(" + " * ".join([base] * int(abs(exponent))) + ")"
         return product if exponent > 0 else f"(1.0 / {product})"
-    return f"tl.exp({_literal(float(exponent))} * tl.log({base}))"
+    return f"tl.exp({literal(float(exponent))} * tl.log({base}))"
 
 
 def generate(tk: TiledKernel, name: str | None = None, fp32_precision: str = "ieee", interpret: bool = False,

@@ -19,7 +19,8 @@ import math
 
 import torch
 
-from flashlight.ir import Const, Dim, Expr, Iota, Load, Pointwise, free_dims
+from flashlight.codegen_text import TileText
+from flashlight.ir import Const, Dim, Expr, Iota, Load, Pointwise
 from flashlight.vocabulary import DIVISION_OPS
 
 _INT_MAX = "9223372036854775807"
@@ -27,13 +28,13 @@ _INT_MIN = "-9223372036854775807"
 
 
 class LiveScan:
-    """Emits, through the kernel printer ``p``, the scan that narrows the loop range."""
+    """Prints, into the kernel text ``p`` (its ``pre`` lines), the scan that narrows the
+    loop range."""
 
-    def __init__(self, p, live: Expr, full: Expr | None = None):
+    def __init__(self, p: TileText, live: Expr, full: Expr | None = None):
         self.p = p
         self.live = live
         self.full = full
-        self.loop_dim = p.kernel.loop[0].dim
         self.memo: dict[Expr, tuple[str, str]] = {}
         self.full_range: tuple[str, str] | None = None  # set by emit() when ``full`` is given
 
@@ -79,17 +80,16 @@ class LiveScan:
         """The coarse step: bound ``live`` over ``width`` keys at a time; returns the range
         of keys, aligned to ``width``, outside which no key tile may be live (bounds
         over a wider tile contain those over any tile inside it)."""
-        p, fine_scan = self.p, self.p.scan
-        p.scan, p.n_width, p.n_offs = [], width, "offs_coarse"
-        may_live, _ = self.bound(self.live)
+        p = self.p
+        with p.key_tile(width, "offs_coarse") as coarse_scan:
+            may_live, _ = self.bound(self.live)
         p.pre.append("coarse_first = N_SIZE + tl.zeros([], tl.int32)")
         p.pre.append("coarse_end = tl.zeros([], tl.int32)")
         p.pre.append(f"for start_n in range(0, N_SIZE, {width}):")
-        steps = [*self.tile_header(width, "offs_coarse"), *p.scan,
+        steps = [*self.tile_header(width, "offs_coarse"), *coarse_scan,
                  f"coarse_first = tl.minimum(coarse_first, tl.where({may_live}, start_n, N_SIZE))",
                  f"coarse_end = tl.where({may_live}, tl.minimum(start_n + {width}, N_SIZE), coarse_end)"]
         p.pre.extend("    " + line for line in steps)
-        p.scan, p.n_width, p.n_offs = fine_scan, "BLOCK_N", "offs_n"
         # bounds of values along the keys were for the coarse width; those of the rest stay
         self.memo = {node: b for node, b in self.memo.items() if self.scope(node) == "pre"}
         return "coarse_first", "coarse_end"
@@ -102,7 +102,7 @@ class LiveScan:
 
     # ------------------------------------------------------------------ bounds
     def scope(self, node: Expr) -> str:
-        return "scan" if self.loop_dim in free_dims(node) else "pre"
+        return "scan" if node in self.p.plan.in_loop else "pre"
 
     def bound(self, node: Expr) -> tuple[str, str]:
         if node not in self.memo:
@@ -149,7 +149,7 @@ class LiveScan:
     def load(self, load: Load) -> tuple[str, str]:
         """Min and max of the loaded tile (booleans: whether any lane is true / false)."""
         scope = self.scope(load)
-        layout = self.p.layouts.of(load)
+        layout = self.p.layouts[load]
         text, mask = self.p.load_text(load, layout, scope)
         x = self.var(scope, "lv", text)
         if load.dtype == torch.bool:

@@ -446,23 +446,77 @@ class Tiling:
     scan_tiles: int = 1
 
 
+Layout = tuple  # tuple[str, ...]: the roles a tile value spans, in canonical order
+
+
+def canonical(roles) -> Layout:
+    """Tile roles in canonical order: ``m``, ``n``, ``f``, then ``e0``, ``e1``, ..."""
+    def order(role: str) -> tuple[int, int]:
+        return ({"m": 0, "n": 1, "f": 2}.get(role[0], 3), int(role[1:]) if role[0] == "e" else 0)
+
+    return tuple(sorted(set(roles), key=order))
+
+
+@dataclasses.dataclass(frozen=True)
+class DotPlan:
+    """One contraction printed as ``tl.dot(A, B)``: ``A [x, r] @ B [r, y]`` over role ``r``.
+
+    The operands are the product's two factors as computed (``trans_a``: transposed to
+    ``[x, r]`` first, ``trans_b``: to ``[r, y]``); the result is transposed once more
+    into canonical order ``out`` when ``trans_out``. On the GPU the operands go in as
+    ``dtype`` (a 16-bit product's own dtype, else float32); the Triton interpreter
+    multiplies 16-bit floats wrongly, so there they are always float32.
+    """
+
+    reduced: str
+    trans_a: bool
+    trans_b: bool
+    out: Layout
+    trans_out: bool
+    dtype: torch.dtype
+    interpreter_dtype: torch.dtype = torch.float32
+
+    def operand_dtype(self, interpret: bool) -> torch.dtype:
+        return self.interpreter_dtype if interpret else self.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class TilePlan:
+    """What the tiling decided for every value of a kernel, for codegen to print.
+
+    - ``roles``: the tile role of each tiled dim (``m``, ``n``, ``f``, ``e0``...);
+    - ``layouts``: the roles each value's tile spans (every value codegen prints);
+    - ``in_loop``: the values that change along the loop dim; every other value of the
+      loop is hoisted before the loop;
+    - ``dots``: the contractions printed as ``tl.dot``, keyed by their product;
+    - ``loop_layouts``: the layout of each loop reduction's result (its accumulator);
+    - ``store_layout``: the output tile's layout;
+    - ``inputs``: the tensors the kernel loads, in argument order, with their ranks;
+    - ``relayouts``: ``(input, axis)``: inputs re-read by many programs whose
+      innermost tile axis is strided; the launcher copies them with that axis
+      contiguous first (a one-off copy is far cheaper than strided tiles).
+    """
+
+    roles: tuple[tuple[Dim, str], ...]
+    layouts: dict = dataclasses.field(compare=False, repr=False)  # Expr -> Layout
+    in_loop: frozenset = dataclasses.field(compare=False, repr=False)  # of Expr
+    dots: dict = dataclasses.field(compare=False, repr=False)  # product Expr -> DotPlan
+    loop_layouts: tuple[Layout, ...]
+    store_layout: Layout  # the output tile's roles
+    inputs: tuple[tuple[str, int], ...]
+    relayouts: tuple[tuple[str, int], ...]
+
+    def fma_dots(self, fp32_precision: str, interpret: bool = False) -> bool:
+        """Whether some ``tl.dot`` multiplies IEEE float32 operands: it then runs on CUDA
+        cores with operands and products in registers, not on tensor cores."""
+        return fp32_precision == "ieee" and any(
+            dot.operand_dtype(interpret) == torch.float32 for dot in self.dots.values())
+
+
 @dataclasses.dataclass(frozen=True)
 class TiledKernel:
+    """A kernel with its tiling and everything the tiling decided per value."""
+
     kernel: Kernel
     tiling: Tiling
-
-
-def format_kernel(kernel: Kernel) -> str:
-    lines = [f"kernel {kernel.name}[{', '.join(_fmt_axis(a) for a in kernel.axes)}]"]
-    for k, red in enumerate(kernel.loop):
-        scale = f" rescaled by {list(red.rescaled_by)}" if red.rescaled_by else ""
-        scale += f" from {format_expr(red.init)}" if red.init is not None else ""
-        lines.append(f"  loop{k} = {red.op}[{red.dim.name}]({format_expr(red.body)}){scale}")
-    lines.append(f"  out = {format_expr(kernel.epilogue)}")
-    if kernel.live is not None:
-        lines.append(f"  live = {format_expr(kernel.live)}")
-    if kernel.full is not None:
-        lines.append(f"  full = {format_expr(kernel.full)}")
-        for k, red in enumerate(kernel.unmasked):
-            lines.append(f"  loop{k} on full tiles = {red.op}[{red.dim.name}]({format_expr(red.body)})")
-    return "\n".join(lines)
+    plan: TilePlan

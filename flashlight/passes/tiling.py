@@ -24,6 +24,7 @@ from flashlight.ir import (
     Expr,
     Iota,
     Kernel,
+    Layout,
     Load,
     LoopReduction,
     LoopResult,
@@ -32,10 +33,12 @@ from flashlight.ir import (
     RunningMax,
     Tiling,
     TiledKernel,
+    canonical,
     free_dims,
     walk,
 )
 from flashlight.passes.contractions import group_dot_operands, splits_as_dot
+from flashlight.passes.tile_plan import record_plan
 
 MAX_TILE = 256  # largest dim eliminated into one tile
 MIN_DOT = 16  # tl.dot needs every tile dim >= 16
@@ -49,18 +52,6 @@ class NotTileable(Exception):
 
 def padded_size(size: int) -> int:
     return max(MIN_DOT, 1 << (size - 1).bit_length())
-
-
-Layout = tuple  # tuple[str, ...] of roles in canonical order
-
-
-def _order(role: str) -> tuple[int, int]:
-    head = {"m": 0, "n": 1, "f": 2}.get(role[0], 3)
-    return (head, int(role[1:]) if role[0] == "e" else 0)
-
-
-def canonical(roles) -> Layout:
-    return tuple(sorted(set(roles), key=_order))
 
 
 class Layouts:
@@ -232,7 +223,7 @@ def tile(kernel: Kernel) -> TiledKernel:
     if kernel.unmasked is not None and not _unmasked_loop_tiles_alike(kernel, best_layouts):
         kernel = dataclasses.replace(kernel, full=None, unmasked=None)
     best = dataclasses.replace(best, scan_tiles=_scan_tiles(kernel, best_layouts))
-    return TiledKernel(kernel, best)
+    return TiledKernel(kernel, best, record_plan(kernel, best, best_layouts))
 
 
 def _scan_tiles(kernel: Kernel, layouts: Layouts) -> int:
@@ -264,12 +255,3 @@ def _unmasked_loop_tiles_alike(kernel: Kernel, layouts: Layouts) -> bool:
             return False
     return True
 
-
-def roles_of(tiling: Tiling, kernel: Kernel) -> dict[Dim, str]:
-    roles = {d: f"e{k}" for k, d in enumerate(tiling.eliminated)}
-    roles.update({red.dim: "n" for red in kernel.loop})
-    if tiling.row is not None:
-        roles[tiling.row] = "m"
-    if tiling.feature is not None:
-        roles[tiling.feature] = "f"
-    return roles

@@ -1,0 +1,193 @@
+"""Recording the tiling's decisions per value: the tiled IR's :class:`TilePlan`.
+
+:func:`flashlight.passes.tiling.tile` picks the roles of a kernel's dims; this module
+writes down, for every value the code generator will print, what follows from them:
+its tile layout, whether it is computed inside the loop or hoisted before it, which
+products are ``tl.dot`` (with their operands' orientation and dtype per target), the
+kernel's inputs in argument order, and the inputs the launcher should re-lay out. The
+code generator then only prints.
+
+The values are visited in the order the generator prints them (the loop's initial
+values, one loop step, the step on full tiles, the epilogue, then the liveness
+predicates), so "first read" means the same to both.
+"""
+from __future__ import annotations
+
+import torch
+
+from flashlight.ir import (
+    DotPlan,
+    Expr,
+    InvariantError,
+    Iota,
+    Kernel,
+    Load,
+    Pointwise,
+    Reduce,
+    RunningMax,
+    TiledKernel,
+    TilePlan,
+    Tiling,
+    canonical,
+    walk,
+)
+
+
+class _Recorder:
+    def __init__(self, kernel: Kernel, tiling: Tiling, layouts):
+        self.kernel = kernel
+        self.tiling = tiling
+        self.of = layouts.of
+        self.is_dot = layouts.is_dot
+        self.roles = layouts.roles
+        self.loop_dims = frozenset(red.dim for red in kernel.loop)
+        self.layouts: dict[Expr, tuple] = {}
+        self.in_loop: dict[Expr, bool] = {}
+        self.dots: dict[Expr, DotPlan] = {}
+        self.inputs: dict[str, int] = {}  # name -> rank, in first-read order
+        self.relayouts: dict[str, int] = {}
+
+    # ---------------------------------------------------------------- values
+    def value(self, expr: Expr) -> None:
+        """Record ``expr`` and everything it reads, as codegen prints it."""
+        if expr in self.layouts:
+            return
+        layout = self.of(expr)
+        self.layouts[expr] = layout
+        if isinstance(expr, Load):
+            self.load(expr, layout)
+        elif isinstance(expr, Reduce):
+            role = self.roles[expr.dims[0]]
+            if self.is_dot(expr.body, role):
+                self.dot(expr.body, role)
+            else:
+                self.value(expr.body)
+        elif isinstance(expr, Pointwise):
+            for arg in expr.args:
+                self.value(arg)
+
+    def dot(self, body: Pointwise, reduced: str) -> None:
+        for arg in body.args:
+            self.value(arg)
+        la, lb = (self.layouts[arg] for arg in body.args)
+        x = [r for r in la if r != reduced][0]
+        y = [r for r in lb if r != reduced][0]
+        out = canonical((x, y))
+        low = body.dtype in (torch.bfloat16, torch.float16)
+        self.dots[body] = DotPlan(reduced, la != (x, reduced), lb != (reduced, y), out, out != (x, y),
+                                  body.dtype if low else torch.float32)
+
+    def load(self, load: Load, layout) -> None:
+        """Register the input, and note which axis should be contiguous for a tile re-read
+        across the grid (a pair bias read for every MSA row): the first read with a tile
+        decides, and only when the tensor is broadcast over some grid dim."""
+        self.inputs.setdefault(load.base, len(load.index))
+        if not layout or load.base in self.relayouts:
+            return
+        used = {d for axis in load.index for d in axis}
+        if all(d in used for d in self.tiling.grid):
+            return
+        for a, axis in enumerate(load.index):
+            if axis and self.roles.get(axis[-1]) == layout[-1]:
+                self.relayouts[load.base] = a
+
+    def loop_value(self, expr: Expr) -> bool:
+        """Whether ``expr`` changes along the loop (reads the loop dim or a running max)."""
+        known = self.in_loop.get(expr)
+        if known is None:
+            if isinstance(expr, RunningMax):
+                known = True
+            elif isinstance(expr, (Load, Iota)):
+                axes = expr.index if isinstance(expr, Load) else (expr.axis,)
+                known = any(d in self.loop_dims for axis in axes for d in axis)
+            else:
+                known = any(self.loop_value(c) for c in expr.children())
+            self.in_loop[expr] = known
+        return known
+
+    # ---------------------------------------------------------------- kernel
+    def loop_step(self, loop) -> None:
+        for red in loop:
+            if red.op == "max":
+                self.value(red.body)
+        for red in loop:
+            if red.op == "sum":
+                if self.is_dot(red.body, "n"):
+                    self.dot(red.body, "n")
+                else:
+                    self.value(red.body)
+
+    def record(self, loop_layouts) -> TilePlan:
+        kernel = self.kernel
+        for red in kernel.loop:
+            if red.op == "max" and red.init is not None:
+                self.value(red.init)
+        self.loop_step(kernel.loop)
+        if kernel.unmasked is not None:
+            self.loop_step(kernel.unmasked)
+        self.value(kernel.epilogue)
+        for predicate in (kernel.live, kernel.full):
+            if predicate is not None:
+                self.predicate(predicate, set())
+        for expr in list(self.layouts):
+            self.loop_value(expr)
+        in_loop = frozenset(e for e, yes in self.in_loop.items() if yes)
+        roles = tuple(self.roles.items())
+        store = canonical(self.roles[d] for d in kernel.dims if d in self.roles)
+        return TilePlan(roles, self.layouts, in_loop, self.dots, tuple(loop_layouts), store,
+                        tuple(self.inputs.items()), tuple(self.relayouts.items()))
+
+    def predicate(self, expr: Expr, seen: set) -> None:
+        """A liveness predicate: the scan bounds its loads' tiles ([Note: tile skipping])."""
+        if expr in seen:
+            return
+        seen.add(expr)
+        if isinstance(expr, Load):
+            layout = self.layouts.setdefault(expr, self.of(expr))
+            self.load(expr, layout)
+        for child in expr.children():
+            self.predicate(child, seen)
+        self.loop_value(expr)
+
+
+def record_plan(kernel: Kernel, tiling: Tiling, layouts) -> TilePlan:
+    """The :class:`TilePlan` of ``kernel`` under ``tiling``, from the tiling's
+    :class:`flashlight.passes.tiling.Layouts` of it."""
+    return _Recorder(kernel, tiling, layouts).record(layouts.loop_layouts)
+
+
+
+def check_plan(tiled: TiledKernel) -> None:
+    """The tiled IR's invariants: roles match the tiling, layouts are tiles of rank two
+    at most over known roles, dots contract a role of both operands, and every input
+    the plan names (and only those) is loaded by the kernel."""
+    kernel, tiling, plan = tiled.kernel, tiled.tiling, tiled.plan
+    name, roles = kernel.name, dict(plan.roles)
+    expected = {d: f"e{k}" for k, d in enumerate(tiling.eliminated)}
+    expected.update({red.dim: "n" for red in kernel.loop})
+    expected.update({d: r for d, r in ((tiling.row, "m"), (tiling.feature, "f")) if d is not None})
+    if roles != expected:
+        raise InvariantError(f"{name}: plan roles {roles} differ from the tiling's {expected}")
+    if set(tiling.grid) & set(roles) or not set(kernel.dims) <= set(tiling.grid) | set(roles):
+        raise InvariantError(f"{name}: the grid and the tile roles do not partition the output dims")
+    known = set(roles.values())
+    layouts = [*plan.layouts.values(), *plan.loop_layouts, plan.store_layout, *(d.out for d in plan.dots.values())]
+    for layout in layouts:
+        if len(layout) > 2 or not set(layout) <= known or tuple(layout) != canonical(layout):
+            raise InvariantError(f"{name}: layout {layout} is not a canonical tile over roles {sorted(known)}")
+    if len(plan.loop_layouts) != len(kernel.loop) or any("n" in lay for lay in plan.loop_layouts):
+        raise InvariantError(f"{name}: loop accumulators must not span the loop role")
+    for body, dot in plan.dots.items():
+        sides = [plan.layouts.get(arg) for arg in body.args]
+        if any(side is None or dot.reduced not in side or len(side) != 2 for side in sides) or dot.reduced in dot.out:
+            raise InvariantError(f"{name}: a dot whose operands do not both span its contracted role")
+    loaded = {node.base for e in kernel_exprs(kernel) for node in walk(e) if isinstance(node, Load)}
+    inputs = {base for base, _ in plan.inputs}
+    if inputs != loaded or not {base for base, _ in plan.relayouts} <= inputs:
+        raise InvariantError(f"{name}: plan inputs {sorted(inputs)} differ from the loads {sorted(loaded)}")
+
+
+def kernel_exprs(kernel: Kernel) -> list[Expr]:
+    """Every expression of ``kernel`` that codegen prints."""
+    exprs = [e for red in (*kernel.loop, *(kernel.unmasked or ())) for e in red.exprs()]
+    return exprs + [e for e in (kernel.epilogue, kernel.live, kernel.full) if e is not None]
