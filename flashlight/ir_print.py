@@ -21,6 +21,7 @@ from flashlight.ir import (
     Reduce,
     Ref,
     RunningMax,
+    TiledKernel,
 )
 
 
@@ -142,4 +143,25 @@ def format_kernel(kernel: Kernel, p: Printer | None = None) -> str:
         p.line(lines, "  ", lambda: f"full = {p.expr(kernel.full)}")
         for k, red in enumerate(kernel.unmasked):
             p.line(lines, "  ", lambda k=k, red=red: f"loop{k} on full tiles = {red.op}[{red.dim.name}]({p.expr(red.body)})")
+    return "\n".join(lines)
+
+
+def format_tiled(tiled: TiledKernel) -> str:
+    """The tiling of a kernel and what it decided: roles, dots, inputs, hoisting."""
+    tiling, plan = tiled.tiling, tiled.plan
+    padded = dict(tiling.padded)
+    roles = ", ".join(f"{d.name}={r}" + (f"({padded[d]})" if d in padded else "") for d, r in plan.roles)
+    lines = [f"tiled {tiled.kernel.name}: {roles}; grid [{', '.join(d.name for d in tiling.grid)}]"
+             + (f"; scan {tiling.scan_tiles} tiles" if tiling.scan_tiles > 1 else "")]
+    p = Printer(list(plan.dots))
+    for body, dot in plan.dots.items():
+        a, b = (plan.layouts[x] for x in body.args)
+        dtype = str(dot.dtype).replace("torch.", "")
+        p.line(lines, "  ", lambda: f"dot over {dot.reduced}: {list(a)} x {list(b)} -> {list(dot.out)} "
+                                    f"as {dtype}: {p.expr(body)}")
+    lines.append(f"  accumulators {[list(lay) for lay in plan.loop_layouts]}, store {list(plan.store_layout)}")
+    lines.append(f"  inputs {', '.join(f'{n}/{r}' for n, r in plan.inputs)}"
+                 + (f"; relayout {', '.join(f'{n} axis {a}' for n, a in plan.relayouts)}" if plan.relayouts else ""))
+    hoisted = sum(1 for e in plan.layouts if e not in plan.in_loop and not isinstance(e, (Const, LoopResult)))
+    lines.append(f"  {len(plan.layouts)} values, {hoisted} of them before the loop or after it")
     return "\n".join(lines)

@@ -30,6 +30,8 @@ CONFIGS                            version, kernel structure and size bucket,
                                    shipped in flashlight/data/; 0: none)
 FLASHLIGHT_CHECK_      0           1: generated kernels assert that every load and
 BOUNDS                             store stays inside its tensor (debugging; slow)
+FLASHLIGHT_CHECK_IR    0           1: check the IR's invariants after every compiler
+                                   pass, back-off trials included (tests; slower)
 FLASHLIGHT_REMAINDER   inductor    what runs the graph's ops outside Flashlight
                                    kernels: inductor (compiled around the kernels,
                                    which it sees as opaque ops) or eager
@@ -83,6 +85,7 @@ _KNOBS: dict[str, _Knob] = {
     "autotune": _Knob("FLASHLIGHT_AUTOTUNE", True, _autotune),
     "interpret": _Knob("TRITON_INTERPRET", False, _bool),
     "check_bounds": _Knob("FLASHLIGHT_CHECK_BOUNDS", False, _bool),
+    "check_ir": _Knob("FLASHLIGHT_CHECK_IR", False, _bool),
     "compile_threads": _Knob("FLASHLIGHT_COMPILE_THREADS", 0, int),
     "tuning_cache": _Knob("FLASHLIGHT_TUNING_CACHE", True, _bool),
     "tuned_configs": _Knob("FLASHLIGHT_TUNED_CONFIGS", "", str),

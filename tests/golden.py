@@ -2,8 +2,8 @@
 
 ``python -m tests.golden --out DIR`` writes, for every variant of :mod:`bench.variants`
 (at its small ``default_shape``) in float32 and bfloat16, the GPU-path source of each
-kernel (``interpret=False``, fp32 contractions as ``tf32`` and as ``ieee``) and the
-interpreter's source, one file per kernel, so two runs can be compared with ``diff -r``.
+kernel (``interpret=False``, fp32 contractions as ``tf32`` and as ``ieee``), the
+interpreter's source and the GPU source with ``check_bounds``, one file per kernel, so two runs can be compared with ``diff -r``.
 
 ``python -m tests.golden --update`` rewrites the committed golden files of
 ``tests/golden/``: for a few variants, the IR after each pass (as ``FLASHLIGHT_DEBUG=2``
@@ -75,6 +75,7 @@ def sources(name: str, dtype: torch.dtype) -> dict[str, str]:
             for precision in PRECISIONS:
                 out[f"{stem}.gpu.{precision}.py"] = generate(tiled, None, precision, interpret=False).source
             out[f"{stem}.interpret.py"] = generate(tiled, None, "ieee", interpret=True).source
+            out[f"{stem}.bounds.py"] = generate(tiled, None, "tf32", interpret=False, check_bounds=True).source
         if plan.rejected:
             out[f"graph{g}.rejected.txt"] = "".join(f"{k}: {v}\n" for k, v in sorted(plan.rejected.items()))
     return out

@@ -75,6 +75,10 @@ class NotOnline(Exception):
     """The nest's reductions cannot share one online loop; the message says why."""
 
 
+class NothingFused(NotOnline):
+    """The nest is one ATen operation on its own: it runs as PyTorch does."""
+
+
 # ---------------------------------------------------------------- invariant factoring
 
 
@@ -438,5 +442,14 @@ def _shared_dim(red: LoopReduction, shared: Dim) -> LoopReduction:
 def fused_work(kernel: Kernel) -> bool:
     """Whether the kernel fused several ATen operations (else it is a standalone op)."""
     return len(set(kernel.origins)) > 1
+
+
+def online_kernel(nest: Nest) -> Kernel:
+    """:func:`make_online`, for a nest that fused several ATen operations; raises
+    :class:`NothingFused` for one that did not (it runs as PyTorch does)."""
+    kernel = make_online(nest)
+    if not fused_work(kernel):
+        raise NothingFused("a single operation with nothing fused into it")
+    return kernel
 
 

@@ -1,0 +1,276 @@
+"""The back-off search: which fused producers to keep separate so every kernel compiles.
+
+Fusion inlines every producer it can; a fused nest may then fail to become one online
+kernel, fail to tile, or compile into a kernel that repeats its loop's work in every
+program along a grid dim. :func:`search` then keeps producers separate (materialized),
+one decision per round, and compiles again, until every fused nest is a kernel or is
+left to PyTorch with the reason (see [Note: demotion legality] in
+:mod:`flashlight.passes.fusion`).
+
+Inputs: the lowered graph and a :class:`Compiler` that runs the pipeline's passes (the
+graph passes on a whole graph, the kernel passes on one nest); trials run it quietly
+(``trace=False``). Output: a :class:`Plan`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Protocol
+
+from flashlight.ir import Dim, Graph, Kernel, Load, Nest, Reduce, Ref, TiledKernel, contains, free_dims, walk
+from flashlight.lower import Lowered
+from flashlight.passes.online import NothingFused, NotOnline, make_online
+from flashlight.passes.tiling import NotTileable
+
+
+@dataclasses.dataclass
+class Plan:
+    """What the pipeline decided for one graph."""
+
+    kernels: dict[str, TiledKernel]  # FX node name -> the kernel computing it
+    rejected: dict[str, str]  # FX node name -> why its nest is not a kernel
+    graph: Graph | None
+
+
+class Compiler(Protocol):
+    """The pipeline as the search runs it."""
+
+    def graph(self, base: Graph, trace: bool = True) -> Graph:
+        """The graph passes on ``base`` (its materialized nests kept separate)."""
+
+    def kernel(self, nest: Nest, node: str, trace: bool = True) -> TiledKernel:
+        """The kernel passes on one materialized nest; raises ``NotOnline``,
+        ``NotTileable`` or ``NothingFused``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Search:
+    lowered: Lowered
+    compiler: Compiler
+    node_of_nest: dict[str, str]
+    log: Callable[[str, str], None]
+
+    def trial(self, base: Graph, cuts) -> Graph:
+        """The graph passes, quietly, with ``cuts`` kept separate too."""
+        return self.compiler.graph(base.replace(materialized=base.materialized | frozenset(cuts)), trace=False)
+
+    def attempt(self, graph: Graph, name: str) -> TiledKernel | bool | None:
+        """Nest ``name`` of ``graph`` as a kernel; False if it cannot become one, None if
+        it is a single operation left to PyTorch or no longer a nest of its own."""
+        nest = next((n for n in graph.nests if n.name == name), None)
+        if nest is None:
+            return None
+        try:
+            return self.compiler.kernel(nest, self.node_of_nest[name], trace=False)
+        except NothingFused:
+            return None
+        except (NotOnline, NotTileable):
+            return False
+
+    def candidates(self, fused: Nest, keep: frozenset[str]) -> list[str]:
+        """The reduction producers inlined into ``fused`` that are not kept separate yet,
+        earliest first."""
+        return [nest.name for nest in self.lowered.graph.nests  # topological order
+                if (nest.name != fused.name and self.node_of_nest.get(nest.name) in fused.origins
+                    and nest.name not in keep and contains(nest.body, Reduce))]
+
+
+def search(lowered: Lowered, compiler: Compiler, log: Callable[[str, str], None]) -> Plan:
+    """Compile ``lowered`` through ``compiler``, backing off fusion until every fused
+    nest is a kernel or is left to PyTorch with the reason; ``log(title, text)`` is told
+    each decision."""
+    s = _Search(lowered, compiler, {v: k for k, v in lowered.nest_of_node.items()}, log)
+    base = lowered.graph
+    while True:
+        graph = compiler.graph(base)
+        plan, cuts = _round(s, base, graph)
+        if not cuts:
+            return plan
+        base = base.replace(materialized=base.materialized | cuts)
+
+
+def _round(s: _Search, base: Graph, graph: Graph) -> tuple[Plan, frozenset[str]]:
+    """Compile every materialized nest of ``graph``; stop at the first that needs a cut.
+    Returns the plan and no cuts, or the cuts to make before the next round."""
+    kernels: dict[str, TiledKernel] = {}
+    rejected: dict[str, str] = {}
+    for nest in graph.nests:
+        if nest.name not in graph.materialized or nest.name not in s.node_of_nest:
+            continue
+        node = s.node_of_nest[nest.name]
+        try:
+            kernels[node] = s.compiler.kernel(nest, node)
+        except (NotOnline, NotTileable) as why:
+            cut = _cut_for_failure(s, base, nest, why)
+            if cut is None:
+                rejected.update({origin: str(why) for origin in nest.origins})
+                continue
+            s.log("backoff", f"{node}: {why}; keeping {cut} separate")
+            return Plan(kernels, rejected, graph), frozenset({cut})
+        cuts = _relieving_cuts(s, base, nest, kernels[node])
+        if cuts:
+            s.log("backoff", f"{node}: repeats its loop's work across its grid; "
+                             f"keeping {', '.join(sorted(cuts))} separate")
+            return Plan(kernels, rejected, graph), cuts
+    return Plan(kernels, rejected, graph), frozenset()
+
+
+def _cut_for_failure(s: _Search, base: Graph, nest: Nest, why: Exception) -> str | None:
+    """The nest to keep separate so that failing ``nest`` compiles, or None: reject it."""
+    candidates = s.candidates(nest, base.materialized)
+    cut = _rescuing_cut(s, base, nest, candidates)
+    if cut is None and isinstance(why, NotTileable) and candidates:
+        cut = candidates[0]  # no single cut is enough: back off one step and retry
+    if cut is None and not isinstance(why, NothingFused):
+        cut = _operand_cut(s, base, nest)
+    return cut
+
+
+# ------------------------------------------------------------------ repeated work
+
+
+def _spread_grid(tiled: TiledKernel) -> set[Dim]:
+    """The grid dims of ``tiled`` with more than one program along them."""
+    return {d for d in tiled.tiling.grid if not (d.is_static and d.size == 1)}
+
+
+def _repeated(tiled: TiledKernel, exprs, only_along_loop: bool) -> bool:
+    """Whether a loop reduction of ``tiled``, or a reduction inside ``exprs`` (only those
+    over loop values if ``only_along_loop``), is free of a grid dim with several programs."""
+    grid = _spread_grid(tiled)
+    loop_dims = {red.dim for red in tiled.kernel.loop}
+    if any(grid - free_dims(loop.body) for loop in tiled.kernel.loop):
+        return True
+    return any(isinstance(node, Reduce) and grid - free_dims(node)
+               and (free_dims(node) & loop_dims or not only_along_loop)
+               for e in exprs for node in walk(e))
+
+
+def recomputes_across_grid(tiled: TiledKernel) -> bool:
+    """Whether some reduction of ``tiled`` is free of one of its grid dims, so that every
+    program along that dim computes it again: e.g. a softmax's row statistics in a
+    kernel with a program per output feature (attention averaged over heads, fused with
+    the heads as its loop and the keys eliminated into tiles)."""
+    kernel = tiled.kernel
+    exprs = [kernel.epilogue, *(e for loop in kernel.loop for e in loop.exprs())]
+    return _repeated(tiled, exprs, only_along_loop=False)
+
+
+def repeats_loop_work(tiled: TiledKernel) -> bool:
+    """Whether work done at every step of the loop is free of one of the grid dims, so
+    that every program along that dim repeats it over all the loop: a loop reduction, or
+    an inner reduction of the loop's values (a key projection, a key norm) in a kernel
+    with a program per query. Unlike :func:`recomputes_across_grid`, a reduction before
+    the loop (a norm of the query row, a mean of a weight) does not count: its cost does
+    not grow with the loop."""
+    exprs = [e for loop in tiled.kernel.loop for e in loop.exprs()]
+    return _repeated(tiled, exprs, only_along_loop=True)
+
+
+# --------------------------------------------------------------------------- cuts
+
+
+def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str]) -> str | None:
+    """The candidate to keep separate so that ``failed`` stops failing.
+
+    First choice: the earliest candidate whose materialization alone lets ``failed``
+    compile, into a kernel that computes nothing again across its grid. The cut then
+    falls where the failing part starts: an epilogue reduction (a norm of q dividing the
+    attention output) becomes its own nest and the attention still fuses; of two
+    attentions in a chain the first one's output is kept, not its scores. Else the
+    earliest candidate that becomes a kernel itself: an output projection after the
+    attention then runs as PyTorch's matmul on the attention kernel's output (the rest
+    is examined again on the next round). Last, a rescue whose kernel recomputes
+    reductions across its grid (:func:`recomputes_across_grid`). See
+    [Note: demotion legality] in :mod:`flashlight.passes.fusion`.
+    """
+    trials, wasteful = [], []
+    for candidate in candidates:
+        graph = s.trial(base, {candidate})
+        rescued = s.attempt(graph, failed.name)
+        if rescued and not recomputes_across_grid(rescued):
+            return candidate
+        if rescued:
+            wasteful.append(candidate)
+        trials.append((candidate, graph))
+    for candidate, graph in trials:
+        if s.attempt(graph, candidate):
+            return candidate
+    return wasteful[0] if wasteful else None
+
+
+def _row_dims(kernel: Kernel) -> list[Dim]:
+    """The output dims every loop reduction is computed per (an attention's batch, heads
+    and queries, not its value features), the tiling's preferred row first: dynamic,
+    then larger."""
+    common = frozenset(kernel.dims)
+    for red in kernel.loop:
+        common &= free_dims(red.body)
+    rows = [d for d in kernel.dims if d in common]
+    return sorted(rows, key=lambda d: (not d.is_static, d.size if d.is_static else 0), reverse=True)
+
+
+def _read_along_loop_only(kernel: Kernel, tensor: str, row: Dim) -> bool:
+    """Whether ``kernel`` reads ``tensor`` inside its loop, always along the loop dim and
+    never along ``row``: a key-side value (key norms, a key or value projection), not a
+    matrix over rows and keys."""
+    loop_dims = {red.dim for red in kernel.loop}
+    reads = [free_dims(node) for red in kernel.loop for e in red.exprs() for node in walk(e)
+             if isinstance(node, Load) and node.base == tensor]
+    return bool(reads) and all(read & loop_dims and row not in read for read in reads)
+
+
+def _online_with(s: _Search, base: Graph, cut: str, name: str) -> Kernel | None:
+    """The online form of nest ``name`` once ``cut`` is kept separate too, or None."""
+    nest = next((n for n in s.trial(base, {cut}).nests if n.name == name), None)
+    try:
+        return make_online(nest) if nest is not None else None
+    except NotOnline:
+        return None
+
+
+def _relieving_cuts(s: _Search, base: Graph, nest: Nest, tiled: TiledKernel) -> frozenset[str]:
+    """For a kernel that repeats work of its loop across its grid
+    (:func:`repeats_loop_work`): the reduction producers to keep separate so that it no
+    longer does, or nothing.
+
+    For each row dim the kernel's loop reductions share (the tiling's preference
+    first), the producers that, each kept separate on its own, are read inside the loop
+    along the loop dim but not along that row (key norms, key and value projections: the
+    reductions that block that row, see ``Layouts._inner_reduce``) are kept separate
+    together; they are taken if the kernel then repeats nothing. A producer read along
+    both the row and the loop (the scores, a distance matrix) is never one of them, so no
+    ``rows x keys`` matrix is materialized that the kernel kept in registers.
+    """
+    if not repeats_loop_work(tiled):
+        return frozenset()
+    trials = {c: _online_with(s, base, c, nest.name) for c in s.candidates(nest, base.materialized)}
+    for row in _row_dims(tiled.kernel):
+        cuts = frozenset(c for c, kernel in trials.items()
+                         if kernel is not None and _read_along_loop_only(kernel, s.node_of_nest[c], row))
+        if not cuts:
+            continue
+        relieved = s.attempt(s.trial(base, cuts), nest.name)
+        if relieved and not repeats_loop_work(relieved):
+            return cuts
+    return frozenset()
+
+
+def _operand_cut(s: _Search, base: Graph, failed: Nest) -> str | None:
+    """For a nest no producer cut rescues: the elementwise operand its own ATen op reads
+    (before fusion inlined it), latest first, that becomes a kernel of its own. Only what
+    fails (an output projection contracting two dims, say) is then left to PyTorch, and
+    the elementwise work before it (a sigmoid gate times the attention output, with the
+    gate's projection) still runs fused. Else the latest operand of any kind."""
+    written = next((nest for nest in s.lowered.graph.nests if nest.name == failed.name), None)
+    if written is None:
+        return None
+    nests = {nest.name: nest for nest in s.lowered.graph.nests}
+    operands = {node.nest for node in walk(written.body) if isinstance(node, Ref)}
+    pending = [name for name in nests if name in operands and name in s.node_of_nest
+               and name not in base.materialized]
+    for candidate in reversed([name for name in pending if not contains(nests[name].body, Reduce)]):
+        if s.attempt(s.trial(base, {candidate}), candidate):
+            return candidate
+    # none is a kernel as it stands: keep the latest operand anyway, so the failing op
+    # runs on its own and the operand is compiled (backing off in turn) next round
+    return pending[-1] if pending else None
