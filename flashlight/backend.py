@@ -280,7 +280,8 @@ def compile_with_remainder(gm: fx.GraphModule, example_inputs, report: ExplainRe
     except Exception as error:  # noqa: BLE001 - any internal failure falls back
         if not fallback:
             raise
-        why = _warn_fallback("Flashlight", error, "its kernels" if remainder == "eager" else "them, through Inductor")
+        why = _warn_fallback("Flashlight", error, "the graph runs without Flashlight kernels, "
+                             + ("eagerly" if remainder == "eager" else "through Inductor"))
         gm = pristine
         _rewind_report(report, start)
         _record(report, gm, Plan({}, {}, None), {}, reason=why)
@@ -295,7 +296,7 @@ def compile_with_remainder(gm: fx.GraphModule, example_inputs, report: ExplainRe
     except Exception as error:  # noqa: BLE001 - the graph still runs, eagerly
         if not fallback:
             raise
-        why = _warn_fallback("Inductor", error, "Inductor: the rest of it runs eagerly")
+        why = _warn_fallback("Inductor", error, "the rest of the graph runs eagerly around Flashlight's kernels")
         if report is not None:
             report.errors.append(why)
         return _boxed(gm) if kind == "backward" else gm
@@ -311,11 +312,11 @@ def _boxed(gm):
 
 
 def _warn_fallback(who: str, error: Exception, instead: str) -> str:
-    """Warn in one line that ``who`` failed on a graph; returns the reason."""
+    """Warn in one line that ``who`` failed on a graph and what runs ``instead``;
+    returns the reason."""
     message = " ".join(f"{type(error).__name__}: {error}".split())[:300]
     why = f"{who} failed ({message})"
-    warnings.warn(f"{why}; this graph runs without {instead}"
-                  " (FLASHLIGHT_ON_ERROR=raise shows the traceback)", stacklevel=2)
+    warnings.warn(f"{why}; {instead} (FLASHLIGHT_ON_ERROR=raise shows the traceback)", stacklevel=2)
     return why
 
 
