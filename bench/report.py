@@ -77,13 +77,18 @@ def load_kernels(results: pathlib.Path) -> tuple[dict, list[dict]]:
     return {key(c): c for c in cells}, runs
 
 
-def load_evoformer(results: pathlib.Path) -> tuple[list[dict], list[dict]]:
-    """Latest cell per (scope, n_res, mode, sizes) over every ``evoformer*.json``."""
+def load_evoformer(results: pathlib.Path, everything: bool = False) -> tuple[list[dict], list[dict]]:
+    """Latest cell per (scope, n_res, mode, sizes, dtype) over every ``evoformer*.json``;
+    unless ``everything``, only the TF32 cells of stock, compile and Flashlight (the
+    tables' columns; bf16 and the peer modes are left to their own tables)."""
     def key(c):
         return (c["scope"], c["n_res"], c["mode"], c.get("n_seq"), c.get("n_extra"), c.get("iters"), c.get("blocks"),
                 c.get("dtype", "tf32"))
 
-    return _latest_cells(results, "evoformer*.json", key)
+    cells, runs = _latest_cells(results, "evoformer*.json", key)
+    if not everything:
+        cells = [c for c in cells if c.get("dtype", "tf32") == "tf32" and c["mode"] in ("stock", "compile", "flashlight")]
+    return cells, runs
 
 
 def cases(latest: dict) -> dict[tuple, dict[str, dict]]:
