@@ -21,7 +21,6 @@ from flashlight.indexing import (
     NodeView,
     Unsupported,
     finest,
-    match_axis,
     meta_val,
     node_shape,
     view_expand,
@@ -34,7 +33,6 @@ from flashlight.indexing import (
     view_unsqueeze,
 )
 from flashlight.ir import (
-    Axis,
     Const,
     Dim,
     Expr,
@@ -44,11 +42,9 @@ from flashlight.ir import (
     Nest,
     Pointwise,
     Reduce,
-    Ref,
-    axis_dims,
     dim_names,
 )
-
+from flashlight.lower_context import LowerContext
 from flashlight.lower_reductions import REDUCTION_LOWERINGS, reduce_over
 from flashlight.vocabulary import COMPARISONS, INTEGER_EXACT, OPS
 
@@ -67,81 +63,21 @@ class Lowered:
 
 
 class _Lowerer:
+    """Lowers the nodes of ``gm`` in order through the rules, into one context."""
+
     def __init__(self, gm: fx.GraphModule):
         self.gm = gm
-        self.env: dict[str, Access | Const] = {}
-        self.nests: list[Nest] = []
-        self.inputs: list[str] = []
+        self.lw = LowerContext()
         self.opaque: dict[str, str] = {}
-        self.nest_of_node: dict[str, str] = {}
         self.materialized: set[str] = set()
-        self.tuple_values: dict[str, Access] = {}  # tuple-valued node -> its lowered values
-        self.origin = ""
-
-    # ---- values
-    def input_access(self, node: fx.Node) -> Access:
-        shape = node_shape(node)
-        axes = tuple(() if s == 1 else (Dim.fresh(s, "t"),) for s in shape)
-        self.inputs.append(node.name)
-        return Access("input", node.name, axes, axes, meta_val(node).dtype)
-
-    def add_nest(self, axes: tuple[Axis, ...], body: Expr, dtype: torch.dtype, hint: str) -> Access:
-        name = f"n{len(self.nests)}_{hint}"
-        self.nests.append(Nest(name, axes, body, dtype, (self.origin,)))
-        return Access("nest", name, axes, axes, dtype)
-
-    def read(self, value: Access | Const, out_axes: tuple[Axis, ...]) -> Expr:
-        """The expression reading ``value`` broadcast (right-aligned) to ``out_axes``."""
-        if isinstance(value, Const):
-            return value
-        offset = len(out_axes) - len(value.axes)
-        if offset < 0:
-            raise Unsupported("operand has more axes than the result")
-        mapping: dict[Dim, Axis] = {}
-        for k, own in enumerate(value.axes):
-            target = out_axes[offset + k]
-            if not own:
-                continue
-            if not target:
-                raise Unsupported("cannot broadcast a non-unit axis to a unit axis")
-            mapping.update(match_axis(own, target))
-        for d in axis_dims(value.index):
-            mapping.setdefault(d, ())  # size-1 dims not visible through the view
-        index = tuple(tuple(x for d in axis for x in mapping[d]) for axis in value.index)
-        if value.kind == "input":
-            return Load(value.name, index, value.dtype)
-        return Ref(value.name, index, value.dtype)
-
-    def result_axes(self, node: fx.Node, operands: list[Access | Const]) -> tuple[Axis, ...]:
-        """Fresh output axes for an elementwise node, factored like its operands' axes."""
-        shape = node_shape(node)
-        axes: list[Axis] = []
-        for k, size in enumerate(shape):
-            if size == 1:
-                axes.append(())
-                continue
-            factors = finest([op.axes[k - (len(shape) - len(op.axes))] for op in operands
-                              if isinstance(op, Access) and k - (len(shape) - len(op.axes)) >= 0])
-            sizes = factors or [size]
-            axes.append(tuple(Dim.fresh(s) for s in sizes))
-        return tuple(axes)
-
-    def value(self, arg: Any, dtype: torch.dtype) -> Access | Const:
-        if isinstance(arg, fx.Node):
-            found = self.env.get(arg.name)
-            if found is None:
-                raise Unsupported(f"operand {arg.name} has no lowering")
-            return found
-        if isinstance(arg, (bool, int, float)):
-            return Const(arg, dtype)
-        raise Unsupported(f"operand {arg!r}")
 
     # ---- main loop
     def run(self) -> Lowered:
+        lw = self.lw
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 if isinstance(meta_val(node), torch.Tensor):
-                    self.env[node.name] = self.input_access(node)
+                    lw.env[node.name] = lw.input_access(node)
                 continue
             if node.op == "output":
                 for arg in fx.graph.map_arg(node.args, lambda n: n).__iter__():
@@ -150,33 +86,33 @@ class _Lowerer:
             if node.op != "call_function":
                 self._make_opaque(node, f"{node.op} nodes run outside Flashlight")
                 continue
-            self.origin = node.name
+            lw.origin = node.name
             rule = LOWERINGS.get(node.target)
             if rule is None:
                 self._make_opaque(node, f"no Flashlight lowering for {_op_name(node)}")
                 continue
-            before = len(self.nests)
+            before = len(lw.nests)
             try:
-                value = rule(self, node)
-                inexact = next(filter(None, (inexact_reason(n) for n in self.nests[before:])), None)
+                value = rule(lw, node)
+                inexact = next(filter(None, (inexact_reason(n) for n in lw.nests[before:])), None)
                 if inexact is not None:
                     raise Unsupported(inexact)
-                self.env[node.name] = value
-                if len(self.nests) > before and isinstance(meta_val(node), torch.Tensor):
-                    self.nest_of_node[node.name] = self.nests[-1].name
+                lw.env[node.name] = value
+                if len(lw.nests) > before and isinstance(meta_val(node), torch.Tensor):
+                    lw.nest_of_node[node.name] = lw.nests[-1].name
             except Unsupported as why:
-                del self.nests[before:]  # what the rule built before it gave up
-                self.tuple_values.pop(node.name, None)
+                del lw.nests[before:]  # what the rule built before it gave up
+                lw.tuple_values.pop(node.name, None)
                 self._make_opaque(node, f"{_op_name(node)}: {why}")
-        graph = Graph(tuple(self.nests), tuple(self.inputs), frozenset(self.materialized))
-        return Lowered(graph, self.opaque, self.nest_of_node)
+        graph = Graph(tuple(lw.nests), tuple(lw.inputs), frozenset(self.materialized))
+        return Lowered(graph, self.opaque, lw.nest_of_node)
 
     def _use_outside(self, arg: Any) -> None:
         """``arg`` is consumed outside Flashlight: its base nest must be materialized."""
         nodes: list[fx.Node] = []
         fx.graph.map_arg(arg, nodes.append)
         for n in nodes:
-            found = self.env.get(n.name)
+            found = self.lw.env.get(n.name)
             if isinstance(found, Access) and found.kind == "nest":
                 self.materialized.add(found.name)
 
@@ -186,7 +122,7 @@ class _Lowerer:
         val = meta_val(node)
         if isinstance(val, torch.Tensor):
             try:
-                self.env[node.name] = self.input_access(node)
+                self.lw.env[node.name] = self.lw.input_access(node)
             except Unsupported:
                 pass
 
@@ -258,7 +194,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _view_like(fn: Callable[[Access, fx.Node], Access]):
-    def rule(lw: _Lowerer, node: fx.Node) -> Access:
+    def rule(lw: LowerContext, node: fx.Node) -> Access:
         src = lw.value(node.args[0], meta_val(node).dtype)
         if not isinstance(src, Access):
             raise Unsupported("view of a constant")
@@ -271,7 +207,7 @@ def _view_like(fn: Callable[[Access, fx.Node], Access]):
 
 
 def _pointwise(op: str, nargs: int | None = None):
-    def rule(lw: _Lowerer, node: fx.Node) -> Access:
+    def rule(lw: LowerContext, node: fx.Node) -> Access:
         dtype = meta_val(node).dtype
         args = list(node.args if nargs is None else node.args[:nargs])
         if op == "sub" and node.kwargs.get("alpha", 1) != 1 or op == "add" and node.kwargs.get("alpha", 1) != 1:
@@ -300,7 +236,7 @@ def _operand_dtype(arg: Any, default: torch.dtype) -> torch.dtype:
     return default
 
 
-def _where_scalar_fill(lw: _Lowerer, node: fx.Node) -> Access:
+def _where_scalar_fill(lw: LowerContext, node: fx.Node) -> Access:
     """``masked_fill(x, mask, value)`` is ``where(mask, value, x)``."""
     dtype = meta_val(node).dtype
     x = lw.value(node.args[0], dtype)
@@ -311,7 +247,7 @@ def _where_scalar_fill(lw: _Lowerer, node: fx.Node) -> Access:
     return lw.add_nest(axes, body, dtype, "masked_fill")
 
 
-def _to_copy(lw: _Lowerer, node: fx.Node) -> Access:
+def _to_copy(lw: LowerContext, node: fx.Node) -> Access:
     dtype = meta_val(node).dtype
     src = lw.value(node.args[0], dtype)
     if isinstance(src, Access) and src.dtype == dtype:
@@ -320,7 +256,7 @@ def _to_copy(lw: _Lowerer, node: fx.Node) -> Access:
     return lw.add_nest(axes, Pointwise("cast", (lw.read(src, axes),), dtype), dtype, "cast")
 
 
-def _clamp(lw: _Lowerer, node: fx.Node) -> Access:
+def _clamp(lw: LowerContext, node: fx.Node) -> Access:
     dtype = meta_val(node).dtype
     x = lw.value(node.args[0], dtype)
     axes = lw.result_axes(node, [x])
@@ -337,7 +273,7 @@ def _clamp(lw: _Lowerer, node: fx.Node) -> Access:
 def _clamp_one_side(side: str):
     """``clamp_min(x, lo)`` / ``clamp_max(x, hi)``: a clamp with one bound."""
 
-    def rule(lw: _Lowerer, node: fx.Node) -> Access:
+    def rule(lw: LowerContext, node: fx.Node) -> Access:
         bound = node.args[1]
         args = (node.args[0], bound, None) if side == "min" else (node.args[0], None, bound)
         return _clamp(lw, NodeView(node, args, kwargs={}))
@@ -346,7 +282,7 @@ def _clamp_one_side(side: str):
 
 
 def _tri(keep_lower: bool):
-    def rule(lw: _Lowerer, node: fx.Node) -> Access:
+    def rule(lw: LowerContext, node: fx.Node) -> Access:
         dtype = meta_val(node).dtype
         x = lw.value(node.args[0], dtype)
         diagonal = node.args[1] if len(node.args) > 1 else node.kwargs.get("diagonal", 0)
@@ -362,7 +298,7 @@ def _tri(keep_lower: bool):
     return rule
 
 
-def _full(lw: _Lowerer, node: fx.Node) -> Access:
+def _full(lw: LowerContext, node: fx.Node) -> Access:
     dtype = meta_val(node).dtype
     shape = node_shape(node)
     axes = tuple(() if s == 1 else (Dim.fresh(s),) for s in shape)
@@ -377,12 +313,12 @@ def _full(lw: _Lowerer, node: fx.Node) -> Access:
     return lw.add_nest(axes, Const(fill, dtype), dtype, "full")
 
 
-def _scalar_tensor(lw: _Lowerer, node: fx.Node) -> Access:
+def _scalar_tensor(lw: LowerContext, node: fx.Node) -> Access:
     dtype = meta_val(node).dtype
     return lw.add_nest((), Const(node.args[0], dtype), dtype, "scalar")
 
 
-def _arange(lw: _Lowerer, node: fx.Node) -> Access:
+def _arange(lw: LowerContext, node: fx.Node) -> Access:
     dtype = meta_val(node).dtype
     (n,) = node_shape(node)
     start = node.args[0] if node.target is aten.arange.start and len(node.args) > 1 else 0
@@ -398,12 +334,12 @@ def _arange(lw: _Lowerer, node: fx.Node) -> Access:
     return lw.add_nest((axis,), body, dtype, "arange")
 
 
-def _contraction(lw: _Lowerer, node: fx.Node) -> Access:
+def _contraction(lw: LowerContext, node: fx.Node) -> Access:
     """mm / bmm: out[..., m, n] = sum_k a[..., m, k] * b[..., k, n]."""
     return _contract(lw, node, *node.args[:2])
 
 
-def _baddbmm(lw: _Lowerer, node: fx.Node) -> Access:
+def _baddbmm(lw: LowerContext, node: fx.Node) -> Access:
     """baddbmm(c, a, b, beta, alpha) = beta * c + alpha * (a @ b)."""
     dtype = meta_val(node).dtype
     c = lw.value(node.args[0], dtype)
@@ -416,7 +352,7 @@ def _baddbmm(lw: _Lowerer, node: fx.Node) -> Access:
     return lw.add_nest(axes, body, dtype, "baddbmm")
 
 
-def _contract(lw: _Lowerer, node: fx.Node, a_arg, b_arg) -> Access:
+def _contract(lw: LowerContext, node: fx.Node, a_arg, b_arg) -> Access:
     dtype = meta_val(node).dtype
     a, b = (lw.value(x, dtype) for x in (a_arg, b_arg))
     if not isinstance(a, Access) or not isinstance(b, Access):
@@ -434,7 +370,7 @@ def _contract(lw: _Lowerer, node: fx.Node, a_arg, b_arg) -> Access:
     return lw.add_nest(batch + (m_axis, n_axis), body, dtype, "matmul")
 
 
-LOWERINGS: dict[Any, Callable[[_Lowerer, fx.Node], Access]] = {
+LOWERINGS: dict[Any, Callable[[LowerContext, fx.Node], Access]] = {
     aten.view.default: _view_like(view_reshape),
     aten._unsafe_view.default: _view_like(view_reshape),
     aten.reshape.default: _view_like(view_reshape),
@@ -483,7 +419,7 @@ for _op, _info in OPS.items():  # the elementwise ops of the vocabulary
         LOWERINGS[getattr(getattr(aten, _packet), _name)] = _pointwise(_op, _info.arity)
 
 
-def _rsub(lw: _Lowerer, node: fx.Node) -> Access:
+def _rsub(lw: LowerContext, node: fx.Node) -> Access:
     """``rsub(x, y) = y - x``: ``sub`` with its two operands swapped."""
     return _pointwise("sub", 2)(lw, NodeView(node, (node.args[1], node.args[0])))
 
@@ -491,7 +427,7 @@ def _rsub(lw: _Lowerer, node: fx.Node) -> Access:
 LOWERINGS[aten.rsub.Scalar] = _rsub
 
 
-def _rounding_div(lw: _Lowerer, node: fx.Node) -> Access:
+def _rounding_div(lw: LowerContext, node: fx.Node) -> Access:
     """``div(a, b, rounding_mode=...)``: ``floor`` (``a // b``) or ``trunc``."""
     mode = node.kwargs.get("rounding_mode")
     if mode not in ("floor", "trunc"):
@@ -503,7 +439,7 @@ LOWERINGS[aten.div.Tensor_mode] = _rounding_div
 LOWERINGS[aten.div.Scalar_mode] = _rounding_div
 
 
-def _scalar_pow(lw: _Lowerer, node: fx.Node) -> Access:
+def _scalar_pow(lw: LowerContext, node: fx.Node) -> Access:
     """``base ** x`` for a positive scalar base is ``exp(x * log(base))``."""
     base, exponent = node.args[:2]
     if not isinstance(base, (int, float)) or base <= 0:
@@ -518,7 +454,7 @@ def _scalar_pow(lw: _Lowerer, node: fx.Node) -> Access:
 LOWERINGS[aten.pow.Scalar] = _scalar_pow
 
 
-def _exp2(lw: _Lowerer, node: fx.Node) -> Access:
+def _exp2(lw: LowerContext, node: fx.Node) -> Access:
     """``exp2(x)`` is ``2 ** x``, so ``exp(x * log 2)``: softmax written with ``exp2`` of
     log2(e)-scaled scores, as FlashAttention kernels write it, is then the exponential of
     a positively scaled difference from the max, which the online pass recognises."""
@@ -532,7 +468,7 @@ def _float_class(kind: str):
     """``isnan`` (``x != x``), ``isposinf`` / ``isneginf`` (``x == +-inf``) and ``isinf``
     (``|x| == inf``): what ``nan_to_num``'s decomposition tests."""
 
-    def rule(lw: _Lowerer, node: fx.Node) -> Access:
+    def rule(lw: LowerContext, node: fx.Node) -> Access:
         x_dtype = meta_val(node.args[0]).dtype
         x = lw.value(node.args[0], x_dtype)
         axes = lw.result_axes(node, [x])

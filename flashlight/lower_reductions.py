@@ -2,9 +2,9 @@
 log-softmax as the nests of their definitions, logsumexp, ``max(dim)``'s values, and
 pairwise Euclidean distances (``torch.cdist``).
 
-Each rule takes the lowerer (:class:`flashlight.lower._Lowerer`) and an FX node and
-returns the :class:`~flashlight.indexing.Access` of its result, like every rule of
-:mod:`flashlight.lower`.
+Each rule takes the lowering context (:class:`flashlight.lower_context.LowerContext`)
+and an FX node and returns the :class:`~flashlight.indexing.Access` of its result, like
+every rule of :mod:`flashlight.lower`.
 """
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ import torch.fx as fx
 
 from flashlight.indexing import Access, NodeView, Unsupported, finest, meta_val, node_shape
 from flashlight.ir import Const, Dim, Expr, Pointwise, Reduce
+from flashlight.lower_context import LowerContext
 
 aten = torch.ops.aten
 
 
-def _reduce_axes(lw, node: fx.Node, src: Access, dims: list[int], keepdim: bool):
+def _reduce_axes(lw: LowerContext, node: fx.Node, src: Access, dims: list[int], keepdim: bool):
     n = len(src.axes)
     dims = [d % n for d in dims] if dims else list(range(n))
     out_shape = node_shape(node)
@@ -48,7 +49,7 @@ def _reduction(op: str):
     """``sum`` / ``amax`` over dims, ``mean`` (the sum over a count of static size) and
     ``norm`` (``linalg_vector_norm`` of order 2: the square root of a sum of squares)."""
 
-    def rule(lw, node: fx.Node) -> Access:
+    def rule(lw: LowerContext, node: fx.Node) -> Access:
         dtype = meta_val(node).dtype
         src = lw.value(node.args[0], dtype)
         if not isinstance(src, Access):
@@ -85,7 +86,7 @@ def _softmax_family(log: bool):
     with m = max(x), as separate nests (``aten._softmax`` / ``aten._log_softmax``)."""
     name = "log_softmax" if log else "softmax"
 
-    def rule(lw, node: fx.Node) -> Access:
+    def rule(lw: LowerContext, node: fx.Node) -> Access:
         dtype = meta_val(node).dtype
         src = lw.value(node.args[0], dtype)
         if not isinstance(src, Access):
@@ -113,7 +114,7 @@ def _softmax_family(log: bool):
     return rule
 
 
-def _logsumexp(lw, node: fx.Node) -> Access:
+def _logsumexp(lw: LowerContext, node: fx.Node) -> Access:
     """logsumexp(x) = log(sum(exp(x - max(x)))) + max(x), as separate nests.
 
     Fused, the sum runs online with a safe max ([Note: online reduction]): a row of
@@ -147,27 +148,26 @@ def _keepdim_view(node: fx.Node) -> NodeView:
     return NodeView(node, val=x.new_empty(shape))
 
 
-def _max_dim(lw, node: fx.Node) -> Access:
+def _max_dim(lw: LowerContext, node: fx.Node) -> Access:
     """``x.max(dim, keepdim)``: its values are an amax; its indices have no lowering.
 
     The node's value is a tuple, so the nest is registered for ``getitem(node, 0)``
     (see :func:`_getitem`), never for the tuple node itself.
     """
     values = _reduction("max")(lw, NodeView(node, val=node.meta["val"][0]))
-    lw.tuple_values[node.name] = values
+    lw.set_tuple(node, values)
     return values
 
 
-def _getitem(lw, node: fx.Node) -> Access:
+def _getitem(lw: LowerContext, node: fx.Node) -> Access:
     source, index = node.args
-    values = lw.tuple_values.get(getattr(source, "name", None))
-    if values is None or index != 0:
+    values = lw.first_of_tuple(node, source) if index == 0 else None
+    if values is None:
         raise Unsupported("only the first output of max(dim) and native_layer_norm is lowered")
-    lw.nest_of_node[node.name] = values.name
     return values
 
 
-def _layer_norm(lw, node: fx.Node) -> Access:
+def _layer_norm(lw: LowerContext, node: fx.Node) -> Access:
     """``native_layer_norm``'s first output, ``(x - mean) / sqrt(var + eps) * w + b`` over
     the trailing normalised dims (mean and biased variance as nests of their own); its
     mean and rstd outputs have no lowering. Registered for ``getitem(node, 0)``."""
@@ -201,11 +201,11 @@ def _layer_norm(lw, node: fx.Node) -> Access:
         if param is not None:
             out = Pointwise(op, (out, lw.read(lw.value(param, dtype), out_axes)), dtype)
     values = lw.add_nest(out_axes, out, dtype, "layer_norm")
-    lw.tuple_values[node.name] = values
+    lw.set_tuple(node, values)
     return values
 
 
-def _euclidean_dist(lw, node: fx.Node) -> Access:
+def _euclidean_dist(lw: LowerContext, node: fx.Node) -> Access:
     """``cdist(a, b)`` with ``p = 2`` (``_euclidean_dist``, ``_cdist_forward``), written as
     PyTorch's matmul path computes it: ``sqrt(max(|a_i|^2 + |b_j|^2 - 2 a_i . b_j, 0))``,
     one contraction and two row norms, so it fuses like a dot-product score."""

@@ -1,0 +1,101 @@
+"""The lowering context: what a lowering rule may do while it lowers one FX node.
+
+A rule (in :mod:`flashlight.lower` or :mod:`flashlight.lower_reductions`) is
+``rule(lw: LowerContext, node) -> Access``: it reads its operands' lowered values
+(:meth:`LowerContext.value`), reads them at the result's axes (:meth:`read`), makes
+fresh output axes (:meth:`result_axes`) and adds nests (:meth:`add_nest`). The driver
+(:func:`flashlight.lower.lower`) owns everything else: the order of nodes, which nodes
+run outside Flashlight, and undoing what a rule built before it gave up.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from flashlight.indexing import Access, Unsupported, finest, match_axis, meta_val, node_shape
+from flashlight.ir import Axis, Const, Dim, Expr, Load, Nest, Ref, axis_dims
+
+
+class LowerContext:
+    """The values lowered so far and the nests built, for the rules to extend."""
+
+    def __init__(self):
+        self.env: dict[str, Access | Const] = {}  # FX node name -> its lowered value
+        self.nests: list[Nest] = []
+        self.inputs: list[str] = []
+        self.nest_of_node: dict[str, str] = {}  # FX node name -> the nest computing it
+        self.tuple_values: dict[str, Access] = {}  # tuple-valued node -> its lowered values
+        self.origin = ""  # the FX node being lowered: the origin of the nests added
+
+    # ---- values
+    def input_access(self, node: fx.Node) -> Access:
+        shape = node_shape(node)
+        axes = tuple(() if s == 1 else (Dim.fresh(s, "t"),) for s in shape)
+        self.inputs.append(node.name)
+        return Access("input", node.name, axes, axes, meta_val(node).dtype)
+
+    def add_nest(self, axes: tuple[Axis, ...], body: Expr, dtype: torch.dtype, hint: str) -> Access:
+        name = f"n{len(self.nests)}_{hint}"
+        self.nests.append(Nest(name, axes, body, dtype, (self.origin,)))
+        return Access("nest", name, axes, axes, dtype)
+
+    def read(self, value: Access | Const, out_axes: tuple[Axis, ...]) -> Expr:
+        """The expression reading ``value`` broadcast (right-aligned) to ``out_axes``."""
+        if isinstance(value, Const):
+            return value
+        offset = len(out_axes) - len(value.axes)
+        if offset < 0:
+            raise Unsupported("operand has more axes than the result")
+        mapping: dict[Dim, Axis] = {}
+        for k, own in enumerate(value.axes):
+            target = out_axes[offset + k]
+            if not own:
+                continue
+            if not target:
+                raise Unsupported("cannot broadcast a non-unit axis to a unit axis")
+            mapping.update(match_axis(own, target))
+        for d in axis_dims(value.index):
+            mapping.setdefault(d, ())  # size-1 dims not visible through the view
+        index = tuple(tuple(x for d in axis for x in mapping[d]) for axis in value.index)
+        if value.kind == "input":
+            return Load(value.name, index, value.dtype)
+        return Ref(value.name, index, value.dtype)
+
+    def result_axes(self, node: fx.Node, operands: list[Access | Const]) -> tuple[Axis, ...]:
+        """Fresh output axes for an elementwise node, factored like its operands' axes."""
+        shape = node_shape(node)
+        axes: list[Axis] = []
+        for k, size in enumerate(shape):
+            if size == 1:
+                axes.append(())
+                continue
+            factors = finest([op.axes[k - (len(shape) - len(op.axes))] for op in operands
+                              if isinstance(op, Access) and k - (len(shape) - len(op.axes)) >= 0])
+            sizes = factors or [size]
+            axes.append(tuple(Dim.fresh(s) for s in sizes))
+        return tuple(axes)
+
+    def value(self, arg: Any, dtype: torch.dtype) -> Access | Const:
+        if isinstance(arg, fx.Node):
+            found = self.env.get(arg.name)
+            if found is None:
+                raise Unsupported(f"operand {arg.name} has no lowering")
+            return found
+        if isinstance(arg, (bool, int, float)):
+            return Const(arg, dtype)
+        raise Unsupported(f"operand {arg!r}")
+
+
+    # ---- tuple-valued nodes (max(dim), native_layer_norm)
+    def set_tuple(self, node: fx.Node, values: Access) -> None:
+        """``node``'s value is a tuple whose first element is ``values``."""
+        self.tuple_values[node.name] = values
+
+    def first_of_tuple(self, node: fx.Node, source: Any) -> Access | None:
+        """The first element of tuple-valued ``source``, now computed by ``node``."""
+        values = self.tuple_values.get(getattr(source, "name", None))
+        if values is not None:
+            self.nest_of_node[node.name] = values.name
+        return values
