@@ -157,6 +157,26 @@ def test_ds4sci_finds_a_finished_build_and_packs_it(tmp_path, monkeypatch):
         assert sorted(tar.getnames()) == ["evoformer_attn", "evoformer_attn/build.ninja", "evoformer_attn/evoformer_attn.so"]
 
 
+def test_ds4sci_build_stops_cleanly_on_time_and_packs_a_finished_build(tmp_path, monkeypatch):
+    import time as _time
+
+    from bench import ds4sci
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    monkeypatch.setenv("FLASHLIGHT_GPU_OUT", str(tmp_path / "out"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ds4sci, "BUILD_SCRIPT", "import time; time.sleep(60)")
+    started = _time.monotonic()
+    assert ds4sci.build(max_s=17) == 3 and _time.monotonic() - started < 15
+    so = ds4sci.extensions_dir() / "evoformer_attn.so"
+    monkeypatch.setattr(ds4sci, "BUILD_SCRIPT", f"open({str(so)!r}, 'wb').write(b'so')")
+    assert ds4sci.build(max_s=60) == 0
+    assert (tmp_path / "out" / ds4sci.PACK_NAME).stat().st_size > 0
+    monkeypatch.setattr(ds4sci, "BUILD_SCRIPT", "raise SystemExit(1)")
+    so.unlink()
+    assert ds4sci.build(max_s=60) == 1
+
+
 # ---------------------------------------------------------------------------- OpenFold adapters
 
 
