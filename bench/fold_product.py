@@ -10,6 +10,9 @@ and each dtype it runs the user's command exactly::
 
     flashlight-fold <fasta> --alignment-dir <dir> --compare [--dtype bf16] --out-dir <dir>
 
+(``--out-dir`` a folder of the benchmark's, emptied before each fold, so no record is
+skipped as already folded; the output goes to the row's log only when a fold fails)
+
 in a subprocess (``python -m flashlight.structures`` where the ``flashlight-fold`` script
 is not installed; the cell records which), twice:
 
@@ -105,7 +108,7 @@ def user_args(fasta: pathlib.Path, alignment_dir: pathlib.Path | None, dtype: st
     args += ["--compare"]
     if dtype != "fp32":
         args += ["--dtype", dtype]
-    return args + ["--out-dir", str(out_dir), "--no-plot", "--quiet", *extra]
+    return args + ["--out-dir", str(out_dir), *extra]
 
 
 def launcher() -> tuple[list[str], str]:
