@@ -11,7 +11,7 @@ and each dtype it runs the user's command exactly::
     flashlight-fold <fasta> --alignment-dir <dir> --compare [--dtype bf16] --out-dir <dir>
 
 (``--out-dir`` a folder of the benchmark's, emptied before each fold, so no record is
-skipped as already folded; the output goes to the row's log only when a fold fails)
+skipped as already folded; its output is captured, and a failing fold's last lines are the row's message)
 
 in a subprocess (``python -m flashlight.structures`` where the ``flashlight-fold`` script
 is not installed; the cell records which), twice:
