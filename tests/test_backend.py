@@ -10,7 +10,8 @@ import torch
 
 import flashlight
 from flashlight import settings
-from tests.test_compiler import _inputs, attention, rand
+from tests.helpers import attention, rand
+from tests.helpers import attention_inputs as _inputs
 
 
 def test_unsupported_ops_fall_back_with_a_reason():

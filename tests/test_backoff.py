@@ -7,25 +7,14 @@ import torch
 
 import flashlight
 from flashlight import settings
+from tests.helpers import matches_float64 as _matches_float64
+from tests.helpers import rand
 
 pytest.importorskip("triton")
 
 
-def rand(*shape, seed):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
 def _qkv(seed, L=29, D=16):
     return tuple(rand(2, 3, L, D, seed=seed + k) for k in range(3))
-
-
-def _matches_float64(fn, args):
-    """``fn`` compiled by Flashlight gives finite values matching ``fn`` in float64."""
-    out = flashlight.compile(fn)(*args)
-    torch.compiler.reset()
-    ref = fn(*(a.double() for a in args))
-    assert torch.isfinite(out).all()
-    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
 
 def _check(fn, args, kernels: int):

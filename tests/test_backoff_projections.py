@@ -15,10 +15,9 @@ import torch
 import torch.nn.functional as F
 
 import flashlight
-from flashlight.lower import lower
-from flashlight.pipeline import compile_graph, recomputes_across_grid, repeats_loop_work
-from tests.test_backoff import _matches_float64, rand
-from tests.test_compiler import capture
+from flashlight.pipeline import recomputes_across_grid, repeats_loop_work
+from tests.helpers import plan_of, rand
+from tests.helpers import matches_float64 as _matches_float64
 
 pytest.importorskip("triton")
 
@@ -32,7 +31,7 @@ def _qkv(seed):
 
 def _plan(fn, args):
     """What the pipeline decides for the ATen graph of ``fn``."""
-    return compile_graph(lower(capture(fn, *args)))
+    return plan_of(fn, args)
 
 
 def _attention_kernel(plan):

@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch._dynamo.backends.common import aot_autograd
 
 import flashlight
 from flashlight import settings
@@ -16,34 +15,11 @@ from flashlight.ir import Const, Dim, Load, Pointwise, Reduce, check_invariants,
 from flashlight.lower import lower
 from flashlight.passes.online import exp_power, factor_invariants
 from flashlight.pipeline import compile_graph
-
-
-def capture(fn, *args):
-    """The ATen graph ``fn`` becomes, as the backend sees it."""
-    graphs = []
-
-    def fw(gm, example_inputs):
-        graphs.append(gm)
-        return gm
-
-    torch.compiler.reset()
-    with torch.no_grad():
-        torch.compile(fn, backend=aot_autograd(fw_compiler=fw))(*args)
-    torch.compiler.reset()
-    return graphs[0]
-
-
-def attention(q, k, v, bias):
-    s = q @ k.transpose(-1, -2) + bias
-    return torch.softmax(s, dim=-1) @ v
-
-
-def rand(*shape, seed):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-def _inputs(seed, L=19, D=16):
-    return rand(2, 3, L, D, seed=seed), rand(2, 3, L, D, seed=seed + 1), rand(2, 3, L, D, seed=seed + 2), rand(3, L, L, seed=seed + 3)
+from tests.helpers import attention, capture, rand
+from tests.helpers import attention_inputs as _inputs
+from tests.helpers import cdist_scores as _cdist_scores
+from tests.helpers import elementary_functions as _elementary_functions
+from tests.helpers import rounding_divisions as _rounding_divisions
 
 
 def test_matmul_lowers_to_a_reduction_and_views_to_index_maps():
@@ -433,20 +409,6 @@ def _activations(q, k, v):  # PyTorch's decompositions rewrite each into lowered
     return torch.softmax(s, dim=-1) @ (F.silu(v) + F.mish(v) - F.hardswish(v))
 
 
-def _elementary_functions(q, k, v):  # erf, expm1, log1p, sin, cos, exp2, log2, reciprocal
-    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
-    t = torch.erf(s) + torch.expm1(0.5 * s) + torch.log1p(s.abs()) + torch.sin(s) * torch.cos(0.3 * s)
-    return torch.softmax(t + torch.exp2(-s.abs()) + torch.log2(1.0 + s * s) + torch.reciprocal(2.0 + s.abs()), -1) @ v
-
-
-def _rounding_divisions(q, k, v):  # Python's // and % of negative integers; trunc rounding
-    L = q.shape[-2]
-    i = torch.arange(L)
-    d = i[None, :] - i[:, None]  # [L, L], negative below the diagonal
-    bias = 0.1 * torch.div(d, 5, rounding_mode="floor") - 0.05 * (d - 3) % 7 + 0.02 * torch.div(d, 3, rounding_mode="trunc")
-    return torch.softmax(q @ k.transpose(-1, -2) + bias, -1) @ v
-
-
 @pytest.mark.parametrize("fn", [_activations, _elementary_functions, _rounding_divisions])
 def test_activations_elementary_functions_and_rounding_divisions_fuse(fn):
     q, k, v, _ = _inputs(61, L=35)
@@ -465,10 +427,6 @@ def test_rounding_divisions_follow_python_on_negative_operands():
     q, k, v, _ = _inputs(67, L=24)
     a = torch.arange(-12, 12)
     _one_exact_kernel(fn, q, k, v, a)
-
-
-def _cdist_scores(q, k, v):  # an RBF kernel over distances: softmax(-|q_i - k_j|^2 / 2)
-    return torch.softmax(-0.5 * torch.cdist(q, k) ** 2, dim=-1) @ v
 
 
 def _cdist_weights(q, k, v):  # the distance itself, normalised

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 import flashlight
 from flashlight.ir import Dim, Kernel, Load, LoopReduction, LoopResult, Pointwise, Reduce, check_kernel_invariants
 from flashlight.passes.contractions import group_dot_operands
-from tests.test_backoff import _matches_float64, rand
+from tests.helpers import matches_float64 as _matches_float64
+from tests.helpers import rand
 from tests.test_backoff_projections import B, D, H, L, _assert_row_tiled, _plan
 
 pytest.importorskip("triton")

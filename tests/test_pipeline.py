@@ -11,7 +11,7 @@ from flashlight import backoff, pipeline, settings
 from flashlight.ir import InvariantError, dim_names
 from flashlight.lower import lower
 from flashlight.passes.tile_plan import check_plan
-from tests.golden import capture
+from tests.golden import capture as capture_all
 
 L, D = 29, 16
 
@@ -23,7 +23,7 @@ def _chained_attention_graph():
         return torch.softmax(o @ k.transpose(-1, -2) * 0.25, dim=-1) @ v
 
     g = torch.Generator().manual_seed(5)
-    (gm,) = capture(chained, [torch.randn(2, 3, L, D, generator=g) for _ in range(3)])
+    (gm,) = capture_all(chained, [torch.randn(2, 3, L, D, generator=g) for _ in range(3)])
     return lower(gm)
 
 

@@ -15,7 +15,7 @@ from flashlight.ir import (Const, Dim, Iota, Kernel, LoopReduction, Pointwise, R
 from flashlight.lower import lower
 from flashlight.passes.skipping import NEG_INF, ZERO, mask_site, find_live_tiles, symbolic_value
 from flashlight.pipeline import compile_graph
-from tests.test_compiler import capture
+from tests.helpers import capture
 
 
 @pytest.fixture(autouse=True)
@@ -389,7 +389,9 @@ def test_kernels_with_a_running_max_start_and_rounding_divisions_compile_for_hop
     tensors, mixed integer types): the scan with ``//`` and ``%`` bounds, the loop max
     started from a value, the elementary functions and ``cdist`` must also build for
     sm_90 (no GPU needed)."""
-    from tests.test_compiler import _cdist_scores, _elementary_functions, _rounding_divisions
+    from tests.helpers import cdist_scores as _cdist_scores
+    from tests.helpers import elementary_functions as _elementary_functions
+    from tests.helpers import rounding_divisions as _rounding_divisions
 
     g = torch.Generator().manual_seed(19)
     q, k, v = (torch.randn(2, 3, 40, 16, generator=g) for _ in range(3))

@@ -1,0 +1,94 @@
+"""Helpers shared by the compiler's test files (import them from here, not from another
+test file): capturing the ATen graph the backend sees, seeded random inputs, the
+attention every stage is tested on, checks against float64 eager, and the plan the
+pipeline makes for a function.
+
+Tests by pipeline stage (see the README's compiler section for the stages):
+
+- lowering and the graph passes: ``test_compiler.py`` (also the online rewrite's
+  algebra and many written variants), ``test_vocabulary.py``;
+- tile skipping (``passes/skipping.py``, ``codegen_live.py``): ``test_skipping.py``;
+- tiling and dot operands (``passes/tiling.py``, ``contractions.py``, ``tile_plan.py``):
+  ``test_dot_operands.py``;
+- the pass list, checkers and back-off search (``pipeline.py``, ``backoff.py``):
+  ``test_pipeline.py``, ``test_backoff.py``, ``test_backoff_projections.py``;
+- the printed IR and source of a few variants: ``test_golden.py`` (``tests/golden/``,
+  rewritten by ``python -m tests.golden --update``);
+- the whole compiler over the catalog: ``test_variants.py``, ``test_properties.py``;
+- backend, runtime and tuning: ``test_backend.py``, ``test_runtime*.py``.
+"""
+from __future__ import annotations
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+
+import flashlight
+
+
+def capture(fn, *args):
+    """The ATen graph ``fn`` becomes, as the backend sees it."""
+    graphs = []
+
+    def fw(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    torch.compiler.reset()
+    with torch.no_grad():
+        torch.compile(fn, backend=aot_autograd(fw_compiler=fw))(*args)
+    torch.compiler.reset()
+    return graphs[0]
+
+
+def rand(*shape, seed):
+    """Standard normal values from a generator seeded with ``seed``."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def attention(q, k, v, bias):
+    """Attention with an additive bias: ``softmax(q kᵀ + bias) v``."""
+    s = q @ k.transpose(-1, -2) + bias
+    return torch.softmax(s, dim=-1) @ v
+
+
+def attention_inputs(seed, L=19, D=16):
+    """q, k, v ``[2, 3, L, D]`` and a bias ``[3, L, L]`` for :func:`attention`."""
+    return rand(2, 3, L, D, seed=seed), rand(2, 3, L, D, seed=seed + 1), rand(2, 3, L, D, seed=seed + 2), rand(3, L, L, seed=seed + 3)
+
+
+def matches_float64(fn, args):
+    """``fn`` compiled by Flashlight gives finite values matching ``fn`` in float64."""
+    out = flashlight.compile(fn)(*args)
+    torch.compiler.reset()
+    ref = fn(*(a.double() for a in args))
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def plan_of(fn, args):
+    """What the pipeline decides for the ATen graph of ``fn``."""
+    from flashlight.lower import lower
+    from flashlight.pipeline import compile_graph
+
+    return compile_graph(lower(capture(fn, *args)))
+
+
+# functions written with ops each stage must handle (the tests compile them whole)
+
+
+def elementary_functions(q, k, v):  # erf, expm1, log1p, sin, cos, exp2, log2, reciprocal
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
+    t = torch.erf(s) + torch.expm1(0.5 * s) + torch.log1p(s.abs()) + torch.sin(s) * torch.cos(0.3 * s)
+    return torch.softmax(t + torch.exp2(-s.abs()) + torch.log2(1.0 + s * s) + torch.reciprocal(2.0 + s.abs()), -1) @ v
+
+
+def rounding_divisions(q, k, v):  # Python's // and % of negative integers; trunc rounding
+    L = q.shape[-2]
+    i = torch.arange(L)
+    d = i[None, :] - i[:, None]  # [L, L], negative below the diagonal
+    bias = 0.1 * torch.div(d, 5, rounding_mode="floor") - 0.05 * (d - 3) % 7 + 0.02 * torch.div(d, 3, rounding_mode="trunc")
+    return torch.softmax(q @ k.transpose(-1, -2) + bias, -1) @ v
+
+
+def cdist_scores(q, k, v):  # an RBF kernel over distances: softmax(-|q_i - k_j|^2 / 2)
+    return torch.softmax(-0.5 * torch.cdist(q, k) ** 2, dim=-1) @ v
