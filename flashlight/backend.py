@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import logging
 import warnings
 from typing import Any
@@ -21,11 +22,11 @@ import torch
 import torch.fx as fx
 
 from flashlight import settings
-from flashlight.api import ExplainReport, FallbackOp, KernelReport
 from flashlight.codegen import generate
 from flashlight.decompositions import decompositions
 from flashlight.lower import lower
 from flashlight.pipeline import Plan, compile_graph
+from flashlight.report import ExplainReport, FallbackOp, KernelReport
 from flashlight.runtime import COMPILE_EVENTS, Launcher, aot_compile, config_space
 
 log = logging.getLogger("flashlight")
@@ -96,11 +97,11 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
         src = generate(tiled, None, _fp32_precision(), interpret, settings.get("check_bounds"))
         if settings.debug_level() >= 2:
             log.warning("[flashlight] Triton source for %s\n%s", node_name, src.source)
-        launcher = Launcher(tiled, src, autotune=options.get("autotune"))
-        launcher.input_dtypes = tuple(nodes[name].meta["val"].dtype for name in src.inputs)
-        launcher.aten_ops = tuple(_op_name(nodes[o]) for o in tiled.kernel.origins if o in nodes)
-        launchers[node_name] = launcher
-    _attach_eager(gm, launchers)
+        launchers[node_name] = Launcher(
+            tiled, src, autotune=options.get("autotune"),
+            input_dtypes=tuple(nodes[name].meta["val"].dtype for name in src.inputs),
+            aten_ops=tuple(_op_name(nodes[o]) for o in tiled.kernel.origins if o in nodes),
+            eager=_eager_subgraph(gm, node_name, src.inputs))
     _stitch(gm, launchers)
     _record(report, gm, plan, launchers)
     return gm
@@ -114,13 +115,6 @@ def lower_and_log(gm: fx.GraphModule):
         if settings.debug_level() >= 1:
             log.warning("[flashlight] %s runs outside Flashlight: %s", name, reason)
     return lowered
-
-
-def _attach_eager(gm: fx.GraphModule, launchers: dict[str, Launcher]) -> None:
-    """Give each launcher the PyTorch computation of its value from its kernel's inputs
-    (``Launcher.eager``), which it runs where a size is 0 at run time."""
-    for node_name, launcher in launchers.items():
-        launcher.eager = _eager_subgraph(gm, node_name, launcher.src.inputs)
 
 
 def _eager_subgraph(gm: fx.GraphModule, output: str, inputs: tuple[str, ...]) -> fx.GraphModule | None:
@@ -196,15 +190,18 @@ def _opaque_reason(node: fx.Node) -> str | None:
 
 
 def _kernel_report(launcher: Launcher) -> KernelReport:
-    kernel = launcher.kernel
-    # what a GPU would run (the interpreter's source may differ)
-    gpu_src = generate(launcher.tiled, launcher.src.name, launcher.src.fp32_precision, interpret=False)
+    kernel, precision = launcher.kernel, launcher.src.fp32_precision
+
+    @functools.cache
+    def gpu_source():  # what a GPU would run (under the interpreter, dots take float32 operands)
+        return generate(launcher.tiled, launcher.src.name, precision, interpret=False)
 
     def aot(capability: int = 90, **kw):
-        return aot_compile(gpu_src, list(launcher.input_dtypes), kernel.dtype, capability, **kw)
+        return aot_compile(gpu_source(), list(launcher.input_dtypes), kernel.dtype, capability, **kw)
 
+    gpu_configs = config_space(launcher.src, fma_dots=launcher.tiled.plan.fma_dots(precision))
     return KernelReport(launcher.src.name, launcher.src.source, tuple(launcher.aten_ops),
-                        tuple(config_space(gpu_src)), aot, launcher.chosen_configs)
+                        tuple(gpu_configs), aot, launcher.chosen_configs)
 
 
 def compile_count() -> int:

@@ -90,9 +90,10 @@ def load_module(src: KernelSource):
 _FMA_DOT_MAX_BLOCK_N = 64
 
 
-def config_space(src: KernelSource) -> list[tuple[int, int, int, int]]:
-    """The (BLOCK_M, BLOCK_N, num_warps, num_stages) configurations autotuning tries for ``src``."""
-    if not src.fma_dots:
+def config_space(src: KernelSource, fma_dots: bool | None = None) -> list[tuple[int, int, int, int]]:
+    """The (BLOCK_M, BLOCK_N, num_warps, num_stages) configurations autotuning tries for
+    ``src`` (``fma_dots``: for the GPU's form of an interpreter kernel, from its plan)."""
+    if not (src.fma_dots if fma_dots is None else fma_dots):
         return list(_GPU_CONFIGS)
     return [c for c in _GPU_CONFIGS if c[1] <= _FMA_DOT_MAX_BLOCK_N] + _FMA_DOT_CONFIGS
 
@@ -156,8 +157,13 @@ class Launcher:
 
     signature: str | None = None  # the kernel's structure, as the shipped tuned choices key it
 
-    def __init__(self, tiled: TiledKernel, src: KernelSource, autotune: bool | str | None = None):
+    def __init__(self, tiled: TiledKernel, src: KernelSource, autotune: bool | str | None = None, *,
+                 input_dtypes: tuple[torch.dtype, ...] = (), aten_ops: tuple[str, ...] = (), eager=None):
         self.tiled = tiled
+        self.input_dtypes = input_dtypes  # of the kernel's inputs, in argument order
+        self.aten_ops = aten_ops  # the ATen operations the kernel absorbed
+        # (argument, axis): inputs to copy with that axis contiguous first (TilePlan.relayouts)
+        self.relayouts = tuple((src.inputs.index(name), axis) for name, axis in tiled.plan.relayouts)
         self.kernel = tiled.kernel
         self.src = src
         self.sources = size_sources(tiled.kernel, src)
@@ -171,7 +177,7 @@ class Launcher:
         # sizes -> the configuration autotuning chose for them (or EAGER): later calls with
         # those sizes launch it directly, without the autotuner's per-call work
         self._chosen: dict[tuple[int, ...], dict | str] = {}
-        self.eager = None  # the PyTorch computation of the kernel's value, run at size 0 (set by the backend)
+        self.eager = eager  # the PyTorch computation of the kernel's value from its inputs, or None
         self.__name__ = f"flashlight_{src.name}"
 
     def chosen_configs(self) -> dict[tuple[int, ...], tuple[int, int, int, int] | str]:
@@ -322,7 +328,7 @@ class Launcher:
         tensors = list(tensors)
         if any(t.numel() == 0 for t in tensors):
             return self._call_empty(tensors)
-        for k, axis in self.src.fast_axes:
+        for k, axis in self.relayouts:
             t = tensors[k]
             if t.stride(axis) != 1 and t.shape[axis] > 1:
                 # [..., X, ...] with X strided -> same values, X contiguous
