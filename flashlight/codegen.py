@@ -24,7 +24,6 @@ from flashlight.codegen_live import LiveScan, rounding_division
 from flashlight.codegen_text import TL_DTYPES, TileText, literal
 from flashlight.ir import (
     Const,
-    Dim,
     Expr,
     Iota,
     Load,
@@ -70,10 +69,12 @@ class _Printer(TileText):
         self.stored_as: dict[str, tuple[str, str]] = {}  # float32 tile -> (as loaded, its tl dtype)
 
     def scope_of(self, expr: Expr) -> str:
+        """Where a value of the loop is printed: in it, or hoisted before it (the plan says)."""
         return "loop" if expr in self.plan.in_loop else "pre"
 
     # ----------------------------------------------------------------- emission
     def emit(self, expr: Expr, scope: str) -> tuple[str, tuple]:
+        """``expr``'s tile variable and layout, printed once per scope it is needed in."""
         target = self.scope_of(expr) if scope == "loop" else scope
         if target == "pre" and scope == "post":
             target = "post"

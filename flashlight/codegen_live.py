@@ -21,7 +21,7 @@ import torch
 
 from flashlight.codegen_text import TileText
 from flashlight.ir import Const, Dim, Expr, Iota, Load, Pointwise
-from flashlight.vocabulary import DIVISION_OPS
+from flashlight.vocabulary import OPS
 
 _INT_MAX = "9223372036854775807"
 _INT_MIN = "-9223372036854775807"
@@ -170,12 +170,13 @@ class LiveScan:
         op, scope = node.op, self.scope(node)
         args = [self.bound(a) for a in node.args]
         v = lambda hint, text: self.var(scope, hint, text)  # noqa: E731
-        if op in ("add", "sub", "mul", "neg", "abs", "maximum", "minimum"):
-            return _arith(op, args, v)
-        if op in ("lt", "le", "gt", "ge", "eq", "ne"):
-            return _compare(op, args, v)
         if node.dtype == torch.bool and op in ("maximum", "minimum", "abs"):
             op = {"maximum": "or", "minimum": "and", "abs": "identity"}[op]  # on booleans
+        bounds = OPS[op].bounds if op in OPS else None  # the vocabulary's interval rule
+        if bounds == "arith":
+            return _arith(op, args, v)
+        if bounds == "compare":
+            return _compare(op, args, v)
         if op == "identity":
             return args[0]
         if op == "and":
@@ -189,7 +190,7 @@ class LiveScan:
             return f, t
         if op == "cast":
             return self.cast(node, args[0], v)
-        if op in DIVISION_OPS:  # by a positive constant (see bounded_by_intervals)
+        if bounds == "division":  # by a positive constant (see bounded_by_intervals)
             (lo, hi), (c, _) = args
             int_type = None if node.dtype.is_floating_point else "tl.int64"
             if op == "remainder":  # in [0, c)

@@ -374,6 +374,29 @@ def test_masks_with_floor_division_and_remainder_are_bounded(fn):
     torch.testing.assert_close(out.double(), fn(q.double(), k.double(), v.double()), rtol=1e-5, atol=1e-5)
 
 
+def _window_by_boolean_minimum(q, k, v):  # "and" written as a minimum of booleans
+    pos = torch.arange(q.shape[-2])
+    keep = torch.minimum(pos[:, None] >= pos[None, :], pos[None, :] > pos[:, None] - 40)
+    return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~keep, -math.inf), dim=-1) @ v
+
+
+def _window_by_boolean_maximum(q, k, v):  # "or" written as a maximum of booleans
+    pos = torch.arange(q.shape[-2])
+    drop = torch.maximum(pos[:, None] < pos[None, :], pos[None, :] <= pos[:, None] - 40)
+    return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(drop, -math.inf), dim=-1) @ v
+
+
+@pytest.mark.parametrize("fn", [_window_by_boolean_minimum, _window_by_boolean_maximum])
+def test_a_minimum_or_maximum_of_boolean_masks_is_bounded_as_and_or(fn):
+    """On booleans a minimum is "and" and a maximum "or": a tile is full only where both
+    masks keep it whole (bounded as numbers, a minimum of may-be-false flags once let
+    tiles one mask cuts run unmasked)."""
+    g = torch.Generator().manual_seed(29)
+    q, k, v = (torch.randn(1, 2, 150, 16, generator=g) for _ in range(3))
+    assert _kernel_of(fn, q, k, v).full is not None
+    _assert_close_to_float64(fn, (q, k, v), fn.__name__)
+
+
 def test_chunks_never_read_the_keys_of_other_chunks():
     g = torch.Generator().manual_seed(17)
     q, k, v = (torch.randn(2, 2, 300, 16, generator=g) for _ in range(3))
