@@ -61,7 +61,7 @@ def _timed_run(model, batch, device):
 
     host, handles = _host_spans(model, MODULE_KINDS)
     try:
-        with torch.no_grad(), LayerTimer(model, device) as timer:
+        with torch.no_grad(), LayerTimer(model, device, synchronize=True) as timer:
             _, timing = timer.run(lambda: model(batch))
     finally:
         for handle in handles:

@@ -75,6 +75,7 @@ class FoldOptions:
     max_msa_clusters: Optional[int] = None
     max_extra_msa: Optional[int] = None
     pad_msa: bool = False  # pad MSAs to the configured sizes instead of their depth
+    sync_modules: bool = False  # [Note: synchronised module spans] in timing.py
     relax: bool = False  # also write <name>_relaxed.pdb (structures/relax.py)
     seed: int = 0
     tf32: bool = True
@@ -301,7 +302,7 @@ class Folder:
         warm, steady = [], []
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NOISY_OPENFOLD_WARNING)
-            with torch.no_grad(), self._compat(), LayerTimer(model, self.device, on_recycle) as timer:
+            with torch.no_grad(), self._compat(), LayerTimer(model, self.device, on_recycle, opts.sync_modules) as timer:
                 for _ in range(warmups):
                     out, timing = timer.run(lambda: model(warm_batch))
                     warm.append(timing)

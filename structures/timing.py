@@ -12,12 +12,15 @@ module (a chunked transition: many small kernels) behaves differently depending 
 ran before it: after a slow module the queue is full and its kernels run back to back
 (short span); after a fast one the device idles between its launches (long span). The
 same unpatched module then measured 64 ms behind stock attention and 107 ms behind
-Flashlight's (bench/results/fold_noise_256.json: host spans 152 vs 104 ms). So the
-pre-hook synchronises before it records the start: every module starts on an idle
-device, and its span is its own latency, host launch time included, whatever ran before
-it. The end event is not synchronised (the next start is). This costs one synchronise
-per timed module (about 500 per pass of a 48-block model) and the host's head start
-at each module boundary, for stock and Flashlight alike.
+Flashlight's (bench/results/fold_noise_256.json: host spans 152 vs 104 ms). With
+``synchronize=True`` the pre-hook synchronises before it records the start: every module
+starts on an idle device, and its span is its own latency, host launch time included,
+whatever ran before it (the end event is not synchronised; the next start is). That is
+the timer for comparing modules (``flashlight-fold --sync-modules``,
+``bench/fold_noise.py``). It costs one synchronise per timed module (about 500 per pass of
+a 48-block model) and the host's head start at each module boundary, so the pass itself
+gets slower; the default timer leaves the pass as a user runs it, and its model time is
+the end-to-end figure.
 
 Timed modules, found by structure rather than by one fixed attribute path:
 
@@ -140,16 +143,18 @@ class RunTiming:
 class Clock:
     """Start/end markers: CUDA events on a GPU, ``perf_counter`` on a CPU.
 
-    ``mark(start=True)`` first waits for the device to finish queued work, so that the
-    span it opens is the module's own ([Note: synchronised module spans]).
+    With ``synchronize_starts``, ``mark(start=True)`` first waits for the device to finish
+    queued work, so that the span it opens is the module's own ([Note: synchronised
+    module spans]).
     """
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, synchronize_starts: bool = False):
         self.cuda = device.type == "cuda"
+        self.synchronize_starts = synchronize_starts and self.cuda
 
     def mark(self, start: bool = False):
         if self.cuda:
-            if start:
+            if start and self.synchronize_starts:
                 torch.cuda.synchronize()
             event = torch.cuda.Event(enable_timing=True)
             event.record()
@@ -170,7 +175,9 @@ class Clock:
 
     @property
     def method(self) -> str:
-        return "cuda_events_synchronized" if self.cuda else "wall_clock"
+        if not self.cuda:
+            return "wall_clock"
+        return "cuda_events_synchronized" if self.synchronize_starts else "cuda_events"
 
 
 class LayerTimer:
@@ -187,9 +194,10 @@ class LayerTimer:
         model: torch.nn.Module,
         device: torch.device,
         on_recycle: Optional[Callable[[], None]] = None,
+        synchronize: bool = False,
     ):
         self.model = model
-        self.clock = Clock(device)
+        self.clock = Clock(device, synchronize_starts=synchronize)
         self.on_recycle = on_recycle
         self._targets: List[Tuple[tuple, torch.nn.Module]] = []
         stages = [(name, child) for name, child in model.named_children()]
@@ -211,7 +219,7 @@ class LayerTimer:
 
     @property
     def method(self) -> str:
-        """``cuda_events_synchronized`` or ``wall_clock``."""
+        """``cuda_events``, ``cuda_events_synchronized`` or ``wall_clock``."""
         return self.clock.method
 
     def __enter__(self) -> "LayerTimer":

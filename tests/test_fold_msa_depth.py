@@ -140,3 +140,15 @@ def test_auto_chunking_falls_back_on_out_of_memory(folder, villin, tmp_path):
         handle.remove()
         folder.stock.globals.chunk_size = None
     assert failures == [1] and report["runs"]["stock"]["chunk_size"] == 4
+
+
+def test_module_spans_synchronise_only_when_asked():
+    from flashlight.structures.cli import build_parser
+    from flashlight.structures.timing import Clock
+
+    assert build_parser().parse_args(["x.fasta"]).sync_modules is False
+    assert build_parser().parse_args(["x.fasta", "--sync-modules"]).sync_modules is True
+    cuda = torch.device("cuda")  # the method is decided without touching a device
+    assert Clock(cuda).method == "cuda_events"
+    assert Clock(cuda, synchronize_starts=True).method == "cuda_events_synchronized"
+    assert Clock(torch.device("cpu"), synchronize_starts=True).method == "wall_clock"
