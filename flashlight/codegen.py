@@ -46,13 +46,13 @@ class KernelSource:
     input_ranks: tuple[int, ...]
     size_args: tuple[str, ...]  # symbolic size texts, in argument order
     out_rank: int
-    # (input, axis) pairs: inputs re-read by many programs whose innermost tile axis
-    # should be contiguous; the launcher copies them into that layout when it is not
+    # the plan's relayouts (TilePlan.relayouts) as (argument, axis) pairs: inputs re-read by
+    # many programs whose innermost tile axis should be contiguous
     fast_axes: tuple[tuple[int, int], ...]
     check_bounds: bool  # the kernel takes in{k}_span / out_span and asserts offsets
     fp32_precision: str  # "ieee" or "tf32": how fp32 contractions run
-    # some tl.dot multiplies IEEE float32 operands: it runs on CUDA cores, with operands
-    # and products in registers, not on tensor cores (the launcher then tries smaller tiles)
+    # TilePlan.fma_dots for this target: some tl.dot multiplies IEEE float32 operands on
+    # CUDA cores, operands and products in registers (the launcher then tries smaller tiles)
     fma_dots: bool = False
 
 
