@@ -148,6 +148,15 @@ if ! ls "$DEST"/wheels/ihm-*-py3-none-any.whl >/dev/null 2>&1; then
     run_logged "building $IHM_SPEC as a pure-Python wheel (its C extension is optional)" \
         "$PYTHON" -m pip wheel --no-deps --no-binary :all: -w "$DEST/wheels" \
         --config-settings=--build-option=--without-ext "$IHM_SPEC"
+    # The build is tagged for this interpreter (cp311, say) even where its optional C
+    # extension is left out or unused; ihm runs as pure Python without it, so the wheel
+    # is retagged to install on the GPU machine's CPython 3.12 (a .so built for another
+    # CPython is never imported there).
+    for built in "$DEST"/wheels/ihm-*-cp*.whl; do
+        [ -e "$built" ] || continue
+        run_logged "retagging ${built##*/} as py3-none-any" \
+            "$PYTHON" -m wheel tags --remove --python-tag py3 --abi-tag none --platform-tag any "$built"
+    done
 fi
 
 # 2. The OpenFold sdist. Its setup.py imports scripts.utils (absent from the sdist) and
