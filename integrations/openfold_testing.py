@@ -158,7 +158,8 @@ def random_model(config, seed: int = 0, gain: float = 0.5):
     for module in model.modules():
         if isinstance(module, (MSAAttention, MSAColumnGlobalAttention, TriangleAttention)):
             randomize_(module, generator, gain=gain)
-    for module in model.extra_msa_stack.modules():
+    extra_msa_stack = getattr(model, "extra_msa_stack", None)  # absent with the extra MSA off
+    for module in extra_msa_stack.modules() if extra_msa_stack is not None else ():
         if isinstance(module, OuterProductMean):
             randomize_(module, generator, gain=gain)
     randomize_(model.aux_heads.plddt, generator, gain=gain)
