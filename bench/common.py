@@ -249,6 +249,27 @@ def atomic_write_json(path: pathlib.Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+RUN_FIELDS = ("gpu", "driver", "torch", "triton", "date")
+
+
+def save_results(path: pathlib.Path, data: dict, rows: str, fields, row_text=None) -> None:
+    """Write ``data`` to ``path`` (JSON) and ``data[rows]`` as a CSV beside it, each row
+    with its run's GPU, driver, versions and date; both files replaced atomically.
+    ``row_text`` (row -> dict of columns) formats columns that are not plain values."""
+    import csv
+
+    atomic_write_json(path, data)
+    runs = {r["id"]: r for r in data["runs"]}
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for row in data[rows]:
+            run = runs.get(row.get("run"), {})
+            writer.writerow({**row, **(row_text(row) if row_text else {}), **{k: run.get(k) for k in RUN_FIELDS}})
+    os.replace(tmp, path.with_suffix(".csv"))
+
+
 def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import gc
 import inspect
 import json
@@ -413,18 +412,9 @@ def wait_for_openfold(deadline, say) -> str | None:
 
 
 def save(path: pathlib.Path, data: dict) -> None:
-    from bench.common import atomic_write_json
+    from bench.common import save_results
 
-    atomic_write_json(path, data)
-    runs = {r["id"]: r for r in data["runs"]}
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        for c in data["cells"]:
-            run = runs.get(c.get("run"), {})
-            writer.writerow({**c, **{k: run.get(k) for k in ("gpu", "driver", "torch", "triton", "date")}})
-    os.replace(tmp, path.with_suffix(".csv"))
+    save_results(path, data, "cells", CSV_FIELDS)
 
 
 def main(argv: list[str] | None = None) -> int:

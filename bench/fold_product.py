@@ -38,7 +38,6 @@ before ``--max-minutes`` (exit status 3: run again). Status 0: every row is in t
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import pathlib
@@ -178,18 +177,9 @@ def run_fold(cmd: list[str], env: dict, out_dir: pathlib.Path, record_id: str, t
 
 
 def save(path: pathlib.Path, data: dict) -> None:
-    from bench.common import atomic_write_json
+    from bench.common import save_results
 
-    atomic_write_json(path, data)
-    runs = {r["id"]: r for r in data["runs"]}
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        for row in data["rows"]:
-            run = runs.get(row.get("run"), {})
-            writer.writerow({**row, "gpu": run.get("gpu"), "date": run.get("date")})
-    os.replace(tmp, path.with_suffix(".csv"))
+    save_results(path, data, "rows", CSV_FIELDS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,7 +43,6 @@ harness; its numbers mean nothing for performance.
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import json
 import os
@@ -140,20 +139,10 @@ class Results:
             self.data["cells"].append(cell)
 
     def save(self) -> None:
-        from bench.common import atomic_write_json
+        from bench.common import save_results
 
-        atomic_write_json(self.path, self.data)
-        runs = {r["id"]: r for r in self.data["runs"]}
-        tmp = self.path.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-            writer.writeheader()
-            for c in self.data["cells"]:
-                run = runs.get(c.get("run"), {})
-                row = {**c, "shape": shape_label(c["shape"]), "configs": _configs_label(c.get("configs")),
-                       **{k: run.get(k) for k in ("gpu", "driver", "torch", "triton", "date")}}
-                writer.writerow(row)
-        os.replace(tmp, self.path.with_suffix(".csv"))
+        save_results(self.path, self.data, "cells", CSV_FIELDS,
+                     lambda c: {"shape": shape_label(c["shape"]), "configs": _configs_label(c.get("configs"))})
 
 
 # ---------------------------------------------------------------------------- implementations

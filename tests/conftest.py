@@ -8,9 +8,14 @@
   caller chose otherwise.
 - The repository root goes on ``sys.path`` so that tests can import helpers from the
   ``bench`` folder (``import bench...``).
+- Fixtures shared by several test files: ``gen`` (a generator with a fresh seed per test,
+  printed; ``FLASHLIGHT_TEST_SEED`` replays one) and ``fresh_openfold_warnings``.
 """
 import os
+import random
 import sys
+
+import pytest
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 # the suite runs the remainder eagerly (Inductor's C++ builds would slow it down; the
@@ -21,3 +26,24 @@ os.environ.setdefault("FLASHLIGHT_ON_ERROR", "raise")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+@pytest.fixture
+def gen():
+    """A ``torch.Generator`` seeded afresh for each test (printed, so a failure can be
+    replayed with ``FLASHLIGHT_TEST_SEED``): inputs are never the same fixed values."""
+    import torch
+
+    seed = int(os.environ.get("FLASHLIGHT_TEST_SEED") or random.SystemRandom().randrange(2**31))
+    print(f"FLASHLIGHT_TEST_SEED={seed}")
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.fixture
+def fresh_openfold_warnings():
+    """The OpenFold patch's one-time warnings can be given again inside the test."""
+    from flashlight.integrations import openfold
+
+    openfold.reset_warnings()
+    yield
+    openfold.reset_warnings()

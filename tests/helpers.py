@@ -92,3 +92,27 @@ def rounding_divisions(q, k, v):  # Python's // and % of negative integers; trun
 
 def cdist_scores(q, k, v):  # an RBF kernel over distances: softmax(-|q_i - k_j|^2 / 2)
     return torch.softmax(-0.5 * torch.cdist(q, k) ** 2, dim=-1) @ v
+
+
+# stand-ins for Triton's launch objects in the runtime's tests
+
+
+class FakeTuner:
+    """Stands in for the ``triton.autotune`` wrapper: launching it "tunes" (its best
+    configuration is the last one) and records the launch's arguments."""
+
+    def __init__(self, configs):
+        self.configs, self.launches, self.best_config = configs, [], configs[-1]
+
+    def __getitem__(self, grid):
+        return lambda *args: self.launches.append(args)
+
+
+class FakeJit:
+    """Stands in for a JIT function launched with a chosen configuration: records it."""
+
+    def __init__(self):
+        self.launches: list[dict] = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kw: self.launches.append(kw)

@@ -30,16 +30,7 @@ from flashlight.integrations import openfold_testing as oft  # noqa: E402
 N_SEQ, N_RES, C_M, C_Z = 6, 11, 32, 16
 
 
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    ofp.reset_warnings()
-    yield
-    ofp.reset_warnings()
-
-
-@pytest.fixture
-def gen():
-    return torch.Generator().manual_seed(torch.seed() % 2**31)
+pytestmark = pytest.mark.usefixtures("fresh_openfold_warnings")
 
 
 def _msa(gen):

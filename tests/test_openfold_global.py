@@ -33,16 +33,7 @@ C_IN, C_HIDDEN, HEADS = 16, 8, 8  # AF2's extra MSA: c_e 64, c 8, H 8
 H200_SHARED_MEMORY = 227 * 1024
 
 
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    ofp.reset_warnings()
-    yield
-    ofp.reset_warnings()
-
-
-@pytest.fixture
-def gen():
-    return torch.Generator().manual_seed(torch.seed() % 2**31)
+pytestmark = pytest.mark.usefixtures("fresh_openfold_warnings")
 
 
 def _twins(gen, dtype=torch.float32):

@@ -13,8 +13,6 @@ module, the patched module's error must stay within twice the stock module's own
 from __future__ import annotations
 
 import copy
-import os
-import random
 
 import pytest
 import torch
@@ -34,18 +32,7 @@ TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 FLOOR = {torch.float32: 2e-6, torch.bfloat16: 2e-3}
 
 
-@pytest.fixture
-def gen():
-    seed = int(os.environ.get("FLASHLIGHT_TEST_SEED") or random.SystemRandom().randrange(2**31))
-    print(f"FLASHLIGHT_TEST_SEED={seed}")
-    return torch.Generator().manual_seed(seed)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    ofp.reset_warnings()
-    yield
-    ofp.reset_warnings()
+pytestmark = pytest.mark.usefixtures("fresh_openfold_warnings")
 
 
 # -- module factories: (module, inputs(gen, batch, n_seq, n_res) -> kwargs) -------------

@@ -20,16 +20,7 @@ from flashlight.integrations import openfold_core  # noqa: E402
 from flashlight.integrations import openfold_testing as oft  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _fresh_warnings():
-    ofp.reset_warnings()
-    yield
-    ofp.reset_warnings()
-
-
-@pytest.fixture
-def gen():
-    return torch.Generator().manual_seed(torch.seed() % 2**31)
+pytestmark = pytest.mark.usefixtures("fresh_openfold_warnings")
 
 
 class _PairCore(torch.nn.Module):

@@ -9,6 +9,7 @@ import torch
 triton = pytest.importorskip("triton")
 
 from flashlight import runtime, settings  # noqa: E402
+from tests.helpers import FakeJit, FakeTuner  # noqa: E402
 
 
 class _RecordingJit:
@@ -120,29 +121,9 @@ def _kernel_source(body: str = "pass"):
                                 (), False, "ieee", False)
 
 
-class _FakeTuner:
-    """Stands in for the ``triton.autotune`` wrapper: launching it "tunes" and records."""
-
-    def __init__(self, configs):
-        self.configs = configs
-        self.launches: list[tuple] = []
-        self.best_config = configs[1]
-
-    def __getitem__(self, grid):
-        return lambda *args: self.launches.append(args)
-
-
-class _FakeJit:
-    def __init__(self):
-        self.launches: list[dict] = []
-
-    def __getitem__(self, grid):
-        return lambda *args, **kw: self.launches.append(kw)
-
-
 def _fake_launcher(src):
     launcher = object.__new__(runtime.Launcher)
-    launcher.src, launcher._chosen, launcher._raw = src, {}, _FakeJit()
+    launcher.src, launcher._chosen, launcher._raw = src, {}, FakeJit()
     return launcher
 
 
@@ -153,13 +134,13 @@ def test_an_autotuning_choice_is_recorded_and_reused_by_another_process(tmp_path
     src, device = _kernel_source(), torch.device("cpu")
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": 32}, num_warps=4, num_stages=2) for m in (64, 128)]
 
-    first, tuner = _fake_launcher(src), _FakeTuner(configs)
+    first, tuner = _fake_launcher(src), FakeTuner(configs)
     first._first_launch(tuner, ("args",), None, (96,), device, tune=True)
     assert compiled == [2] and len(tuner.launches) == 1 and first._raw.launches == []
     assert first.chosen_configs() == {(96,): (128, 32, 4, 2)}
 
     # a new process (new launcher, empty in-memory choices) launches without tuning
-    again, tuner = _fake_launcher(src), _FakeTuner(configs)
+    again, tuner = _fake_launcher(src), FakeTuner(configs)
     again._first_launch(tuner, ("args",), None, (96,), device, tune=True)
     assert compiled == [2] and tuner.launches == []
     assert again._raw.launches[0]["BLOCK_M"] == 128 and again.chosen_configs() == first.chosen_configs()
@@ -169,7 +150,7 @@ def test_an_autotuning_choice_is_recorded_and_reused_by_another_process(tmp_path
     for launcher, sizes, env in ((_fake_launcher(src), (97,), "1"), (_fake_launcher(other_source), (96,), "1"),
                                  (_fake_launcher(src), (96,), "0")):
         monkeypatch.setenv("FLASHLIGHT_TUNING_CACHE", env)
-        tuner = _FakeTuner(configs)
+        tuner = FakeTuner(configs)
         launcher._first_launch(tuner, ("args",), None, sizes, device, tune=True)
         assert len(tuner.launches) == 1 and launcher._raw.launches == []
 
@@ -201,7 +182,7 @@ def test_when_no_candidate_fits_the_gpu_smaller_tiles_are_tuned(tmp_path, monkey
     compiled = []
     monkeypatch.setattr(runtime, "precompile", lambda jit, configs, args, grid: compiled.append(len(configs)))
 
-    class _TooBig(_FakeTuner):
+    class _TooBig(FakeTuner):
         def __getitem__(self, grid):
             def launch(*args):
                 raise OutOfResources(327680, 232448, "shared memory")
@@ -210,18 +191,18 @@ def test_when_no_candidate_fits_the_gpu_smaller_tiles_are_tuned(tmp_path, monkey
     src, device = _kernel_source(), torch.device("cpu")
     usual = [triton.Config({"BLOCK_M": 128, "BLOCK_N": n}, num_warps=8, num_stages=2) for n in (64, 128)]
     small = runtime._triton_configs(runtime._SMALL_FOOTPRINT_CONFIGS)
-    launcher, fallback = _fake_launcher(src), _FakeTuner(small)
+    launcher, fallback = _fake_launcher(src), FakeTuner(small)
     launcher._small_footprint_tuner = lambda: fallback
     launcher._first_launch(_TooBig(usual), ("args",), None, (96,), device, tune=True)
     assert compiled == [2, len(small)] and fallback.launches == [("args",)]
-    assert launcher.chosen_configs() == {(96,): runtime._SMALL_FOOTPRINT_CONFIGS[1]}
+    assert launcher.chosen_configs() == {(96,): runtime._SMALL_FOOTPRINT_CONFIGS[-1]}  # the tuner's best
     assert all(stages == 1 for _, _, _, stages in runtime._SMALL_FOOTPRINT_CONFIGS)
 
     # any other error is the caller's to see, and so is running out without autotuning
     with pytest.raises(OutOfResources):
         _fake_launcher(src)._first_launch(_TooBig(usual), ("args",), None, (96,), device, tune=False)
 
-    class _Broken(_FakeTuner):
+    class _Broken(FakeTuner):
         def __getitem__(self, grid):
             def launch(*args):
                 raise ValueError("not a resource problem")

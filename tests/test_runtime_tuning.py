@@ -12,6 +12,7 @@ triton = pytest.importorskip("triton")
 from flashlight import backend, runtime, settings, tuned_configs, tuning  # noqa: E402
 from flashlight.codegen import generate  # noqa: E402
 from flashlight.decompositions import decompositions  # noqa: E402
+from tests.helpers import FakeJit, FakeTuner  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -47,24 +48,6 @@ def _gpu_source(launcher):
     return generate(launcher.tiled, launcher.src.name, launcher.src.fp32_precision, interpret=False)
 
 
-class _FakeTuner:
-    """Stands in for the ``triton.autotune`` wrapper: launching it "tunes" and records."""
-
-    def __init__(self, configs):
-        self.configs, self.launches, self.best_config = configs, [], configs[-1]
-
-    def __getitem__(self, grid):
-        return lambda *args: self.launches.append(args)
-
-
-class _FakeJit:
-    def __init__(self):
-        self.launches: list[dict] = []
-
-    def __getitem__(self, grid):
-        return lambda *args, **kw: self.launches.append(kw)
-
-
 def _two_configs():
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": 32}, num_warps=4, num_stages=2) for m in (64, 128)]
 
@@ -86,7 +69,7 @@ def _fake_launcher(eager=None):
     src = runtime.KernelSource("flashlight_k", "def flashlight_k(x):\n    pass\n", ("x",), (1,), ("s0",), 1,
                                (), False, "ieee", False)
     launcher = object.__new__(runtime.Launcher)
-    launcher.src, launcher._chosen, launcher._raw, launcher.eager = src, {}, _FakeJit(), eager
+    launcher.src, launcher._chosen, launcher._raw, launcher.eager = src, {}, FakeJit(), eager
     launcher.__name__ = "flashlight_k"
     return launcher
 
@@ -106,7 +89,7 @@ def test_a_first_launch_times_the_best_candidate_against_the_graph_and_records_t
     monkeypatch.setattr(runtime, "_median_ms", fake_median)
     ran = []
     launcher = _fake_launcher(eager=lambda *t: ran.append(t) or torch.zeros(2))
-    tuner = _FakeTuner(_two_configs())
+    tuner = FakeTuner(_two_configs())
     assert launcher._first_launch(tuner, ("args",), None, (96,), CPU, True, eager_inputs=("x",)) is None
     assert len(tuner.launches) == 1 and len(timed) == 2 and ran  # tuned, then both timed
     assert launcher.chosen_configs() == {(96,): chosen}
@@ -115,7 +98,7 @@ def test_a_first_launch_times_the_best_candidate_against_the_graph_and_records_t
         (chosen if chosen == "eager" else chosen[:2])
 
     # another process recalls it; the graph's result is what the launch returns
-    again, tuner = _fake_launcher(eager=lambda *t: torch.full((2,), 7.0)), _FakeTuner(_two_configs())
+    again, tuner = _fake_launcher(eager=lambda *t: torch.full((2,), 7.0)), FakeTuner(_two_configs())
     result = again._first_launch(tuner, ("args",), None, (96,), CPU, True, eager_inputs=("x",))
     assert tuner.launches == []
     if chosen == "eager":
@@ -123,7 +106,7 @@ def test_a_first_launch_times_the_best_candidate_against_the_graph_and_records_t
     else:
         assert result is None and again._raw.launches[0]["BLOCK_M"] == 128
     # a launcher without the graph tunes instead of recalling a choice it cannot run
-    blind, tuner = _fake_launcher(eager=None), _FakeTuner(_two_configs())
+    blind, tuner = _fake_launcher(eager=None), FakeTuner(_two_configs())
     blind._first_launch(tuner, ("args",), None, (96,), CPU, True, eager_inputs=("x",))
     assert len(tuner.launches) == (1 if chosen == "eager" else 0)
 
@@ -137,13 +120,13 @@ def test_a_graph_that_fails_to_run_leaves_the_kernel_chosen(tmp_path, monkeypatc
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
     launcher = _fake_launcher(eager=broken)
-    launcher._first_launch(_FakeTuner(_two_configs()), ("args",), None, (8,), CPU, True, eager_inputs=("x",))
+    launcher._first_launch(FakeTuner(_two_configs()), ("args",), None, (8,), CPU, True, eager_inputs=("x",))
     assert launcher.chosen_configs() == {(8,): (128, 32, 4, 2)}
 
     # the graph chosen earlier (here, or by another process) but out of memory now: the kernel
     for first in (True, False):
         runtime.remember_choice(launcher.src, CPU, (9,), "eager")
-        launcher, tuner = _fake_launcher(eager=broken), _FakeTuner(_two_configs())
+        launcher, tuner = _fake_launcher(eager=broken), FakeTuner(_two_configs())
         if first:
             result = launcher._first_launch(tuner, ("args",), None, (9,), CPU, True, eager_inputs=("x",))
         else:
@@ -339,8 +322,8 @@ def test_a_first_launch_takes_the_tuning_cache_then_the_shipped_choice_then_auto
                                               signature=launcher.signature, bucket=launcher._bucket(()))])
 
     def first_launch(autotune=True):
-        launcher._chosen, launcher._raw, launcher.autotune = {}, _FakeJit(), autotune
-        tuner = _FakeTuner(_two_configs())
+        launcher._chosen, launcher._raw, launcher.autotune = {}, FakeJit(), autotune
+        tuner = FakeTuner(_two_configs())
         launcher._first_launch(tuner, ("args",), None, (), CPU, True)
         return tuner, launcher._raw
 
