@@ -285,7 +285,8 @@ def compile_with_remainder(gm: fx.GraphModule, example_inputs, report: ExplainRe
         if report is not None:
             report.errors.append(why)
     if remainder != "inductor" or not isinstance(gm, fx.GraphModule) \
-            or not inductor.devices(gm, example_inputs) <= inductor.DEVICES:
+            or not inductor.devices(gm, example_inputs) <= inductor.DEVICES \
+            or (kind == "inference" and not _remainder_computes(gm)):
         return _boxed(gm) if kind == "backward" else gm
     try:
         inductor.to_custom_ops(gm)
@@ -299,6 +300,20 @@ def compile_with_remainder(gm: fx.GraphModule, example_inputs, report: ExplainRe
         return _boxed(gm) if kind == "backward" else gm
     _mark_remainder(report, start, "inductor")
     return compiled
+
+
+def _remainder_computes(gm: fx.GraphModule) -> bool:
+    """Whether ``gm`` has work outside Flashlight's kernels besides re-indexing memory.
+
+    A graph that Flashlight fused whole (the attention cores of patched OpenFold modules:
+    views around one kernel) gains nothing from Inductor, whose compiled wrapper and the
+    opaque launch op would only add host time to every call (about 0.1 ms per call
+    measured on a CPU host), so it runs as stitched."""
+    import operator
+
+    return any(node.op == "call_function" and not isinstance(node.target, Launcher)
+               and node.target not in VIEW_LIKE and node.target is not operator.getitem
+               for node in gm.graph.nodes)
 
 
 def _boxed(gm):
