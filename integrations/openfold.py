@@ -101,6 +101,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 
+from flashlight.integrations import openfold_blocks
+from flashlight.integrations.openfold_blocks import SCOPES
 from flashlight.integrations.openfold_forward import (  # noqa: F401 - public names
     _STATE_ATTR,
     PatchedForward,
@@ -135,13 +137,17 @@ class PatchReport:
     ``counts[stack][kind]`` is the number of patched attention modules of each kind in
     each stack (``evoformer``, ``extra_msa``, ``template_pair``, or ``other`` for modules
     outside OpenFold's stack classes); ``paths`` names them; ``already_patched`` counts
-    those that a previous call had patched (their options are updated).
+    those that a previous call had patched (their options are updated). ``scope`` is
+    ``"attention"`` or ``"block"``; with ``"block"``, ``blocks[stack]`` counts the blocks
+    compiled whole (:mod:`~flashlight.integrations.openfold_blocks`).
     """
 
     counts: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     paths: list[str] = dataclasses.field(default_factory=list)
     already_patched: int = 0
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    scope: str = "attention"
+    blocks: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -171,6 +177,9 @@ class PatchReport:
                 n = self.counts.get(stack, {}).get(kind, 0)
                 if n:
                     lines.append(f"  {stack:<14} {kind:<34} {n}")
+        if self.scope == "block":
+            blocks = ", ".join(f"{n} {stack}" for stack, n in self.blocks.items())
+            lines.append(f"  whole blocks compiled: {sum(self.blocks.values())} ({blocks or 'none'})")
         return "\n".join(lines)
 
 
@@ -278,6 +287,7 @@ def patch_openfold(
     kinds: Iterable[str] | None = None,
     fallback_on_cpu: bool = True,
     compile_options: dict[str, Any] | None = None,
+    scope: str = "attention",
 ) -> PatchReport:
     """Make every OpenFold gated self-attention in ``model`` run as a Flashlight kernel.
 
@@ -294,11 +304,16 @@ def patch_openfold(
             stock attention with a one-time warning (True) or raise (False).
         compile_options: passed to :func:`flashlight.compile`, e.g.
             ``{"autotune": False}``.
+        scope: ``"attention"``: compile the attention cores only; ``"block"``: also
+            compile each Evoformer, extra-MSA and template pair block whole (see
+            :mod:`~flashlight.integrations.openfold_blocks`). Patching again with
+            ``"attention"`` removes the block patches.
 
     Raises:
         ValueError: ``model`` holds no OpenFold attention module (of the chosen kinds),
-            ``kinds`` is empty or names an unknown kind, or a module to patch already has
-            an instance ``forward`` set by something else (then nothing is patched).
+            ``kinds`` is empty or names an unknown kind, ``scope`` is unknown, or a module
+            to patch already has an instance ``forward`` set by something else (then
+            nothing is patched).
         TypeError: ``model`` is not a module, ``kinds`` is neither a string nor an
             iterable of strings, or ``compile_options`` is not a dict of known options.
         ImportError: OpenFold is not installed.
@@ -306,6 +321,8 @@ def patch_openfold(
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"patch_openfold expects a torch.nn.Module, not {type(model).__name__}")
     wanted = _kinds_arg(kinds)
+    if scope not in SCOPES:
+        raise ValueError(f"patch_openfold: unknown scope {scope!r}; choose from {list(SCOPES)}")
     options = _Options(bool(fallback_on_cpu), _compile_options_arg(compile_options))
 
     targets = _find_targets(model)
@@ -326,13 +343,15 @@ def patch_openfold(
 
     taken = [t.path for t in chosen if _foreign_forward(t.attention)]
     taken += [t.path.rsplit(".", 1)[0] for t in chosen if _foreign_forward(t.owner)]
+    blocks = openfold_blocks.find_blocks(model) if scope == "block" else []
+    taken += [path for path, block, _ in blocks if _foreign_forward(block)]
     if taken:
         raise ValueError(
             f"patch_openfold: {taken[0]} already has a forward of its own set on the instance "
             "(by another tool's hook or patch); remove it first, nothing was patched"
         )
 
-    report = PatchReport(options=dataclasses.asdict(options))
+    report = PatchReport(options=dataclasses.asdict(options), scope=scope)
     for target in chosen:
         attention = target.attention
         if is_patched(attention):
@@ -354,6 +373,11 @@ def patch_openfold(
             attention.forward = PatchedForward(attention, forward)
         _patch_owner(target)
         report._add(target.stack, target.kind, target.path)
+    if scope == "attention":
+        openfold_blocks.unpatch_blocks(model)
+    for path, block, stack in blocks:
+        openfold_blocks.patch_block(block, path, stack, options)
+        report.blocks[stack] = report.blocks.get(stack, 0) + 1
     return report
 
 
@@ -417,7 +441,8 @@ def unpatch_openfold(model: torch.nn.Module) -> int:
     restored (their owners, in ``model``, are restored with them).
 
     The classes' own ``forward`` is used again, so outputs are bit-identical to a model
-    that was never patched. Unpatching an unpatched model does nothing.
+    that was never patched; blocks compiled whole (``scope="block"``) are restored too.
+    Unpatching an unpatched model does nothing.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"unpatch_openfold expects a torch.nn.Module, not {type(model).__name__}")

@@ -169,7 +169,55 @@ def _owner_forward(self, *args, **kwargs):
             args[at] = None
         else:
             kwargs["chunk_size"] = None
+    if torch.compiler.is_compiling():
+        bound = {**dict(zip(names, args)), **kwargs}
+        if _loop_free_row_attention(self, state, bound):
+            return _msa_row_attention(self, getattr(self, state.attention), bound)
     return type(self).forward(self, *args, **kwargs)
+
+
+def _loop_free_row_attention(owner, state: _OwnerState, bound: dict[str, Any]) -> bool:
+    """Whether ``owner`` is an MSA row attention with pair bias on its unchunked path,
+    which :func:`_msa_row_attention` computes without OpenFold's Python loop (its
+    attention is called as the stock forward calls it, patched or not)."""
+    layers = ("layer_norm_m", "layer_norm_z", "linear_z")
+    return (
+        getattr(owner, "pair_bias", False)
+        and all(getattr(owner, name, None) is not None for name in layers)
+        and isinstance(bound.get("m"), torch.Tensor)
+        and isinstance(bound.get("z"), torch.Tensor)
+        and all(bound.get(name) is None for name in ("chunk_size", "_chunk_logits"))
+        and not bound.get("use_flash", False)
+        and isinstance(getattr(owner, state.attention, None), torch.nn.Module)
+    )
+
+
+def _msa_row_attention(owner, attention, bound: dict[str, Any]):
+    """OpenFold ``MSAAttention.forward`` (row attention with pair bias, unchunked), as
+    traced inside a compiled block.
+
+    OpenFold computes the pair bias in a Python loop over 256-row slices of ``z``, which
+    Dynamo unrolls with ``N_res`` as a constant (every length would compile again); here
+    it is one layer norm and projection of the whole ``z``.
+    """
+    m, z, mask = bound["m"], bound["z"], bound.get("mask")
+    if mask is None:
+        # [*, N_seq, N_res]
+        mask = m.new_ones(m.shape[:-1])
+    # [*, N_seq, 1, 1, N_res]
+    mask_bias = (owner.inf * (mask - 1))[..., :, None, None, :]
+    # [*, N_res, N_res, H] -> [*, 1, H, N_res, N_res]
+    pair_bias = owner.linear_z(owner.layer_norm_z(z)).movedim(-1, -3).unsqueeze(-4)
+    m = owner.layer_norm_m(m)
+    return attention(
+        q_x=m,
+        kv_x=m,
+        biases=[mask_bias, pair_bias],
+        use_memory_efficient_kernel=bound.get("use_memory_efficient_kernel", False),
+        use_lma=bound.get("use_lma", False),
+        use_flash=False,
+        flash_mask=mask,
+    )
 
 
 def _runs_fused(owner, state: _OwnerState, x, arguments: list) -> bool:
@@ -255,8 +303,11 @@ def _patched_forward(self, q_x, kv_x, biases=None, *args, **kwargs):
     biases = [b for b in biases if b is not None] if biases is not None else []
     flash_mask = flags.get("flash_mask")
     use_flash = bool(flags.get("use_flash", False))
+    # traced inside a compiled region (a block of scope="block"): the plain core joins
+    # that graph, whose backend fuses it (see "Whole blocks" in openfold_blocks)
+    tracing = torch.compiler.is_compiling()
 
-    reason = _fallback_reason(self, state.options, [q_x, kv_x], biases)
+    reason = None if tracing else _fallback_reason(self, state.options, [q_x, kv_x], biases)
     if reason is None and len(biases) > openfold_core.MAX_BIASES:
         reason = "biases"
     if reason is not None:
@@ -270,7 +321,7 @@ def _patched_forward(self, q_x, kv_x, biases=None, *args, **kwargs):
             _warn_once("fallback:biases", _FALLBACK_MESSAGES["biases"])
             return _stock_forward(self, q_x, kv_x, biases[:-1] or None, flags=flags)
 
-    fn, core_args = core_call(self, q_x, kv_x, biases, compiled=True)
+    fn, core_args = core_call(self, q_x, kv_x, biases, compiled=not tracing)
     # [*, Q, H, C]
     o = fn(*core_args)
     # [*, Q, H * C]
@@ -333,11 +384,12 @@ def _global_forward(self, m, mask, *args, **kwargs):
     state: _PatchState = getattr(self, _STATE_ATTR)
     flags = _bind(self, args, kwargs, skip=2)
     others = [mask] if isinstance(mask, torch.Tensor) else []
-    reason = _fallback_reason(self, state.options, [m], others)
+    tracing = torch.compiler.is_compiling()  # as in _patched_forward
+    reason = None if tracing else _fallback_reason(self, state.options, [m], others)
     if reason is not None:
         _warn_fallback(reason)
         return _stock_forward(self, m, mask, flags=flags)
-    fn, core_args = global_core_call(self, m, mask, compiled=True)
+    fn, core_args = global_core_call(self, m, mask, compiled=not tracing)
     # [*, R, H, C]
     o = fn(*core_args)
     # [*, R, S, H, C]: the gate, per sequence, outside the kernel

@@ -1,0 +1,249 @@
+"""Whole blocks of OpenFold's stacks compiled with Flashlight: ``patch_openfold(model, scope="block")``.
+
+Whole blocks
+------------
+With ``scope="attention"`` (the default) only the attention cores are compiled; the
+rest of each block (layer norms, projections, transitions, the outer product mean,
+triangle multiplications) runs eagerly, one PyTorch call after another. With
+``scope="block"`` the attention modules are patched as with ``"attention"`` and, in
+addition, each
+
+==============================  ==============================  =======================
+block (found by type)           stack in the report             input
+==============================  ==============================  =======================
+``EvoformerBlock``              ``evoformer``                   ``m, z``
+``ExtraMSABlock``               ``extra_msa``                   ``m, z``
+``TemplatePairStackBlock``      ``template_pair``               ``z`` (the templates)
+==============================  ==============================  =======================
+
+gets an instance ``forward`` that runs the class's forward through one
+``torch.compile`` with Flashlight's backend: Dynamo traces the whole block into one
+graph, in which the patched attention modules (traced, see
+``torch.compiler.is_compiling`` in :mod:`~flashlight.integrations.openfold_forward`)
+contribute the plain attention cores; Flashlight fuses those into its kernels and the
+rest of the graph goes to Inductor (``FLASHLIGHT_REMAINDER``, or ``compile_options``'
+``remainder``).
+
+[Note: one compile for all blocks]
+The compiled function is one small function per block class, dtype and compile options
+(a fresh code object, named e.g. ``evoformer_block_float32``, so that the signatures do
+not compete for Dynamo's per-code-object cache limit). Dynamo inlines ``nn.Module``
+calls, so a block's parameters are inputs of the graph, not constants: the 48 Evoformer
+blocks of a model pass the same guards and share one graph. Lengths work as in the
+attention cores (``dynamic=None``): the first length compiles a static graph, a second
+one a graph with symbolic ``N_res`` / ``N_seq``, and later lengths compile nothing.
+
+Flags forced in a compiled block
+--------------------------------
+- ``inplace_safe=False``. OpenFold's inference path (``inplace_safe=True``, which the
+  ``AlphaFold`` model passes under ``no_grad``) adds updates in place and computes the
+  triangle multiplications in Python loops over chunks of ``N_res`` (``_inference_forward``):
+  Dynamo unrolls those loops with the length as a constant, so every length would
+  compile again, and Inductor plans the buffers of a functional graph itself. The block
+  returns new tensors instead of writing into its inputs; OpenFold's stacks use the
+  returned values.
+- ``chunk_size=None`` and ``_attn_chunk_size=None``: the block runs compiled only when
+  the caller asked for no chunking (``flashlight-fold``'s default). With a chunk size
+  set, OpenFold's ``chunk_layer`` loops would also unroll per length, and dropping them
+  would materialise the transitions' and the outer product mean's full intermediates,
+  which the caller chunked to bound memory: such calls run the block's eager forward,
+  with its attention patched as in scope ``"attention"`` (unchunked attention, chunked
+  transitions), so memory is what that scope gives.
+
+When the eager block runs instead
+---------------------------------
+The class's own forward (its attention still patched, and falling back by its own rules)
+runs when: a chunk size is set (above); ``_offload_inference`` is set (it moves tensors
+between devices and counts references); the attention would not run Flashlight's
+kernels (CPU tensors without ``TRITON_INTERPRET``, a dtype other than float32 and
+bfloat16, autograd recording: see :mod:`~flashlight.integrations.openfold`); the block
+has no compiled form for its class.
+
+Memory
+------
+Unchunked, the compiled block materialises what OpenFold's functional
+(``inplace_safe=False``) path does, with Inductor freeing each buffer after its last
+use. Its largest intermediates are those of the eager patched block (the MSA
+transition's ``[*, S, R, 4 C_m]``, the outer product's ``[*, R, R, c^2]``); the triangle
+multiplications hold both projections ``a, b`` (``[*, R, R, c_mul]``) at once where the
+in-place path holds ``a`` and a chunk of ``b``.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import types
+from typing import Any, Callable, Hashable, Iterator
+
+import torch
+
+from flashlight.integrations import openfold_core
+from flashlight.integrations.openfold_forward import (
+    _STATE_ATTR,
+    PatchedForward,
+    _fallback_reason,
+    _Options,
+    is_patched,
+    _stock_params,
+)
+
+SCOPES = ("attention", "block")
+
+# the block classes by name, in openfold.model.evoformer and openfold.model.template
+_BLOCK_STACKS = {
+    "EvoformerBlock": "evoformer",
+    "ExtraMSABlock": "extra_msa",
+    "TemplatePairStackBlock": "template_pair",
+}
+# arguments that make the compiled block unsuitable when set (see "When the eager block...")
+_EAGER_WHEN_SET = ("chunk_size", "_attn_chunk_size", "_offload_inference")
+
+
+@dataclasses.dataclass
+class _BlockState:
+    """Record of a ``scope="block"`` patch: stored on the block instance."""
+
+    stack: str
+    path: str
+    stock_params: tuple[str, ...]  # parameter names of the class's forward after ``self``
+    options: _Options
+
+
+def block_classes() -> dict[type, str]:
+    """OpenFold's block classes and the stack each belongs to."""
+    from openfold.model import evoformer, template
+
+    found = {}
+    for name, stack in _BLOCK_STACKS.items():
+        cls = getattr(evoformer, name, None) or getattr(template, name, None)
+        if cls is not None:
+            found[cls] = stack
+    return found
+
+
+def find_blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, str]]:
+    """``(path, block, stack)`` for every OpenFold block in ``model``, in module order."""
+    classes = block_classes()
+    return [
+        (path, module, classes[type(module)])
+        for path, module in model.named_modules()
+        if type(module) in classes
+    ]
+
+
+def patch_block(block: torch.nn.Module, path: str, stack: str, options: _Options) -> bool:
+    """Give ``block`` its compiled forward (or new options); returns whether it already had one."""
+    state = vars(block).get(_STATE_ATTR)
+    if isinstance(state, _BlockState) and isinstance(vars(block).get("forward"), PatchedForward):
+        state.options = options
+        return True
+    setattr(block, _STATE_ATTR, _BlockState(stack, path, _stock_params(block), options))
+    block.forward = PatchedForward(block, _block_forward)
+    return False
+
+
+def unpatch_blocks(model: torch.nn.Module) -> int:
+    """Remove every block patch in ``model``; returns how many blocks were restored."""
+    restored = 0
+    for module in model.modules():
+        if isinstance(vars(module).get(_STATE_ATTR), _BlockState):
+            vars(module).pop("forward", None)
+            delattr(module, _STATE_ATTR)
+            restored += 1
+    return restored
+
+
+def _block_forward(self, *args, **kwargs):
+    """The block's class ``forward`` compiled whole (see the module docstring), or as is."""
+    state: _BlockState = getattr(self, _STATE_ATTR)
+    bound = dict(zip(state.stock_params, args))
+    bound.update(kwargs)
+    wrong = len(args) > len(state.stock_params) or set(bound) - set(state.stock_params)
+    if wrong or len(bound) < len(args) + len(kwargs):
+        return type(self).forward(self, *args, **kwargs)  # the class raises the TypeError
+    if torch.compiler.is_compiling() or _eager_reason(self, state, bound) is not None:
+        return type(self).forward(self, *args, **kwargs)
+    bound.update(chunk_size=None, _attn_chunk_size=None, inplace_safe=False)
+    bound = {k: v for k, v in bound.items() if k in state.stock_params}
+    tensors = [v for v in bound.values() if isinstance(v, torch.Tensor)]
+    fn = compiled_block(type(self), tensors[0].dtype, state.options.compile_options)
+    with _traceable_forwards(self):
+        return fn(self, bound)
+
+
+@contextlib.contextmanager
+def _traceable_forwards(block: torch.nn.Module) -> Iterator[None]:
+    """The patched forwards inside ``block`` as bound methods while it runs compiled.
+
+    Dynamo guards an instance ``forward`` by the object's identity, unless it is a bound
+    method, which it guards by its function (see [Note: one compile for all blocks]):
+    with the picklable :class:`PatchedForward` objects every block would compile its own
+    graph. Each is put back, as a new :class:`PatchedForward` of the same function,
+    however the call ends.
+    """
+    swapped = []
+    for module in block.modules():
+        forward = vars(module).get("forward")
+        if module is not block and isinstance(forward, PatchedForward) and is_patched(module):
+            vars(module)["forward"] = types.MethodType(forward.__func__, module)
+            swapped.append((module, forward.__func__))
+    try:
+        yield
+    finally:
+        for module, func in swapped:
+            vars(module)["forward"] = PatchedForward(module, func)
+
+
+def _eager_reason(block, state: _BlockState, bound: dict[str, Any]) -> str | None:
+    """Why ``block`` runs its eager forward for these arguments, or None."""
+    for name in _EAGER_WHEN_SET:
+        if bound.get(name):
+            return name
+    first = state.stock_params[0]
+    x = bound.get(first)
+    if not isinstance(x, torch.Tensor):
+        return f"{first} is not a tensor"
+    others = [v for v in bound.values() if isinstance(v, torch.Tensor) and v is not x]
+    return _fallback_reason(block, state.options, [x], others)
+
+
+def _run_block(block, kwargs):
+    """The block's class forward on keyword arguments: the function that is compiled."""
+    return type(block).forward(block, **kwargs)
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+_compiled: dict[Hashable, tuple[str, Callable]] = {}
+_compiled_lock = threading.Lock()
+
+
+def compiled_block(cls: type, dtype: torch.dtype, compile_options: dict[str, Any]) -> Callable:
+    """The Flashlight-compiled :func:`_run_block` for blocks of class ``cls`` in ``dtype``
+    (see [Note: one compile for all blocks]), compiled on first request and cached."""
+    name = f"{_snake(cls.__name__)}_{str(dtype).replace('torch.', '')}"
+    key = (cls, dtype, tuple(sorted(compile_options.items())))
+    with _compiled_lock:
+        entry = _compiled.get(key)
+        if entry is None:
+            import flashlight
+
+            fresh = openfold_core._fresh_copy(_run_block, name)
+            entry = (name, flashlight.compile(fresh, dynamic=None, **compile_options))
+            _compiled[key] = entry
+        return entry[1]
+
+
+def compiled_names() -> list[str]:
+    """Names of the compiled block functions so far, e.g. ``evoformer_block_float32``."""
+    with _compiled_lock:
+        return sorted(name for name, _ in _compiled.values())
+
+
+def clear_compiled() -> None:
+    """Forget every compiled block function (the next call compiles again)."""
+    with _compiled_lock:
+        _compiled.clear()
