@@ -170,6 +170,7 @@ def _options(args, group, FoldOptions):
         flashlight=not args.no_flashlight,
         compare=args.compare,
         require_flashlight=args.require_flashlight,
+        patch_scope=args.patch_scope,
         mmcif=args.mmcif,
         plot=args.plot,
         repeats=args.repeats,

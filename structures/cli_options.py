@@ -72,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run stock OpenFold and Flashlight and report their deviation",
     )
     p.add_argument(
+        "--patch-scope", choices=("attention", "block"), default="attention",
+        help="what Flashlight compiles: the attention cores (default) or each Evoformer, "
+        "extra-MSA and template pair block whole",
+    )
+    p.add_argument(
         "--require-flashlight", action="store_true",
         help="fail instead of falling back to stock OpenFold when Flashlight cannot run",
     )

@@ -65,6 +65,7 @@ class FoldOptions:
     flashlight: bool = True
     compare: bool = False
     require_flashlight: bool = False
+    patch_scope: str = "attention"  # patch_openfold's scope: "attention" or "block"
     mmcif: bool = False
     plot: bool = True
     repeats: int = 1
@@ -199,7 +200,7 @@ class Folder:
             if unusable:
                 self.status = PatchStatus(requested=True, active=False, reason=unusable)
             else:
-                self.status = apply_flashlight(patched)
+                self.status = apply_flashlight(patched, scope=options.patch_scope)
             if self.status.active:
                 if options.compare:
                     self.variants["stock"] = self.stock

@@ -264,14 +264,16 @@ class PatchStatus:
     active: bool = False
     reason: Optional[str] = None
     details: Optional[str] = None
+    scope: Optional[str] = None  # patch_openfold's scope, once patched
 
     def to_json(self) -> dict:
         """The status as a JSON-ready dict."""
         return dataclasses.asdict(self)
 
 
-def apply_flashlight(model: torch.nn.Module) -> PatchStatus:
-    """Patch ``model`` in place with :func:`flashlight.patch_openfold`.
+def apply_flashlight(model: torch.nn.Module, scope: str = "attention") -> PatchStatus:
+    """Patch ``model`` in place with :func:`flashlight.patch_openfold` (``scope``:
+    ``"attention"`` or ``"block"``, see there).
 
     Never raises: a failure comes back as an inactive status with the reason, for the
     caller to report.
@@ -279,13 +281,13 @@ def apply_flashlight(model: torch.nn.Module) -> PatchStatus:
     try:
         import flashlight
 
-        result = flashlight.patch_openfold(model)
+        result = flashlight.patch_openfold(model, scope=scope)
     except Exception as err:  # noqa: BLE001 - the reason is reported to the user
         return PatchStatus(requested=True, active=False, reason=f"{type(err).__name__}: {err}")
     details = None
     if result is not None and not isinstance(result, torch.nn.Module):
         details = str(result)[:500]
-    return PatchStatus(requested=True, active=True, details=details)
+    return PatchStatus(requested=True, active=True, details=details, scope=scope)
 
 
 def remove_flashlight(model: torch.nn.Module) -> Optional[str]:
