@@ -120,12 +120,12 @@ class Pipeline:
             value = p.run(value, context)
             if self.check:
                 p.check(value)
-            if trace:
+            if trace and settings.debug_level() >= 2:  # printing the IR is not free
                 _debug(p.title.format(node=context.node), p.show(value))
         return value
 
     def graph(self, base: Graph, trace: bool = True) -> Graph:
-        if trace:
+        if trace and settings.debug_level() >= 2:
             _debug("lowered IR", format_graph(base))
         return self.run(self.graph_passes, base, trace, self.context)
 
