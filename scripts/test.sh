@@ -5,8 +5,12 @@
 #   bash scripts/test.sh -k openfold -x  # extra arguments go to pytest
 #
 # Generated Triton kernels run on the CPU through Triton's interpreter
-# (TRITON_INTERPRET=1), so no GPU is needed.
+# (TRITON_INTERPRET=1), so no GPU is needed. Test files run in parallel, one pytest
+# worker per CPU core (pytest-xdist; a file's tests stay on one worker, so they share
+# its fixtures), each worker with one intra-op thread: more threads than cores make
+# PyTorch's OpenMP workers spin against each other, which slowed single tests tenfold.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/setup.sh
-TRITON_INTERPRET=1 exec .venv/bin/python -m pytest -q tests "$@"
+bash scripts/setup.sh --relax  # the tests cover --relax too
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+TRITON_INTERPRET=1 exec .venv/bin/python -m pytest -q -n auto --dist loadfile tests "$@"
