@@ -7,8 +7,8 @@
 # Generated Triton kernels run on the CPU through Triton's interpreter
 # (TRITON_INTERPRET=1), so no GPU is needed. Test files run in parallel, one pytest
 # worker per CPU core (pytest-xdist; a file's tests stay on one worker, so they share
-# its fixtures), each worker with one intra-op thread: more threads than cores make
-# PyTorch's OpenMP workers spin against each other, which slowed single tests tenfold.
+# its fixtures), each worker with one intra-op thread so that the workers do not
+# oversubscribe the cores.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh --relax  # the tests cover --relax too
