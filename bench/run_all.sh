@@ -33,8 +33,8 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # name | command. Ordered by what matters most if GPU time runs short: the product path
 # of the fold-speed claims (flashlight-fold --compare, cold and warm caches), the shipped
 # tuned choices, the like-for-like attention core, DeepSpeed's DS4Sci (its op's build is
-# a part of its own: about 9 minutes), then the rest; below them, the parts of earlier
-# sessions (done).
+# a part of its own: about 9 minutes), then the rest; below them, the parts measured
+# before (done).
 # Parts writing to their own file re-measure cells of an earlier part after a compiler
 # change (the report keeps the newest cell of each implementation): the masked LM
 # variants after full-tile loops (and ALiBi's tile skipping) and again after the coarse
