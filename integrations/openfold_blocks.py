@@ -72,9 +72,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
 import types
-from typing import Any, Callable, Hashable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -217,33 +216,21 @@ def _snake(name: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
 
 
-_compiled: dict[Hashable, tuple[str, Callable]] = {}
-_compiled_lock = threading.Lock()
+_compiled = openfold_core.CompiledFunctions()
 
 
 def compiled_block(cls: type, dtype: torch.dtype, compile_options: dict[str, Any]) -> Callable:
     """The Flashlight-compiled :func:`_run_block` for blocks of class ``cls`` in ``dtype``
     (see [Note: one compile for all blocks]), compiled on first request and cached."""
     name = f"{_snake(cls.__name__)}_{str(dtype).replace('torch.', '')}"
-    key = (cls, dtype, tuple(sorted(compile_options.items())))
-    with _compiled_lock:
-        entry = _compiled.get(key)
-        if entry is None:
-            import flashlight
-
-            fresh = openfold_core._fresh_copy(_run_block, name)
-            entry = (name, flashlight.compile(fresh, dynamic=None, **compile_options))
-            _compiled[key] = entry
-        return entry[1]
+    return _compiled.get((cls, dtype), _run_block, name, dict(compile_options))
 
 
 def compiled_names() -> list[str]:
     """Names of the compiled block functions so far, e.g. ``evoformer_block_float32``."""
-    with _compiled_lock:
-        return sorted(name for name, _ in _compiled.values())
+    return _compiled.names()
 
 
 def clear_compiled() -> None:
     """Forget every compiled block function (the next call compiles again)."""
-    with _compiled_lock:
-        _compiled.clear()
+    _compiled.clear()

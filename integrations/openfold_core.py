@@ -172,27 +172,44 @@ def _fresh_copy(fn: Callable, name: str) -> Callable:
     return copy
 
 
-_compiled: dict[Hashable, tuple[str, Callable]] = {}
-_compiled_lock = threading.Lock()
+class CompiledFunctions:
+    """Functions compiled by Flashlight once per key, under readable names, shared by every
+    patched module of the process ([Note: one compiled callable per signature])."""
+
+    def __init__(self):
+        self._entries: dict[Hashable, tuple[str, Callable]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, plain: Callable, name: str, options: dict) -> Callable:
+        """``plain`` compiled as ``name`` on first request for ``key``, then cached."""
+        key = (key, tuple(sorted(options.items())))
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                import flashlight
+
+                entry = (name, flashlight.compile(_fresh_copy(plain, name), dynamic=None, **options))
+                self._entries[key] = entry
+            return entry[1]
+
+    def names(self) -> list[str]:
+        """The names compiled so far, sorted."""
+        with self._lock:
+            return sorted(name for name, _ in self._entries.values())
+
+    def clear(self) -> None:
+        """Forget every compiled function (the next request compiles again)."""
+        with self._lock:
+            self._entries.clear()
+
+
+_compiled = CompiledFunctions()
 
 
 def signature_name(n_biases: int, gated: bool, heads: int, width: int, dtype: torch.dtype) -> str:
     """A readable name for one core signature, e.g. ``gated_attention_2_h8_c32_bfloat16``."""
     base = attention_core(n_biases, gated).__name__
     return f"{base}_h{heads}_c{width}_{str(dtype).replace('torch.', '')}"
-
-
-def _compiled_once(key: Hashable, plain: Callable, name: str, options: dict) -> Callable:
-    """``plain`` compiled as ``name`` on first request for ``key``, then cached."""
-    key = (key, tuple(sorted(options.items())))
-    with _compiled_lock:
-        entry = _compiled.get(key)
-        if entry is None:
-            import flashlight
-
-            entry = (name, flashlight.compile(_fresh_copy(plain, name), dynamic=None, **options))
-            _compiled[key] = entry
-        return entry[1]
 
 
 def compiled_core(
@@ -211,7 +228,7 @@ def compiled_core(
     plain = attention_core(n_biases, gated)
     name = signature_name(n_biases, gated, heads, width, dtype)
     key = (n_biases, bool(gated), int(heads), int(width), dtype)
-    return _compiled_once(key, plain, name, dict(compile_options or {}))
+    return _compiled.get(key, plain, name, dict(compile_options or {}))
 
 
 def compiled_global_core(
@@ -220,16 +237,14 @@ def compiled_global_core(
     """The Flashlight-compiled :func:`global_attention`, e.g. ``global_attention_h8_c8_float32``."""
     name = f"global_attention_h{heads}_c{width}_{str(dtype).replace('torch.', '')}"
     key = ("global", int(heads), int(width), dtype)
-    return _compiled_once(key, global_attention, name, dict(compile_options or {}))
+    return _compiled.get(key, global_attention, name, dict(compile_options or {}))
 
 
 def compiled_names() -> list[str]:
     """Names of the signatures compiled so far (see :func:`signature_name`), sorted."""
-    with _compiled_lock:
-        return sorted(name for name, _ in _compiled.values())
+    return _compiled.names()
 
 
 def clear_compiled() -> None:
     """Forget every compiled core (the next call compiles again)."""
-    with _compiled_lock:
-        _compiled.clear()
+    _compiled.clear()
