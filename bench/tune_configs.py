@@ -3,6 +3,7 @@
     python -m bench.tune_configs [--n-res 256,512] [--dtypes bf16,tf32,fp32]
                                  [--kernels all|msa_row,triangle_start,...]
                                  [--out flashlight/data/tuned_configs.json] [--max-minutes 9] [--list]
+    python -m bench.tune_configs --fold RECORD.fasta [--alignment-dir DIR] [--dtypes fp32,bf16]
 
 Each cell (an Evoformer kernel of the catalog, :mod:`bench.variants_evoformer`, at one
 N_res and dtype: ``bf16``; ``tf32``: float32 with TF32 matmuls; ``fp32``: IEEE float32)
@@ -17,6 +18,12 @@ The kernels: MSA row attention with pair bias (MSA depth 512, 8 heads, c 32), th
 extra-MSA stack's row attention (depth 1024, 8 heads, c 8), MSA column attention
 (depth 512), triangle attention at the starting and ending node (4 heads, c 32), and
 the template pair stack's triangle attention (4 heads, c 16).
+
+``--fold`` measures the kernels a fold compiles instead: ``flashlight-fold`` runs in this
+process on the record (with its alignment, at its defaults, once per dtype: ``fp32`` is
+the fold's default float32 with TF32, ``bf16`` its ``--dtype bf16``) with the full
+autotuning space, so the entries hold exactly the kernel signatures and size buckets of
+the product path (the OpenFold cores, the global column attention, the template stack).
 
 Resumable: cells with entries in ``--out`` for this GPU and Triton are skipped; the file
 is written after every cell. Stops before ``--max-minutes`` (exit status 3: run again).
@@ -64,6 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-minutes", type=float, default=9.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--list", action="store_true", help="print the cells and exit")
+    p.add_argument("--fold", metavar="FASTA", help="measure the kernels of a flashlight-fold run on this record")
+    p.add_argument("--alignment-dir", help="the record's alignments (with --fold)")
     args = p.parse_args(argv)
     wanted = args.kernels
     args.kernels = list(KERNELS) if wanted == "all" else [k.strip() for k in wanted.split(",") if k.strip()]
@@ -72,6 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"unknown kernels {unknown}; known: {', '.join(KERNELS)}")
     args.n_res = [int(n) for n in args.n_res.split(",") if n.strip()]
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    if args.fold and args.dtypes == ["bf16", "tf32", "fp32"]:
+        args.dtypes = ["fp32", "bf16"]
     bad = [d for d in args.dtypes if d not in ("bf16", "tf32", "fp32")]
     if bad:
         p.error(f"unknown dtypes {bad}; known: bf16, tf32, fp32")
@@ -102,9 +113,42 @@ def measure_cell(variant_name: str, shape: dict, dtype_name: str, seed: int) -> 
     return runtime.TUNING_EVENTS[start:]
 
 
+def fold_cells(fasta: str, dtypes: list[str]) -> list[tuple[str, str, dict, str]]:
+    """(cell id, record, {}, dtype) for a ``--fold`` run: one cell per dtype."""
+    import os
+
+    record = os.path.splitext(os.path.basename(fasta))[0]
+    return [(f"fold {record} {dtype}", fasta, {}, dtype) for dtype in dtypes]
+
+
+def measure_fold(fasta: str, alignment_dir: str | None, dtype_name: str) -> list[dict]:
+    """Fold ``fasta`` once with ``flashlight-fold`` in this process, with the full autotuning
+    space and no tuning cache; the autotuning outcomes of its kernels."""
+    import tempfile
+
+    import torch
+
+    from flashlight import runtime, settings
+    from flashlight.structures import cli
+
+    if dtype_name == "tf32":
+        raise ValueError("a fold's float32 is TF32 already: use fp32")
+    argv = [fasta, "--no-plot", "--quiet", "--dtype", "bf16" if dtype_name == "bf16" else "fp32"]
+    if alignment_dir:
+        argv += ["--alignment-dir", alignment_dir]
+    torch.compiler.reset()
+    start = len(runtime.TUNING_EVENTS)
+    with tempfile.TemporaryDirectory() as out, settings.override(autotune="full", tuning_cache=False):
+        status = cli.main([*argv, "--out-dir", out])
+    if status != 0:
+        raise RuntimeError(f"flashlight-fold exited with status {status}")
+    torch.compiler.reset()
+    return runtime.TUNING_EVENTS[start:]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    todo = cells(args.kernels, args.n_res, args.dtypes)
+    todo = fold_cells(args.fold, args.dtypes) if args.fold else cells(args.kernels, args.n_res, args.dtypes)
     if args.list:
         print("\n".join(cell for cell, *_ in todo))
         return EXIT_COMPLETE
@@ -128,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INCOMPLETE
         t0 = time.monotonic()
         try:
-            events = measure_cell(variant, shape, dtype, args.seed)
+            events = (measure_fold(variant, args.alignment_dir, dtype) if args.fold
+                      else measure_cell(variant, shape, dtype, args.seed))
         except Exception as error:  # noqa: BLE001 - one failed cell does not stop the others
             print(f"{cell}: failed ({type(error).__name__}: {' '.join(str(error).split())[:300]})", file=sys.stderr)
             continue
