@@ -32,9 +32,8 @@ def parse_args(argv):
     p.add_argument("--out", default="bench/results/first_call")
     p.add_argument("--label", default="run", help="prefix of the files written")
     p.add_argument("--top", type=int, default=45)
-    p.add_argument("fold_args", nargs=argparse.REMAINDER, help="after --: more flashlight-fold options")
-    args = p.parse_args(argv)
-    args.fold_args = [a for a in args.fold_args if a != "--"]
+    args, rest = p.parse_known_args(argv)
+    args.fold_args = [a for a in rest if a != "--"]  # more flashlight-fold options
     return args
 
 
