@@ -57,6 +57,57 @@ class _Options:
     compile_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+class FusedProjections:
+    """The projections of one OpenFold ``Attention`` that read the same input, as one
+    weight matrix: one GEMM instead of two to four (see [Note: fused projections]).
+
+    [Note: fused projections]
+    ``linear_q``, ``linear_k``, ``linear_v`` and ``linear_g`` are plain linear layers;
+    those applied to the same tensor (all four in self-attention, where ``q_x is kv_x``;
+    ``q``/``g`` and ``k``/``v`` otherwise) are computed as one ``F.linear`` with their
+    weights stacked along the output dim (and their biases, zeros where a layer has
+    none). Each output column is the same dot product as before, so the results are the
+    stock ones up to the GEMM's rounding; the outputs are column slices of one tensor,
+    which the kernel reads in place (the head width stays contiguous). One GEMM reads
+    the input once instead of once per layer, and issues one launch instead of several:
+    at N_res 256 the patched attentions are bound by the host's launch rate.
+
+    The stacked weights are cached on the module's patch and rebuilt when any layer's
+    weight or bias changes (another tensor, or an in-place update, which bumps the
+    tensor's version counter), so loading weights or fine-tuning keeps them right. The
+    cache is not pickled or copied: a copy of the module builds its own.
+    """
+
+    def __init__(self):
+        self._cache: dict[tuple[str, ...], tuple[tuple, torch.Tensor, torch.Tensor | None]] = {}
+
+    def __reduce__(self):
+        return (FusedProjections, ())
+
+    def __deepcopy__(self, memo):
+        return FusedProjections()
+
+    def weights(self, attention, names: tuple[str, ...]):
+        """``(weight, bias)`` of the layers ``names`` of ``attention`` stacked: ``weight``
+        ``[sum of outputs, C_in]``, ``bias`` ``[sum of outputs]`` or None."""
+        layers = [getattr(attention, name) for name in names]
+        params = [p for layer in layers for p in (layer.weight, layer.bias) if p is not None]
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device, tuple(p.shape)) for p in params)
+        cached = self._cache.get(names)
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        with torch.no_grad():
+            weight = torch.cat([layer.weight for layer in layers], dim=0)
+            bias = None
+            if any(layer.bias is not None for layer in layers):
+                bias = torch.cat([
+                    layer.bias if layer.bias is not None else layer.weight.new_zeros(layer.weight.shape[0])
+                    for layer in layers
+                ])
+        self._cache[names] = (key, weight, bias)
+        return weight, bias
+
+
 @dataclasses.dataclass
 class _PatchState:
     """Per-module record of a patch: stored on the ``Attention`` instance."""
@@ -67,6 +118,7 @@ class _PatchState:
     inf: float  # the owner's mask value, for ``flash_mask``
     stock_params: tuple[str, ...]  # parameter names of the class's forward after ``self``
     options: _Options
+    projections: FusedProjections = dataclasses.field(default_factory=FusedProjections)
 
 
 @dataclasses.dataclass
@@ -343,22 +395,26 @@ def core_call(attention, q_x, kv_x, biases, *, compiled: bool = False):
     """
     biases = list(biases or [])
     heads = attention.no_heads
-    # [*, Q/K, H * C]
-    q = attention.linear_q(q_x)
-    k = attention.linear_k(kv_x)
-    v = attention.linear_v(kv_x)
+    gated = attention.linear_g is not None
+    state = getattr(attention, _STATE_ATTR, None)
+    # [*, Q/K, H * C] each
+    projections = getattr(state, "projections", None)  # None: a patch pickled before it had them
+    if compiled and projections is not None and _plain_linears(attention, gated):
+        q, k, v, g = _fused_projections(attention, projections, q_x, kv_x, gated)
+    else:
+        q = attention.linear_q(q_x)
+        k = attention.linear_k(kv_x)
+        v = attention.linear_v(kv_x)
+        g = attention.linear_g(q_x) if gated else None
     # [*, H, Q/K, C]
     q = q.view(q.shape[:-1] + (heads, -1)).transpose(-2, -3)
     k = k.view(k.shape[:-1] + (heads, -1)).transpose(-2, -3)
     v = v.view(v.shape[:-1] + (heads, -1)).transpose(-2, -3)
     args = [q, k, v, *biases]
-    gated = attention.linear_g is not None
     if gated:
-        g = attention.linear_g(q_x)
         # [*, Q, H, C] gate logits; the sigmoid is part of the core
         args.append(g.view(g.shape[:-1] + (heads, -1)))
     if compiled:
-        state = getattr(attention, _STATE_ATTR, None)
         options = state.options.compile_options if state is not None else {}
         fn = openfold_core.compiled_core(
             len(biases), gated, heads, q.shape[-1], q.dtype, options
@@ -367,6 +423,32 @@ def core_call(attention, q_x, kv_x, biases, *, compiled: bool = False):
         fn = openfold_core.attention_core(len(biases), gated)
     return fn, tuple(args)
 
+
+def _plain_linears(attention, gated: bool) -> bool:
+    """Whether the projections are linear layers computing ``F.linear`` (OpenFold's ``Linear``
+    adds only initialisers), so that they can be stacked ([Note: fused projections])."""
+    names = ("linear_q", "linear_k", "linear_v", "linear_g") if gated else ("linear_q", "linear_k", "linear_v")
+    layers = [getattr(attention, name, None) for name in names]
+    return all(isinstance(layer, torch.nn.Linear) and type(layer).forward is torch.nn.Linear.forward
+               and not layer._forward_hooks and not layer._forward_pre_hooks
+               and layer.out_features == layers[0].out_features for layer in layers)
+
+
+def _fused_projections(attention, projections: FusedProjections, q_x, kv_x, gated: bool):
+    """``q, k, v, g`` (``g`` None when ungated), each ``[*, Q/K, H * C]``, from one GEMM per
+    distinct input ([Note: fused projections])."""
+    width = attention.linear_q.weight.shape[0]
+    if q_x is kv_x:
+        names = ("linear_q", "linear_k", "linear_v", "linear_g") if gated else ("linear_q", "linear_k", "linear_v")
+        # [*, Q, (3 or 4) * H * C]
+        out = torch.nn.functional.linear(q_x, *projections.weights(attention, names))
+        parts = out.split(width, dim=-1)
+        return (*parts, None) if not gated else parts
+    # [*, Q, (1 or 2) * H * C] and [*, K, 2 * H * C]
+    q_names = ("linear_q", "linear_g") if gated else ("linear_q",)
+    qg = torch.nn.functional.linear(q_x, *projections.weights(attention, q_names)).split(width, dim=-1)
+    k, v = torch.nn.functional.linear(kv_x, *projections.weights(attention, ("linear_k", "linear_v"))).split(width, dim=-1)
+    return qg[0], k, v, (qg[1] if gated else None)
 
 
 def _global_forward(self, m, mask, *args, **kwargs):
