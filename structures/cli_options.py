@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--pad-msa", action="store_true",
-        help="pad every MSA to the --max-msa-clusters / --max-extra-msa sizes, as OpenFold "
+        help="pad every MSA to the --max-msa-clusters / --max-extra-msa sizes and run the empty templates, as OpenFold "
         "does (default: fold with the MSA's own depth, which gives the same result faster)",
     )
     p.add_argument(

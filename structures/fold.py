@@ -151,6 +151,45 @@ def compare_predictions(stock: dict, flash: dict, flashlight_active: bool) -> di
     }
 
 
+def skips_templates(model: torch.nn.Module, batch: Dict[str, torch.Tensor]) -> bool:
+    """Whether ``model`` embeds templates and ``batch`` holds none that is real (every
+    ``template_mask`` zero): [Note: no templates, no template work]."""
+    config = getattr(getattr(model, "config", None), "template", None)
+    mask = batch.get("template_mask")
+    return config is not None and bool(config.get("enabled", False)) and (mask is None or not bool(mask.any()))
+
+
+@contextlib.contextmanager
+def _without_empty_templates(model: torch.nn.Module, batch: Dict[str, torch.Tensor], keep: bool):
+    """Within the block, ``model`` skips its template embedding when ``batch`` holds no
+    real template, unless ``keep`` (``--pad-msa``: the preset's fixed sizes throughout).
+
+    [Note: no templates, no template work]
+    In predict mode OpenFold's feature pipeline pads the templates to ``max_templates``
+    (4 for model_1) with empty ones, and the model runs the template pair stack and the
+    template pointwise attention on them, then multiplies the result by ``sum(template_mask)
+    > 0``: zero when no template is real. The template angle rows it appends to the MSA
+    carry the torsion-angle mask of an empty template, zero, as their MSA mask, so the row
+    attention keeps them to themselves and the column attention, the outer product mean
+    and the extra stack mask them out. So with no real template (every record of
+    ``flashlight-fold``, which reads sequences and alignments only) the embedding adds
+    nothing to the pair representation or to the real MSA rows, and skipping it gives the
+    same structure and confidences (tested against the padded fold in
+    ``tests/test_fold_msa_depth.py``) without its cost: about a sixth of model_1's time
+    at 256 residues. The MSA's cluster rows reserved for templates are left as the data
+    config has them, so the sampled rows do not change.
+    """
+    if keep or not skips_templates(model, batch):
+        yield
+        return
+    config = model.config.template
+    config.enabled = False
+    try:
+        yield
+    finally:
+        config.enabled = True
+
+
 class Folder:
     """Folds records with one model configuration; see the module docstring."""
 
@@ -303,7 +342,8 @@ class Folder:
         warm, steady = [], []
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NOISY_OPENFOLD_WARNING)
-            with torch.no_grad(), self._compat(), LayerTimer(model, self.device, on_recycle, opts.sync_modules) as timer:
+            with torch.no_grad(), self._compat(), _without_empty_templates(model, batch, opts.pad_msa), \
+                    LayerTimer(model, self.device, on_recycle, opts.sync_modules) as timer:
                 for _ in range(warmups):
                     out, timing = timer.run(lambda: model(warm_batch))
                     warm.append(timing)
@@ -390,6 +430,7 @@ class Folder:
                     "extra": int(data_config.predict.max_extra_msa),
                     "padded_to_configured_sizes": opts.pad_msa,
                 },
+                "empty_templates_skipped": not opts.pad_msa and skips_templates(self.stock, batch),
             },
             "model": {**self.info.to_json(), "label": self.info.label()},
             "flashlight": self.status.to_json(),

@@ -1,7 +1,8 @@
 """The fold's defaults: MSAs at their own depth, one pass, chunking only when memory runs out.
 
-- Folding with the MSA's own depth gives the structure the padded fold gives
-  ([Note: folding at the MSA's depth] in ``structures/features.py``), for an MSA
+- Folding with the MSA's own depth and without the empty templates gives the structure
+  the padded fold gives ([Note: folding at the MSA's depth] in ``structures/features.py``,
+  [Note: no templates, no template work] in ``structures/fold.py``), for an MSA
   shallower and one deeper than the cluster rows.
 - By default a record is folded once: stock alone runs one pass; where a warm-up is
   needed it is one recycling iteration.
@@ -86,8 +87,18 @@ def test_fitted_sizes_keep_every_real_row(folder, villin):
 
 @pytest.mark.parametrize("clusters", [4, 12], ids=["deeper_than_clusters", "shallower_than_clusters"])
 def test_depth_fold_equals_padded_fold(folder, villin, clusters, tmp_path):
-    padded = _fold(folder, villin, clusters, pad_msa=True, out_dir=str(tmp_path / "p"))
-    fitted = _fold(folder, villin, clusters, pad_msa=False, out_dir=str(tmp_path / "f"))
+    template_calls = []
+    handle = folder.stock.template_pair_stack.register_forward_pre_hook(lambda m, a: template_calls.append(1))
+    try:
+        padded = _fold(folder, villin, clusters, pad_msa=True, out_dir=str(tmp_path / "p"))
+        runs_padded = len(template_calls)
+        fitted = _fold(folder, villin, clusters, pad_msa=False, out_dir=str(tmp_path / "f"))
+    finally:
+        handle.remove()
+    # the padded fold embeds its empty templates in every recycling iteration; the fitted skips them
+    assert runs_padded == folder.options.recycles + 1 and len(template_calls) == runs_padded
+    assert (padded["record"]["empty_templates_skipped"], fitted["record"]["empty_templates_skipped"]) == (False, True)
+    assert folder.stock.config.template.enabled  # restored after the fold
     rows_p, rows_f = padded["record"]["msa_rows"], fitted["record"]["msa_rows"]
     depth = features.msa_depth(villin)
     assert rows_p == {"clusters": clusters, "extra": 8, "padded_to_configured_sizes": True}
