@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--patch-scope", choices=("attention", "block"), default="attention",
         help="what Flashlight compiles: the attention cores (default) or each Evoformer, "
-        "extra-MSA and template pair block whole",
+        "extra-MSA and template pair block whole (slow first call: Inductor compiles the blocks)",
     )
     p.add_argument(
         "--require-flashlight", action="store_true",
