@@ -202,6 +202,11 @@ class _Printer(TileText):
         return self.assign(scope, "red", f"{fn}({var}, axis={axis})"), tuple(r for r in lay if r != role)
 
     # ------------------------------------------------------------ the online loop
+    def lazy(self, k: int) -> bool:
+        """Whether loop max ``k`` rescales its sums lazily ([Note: lazy rescaling])."""
+        base2 = self.kernel.loop[k].base2
+        return base2 is not None and base2.threshold is not None
+
     def emit_loop(self) -> None:
         kernel = self.kernel
         maxes = [k for k, r in enumerate(kernel.loop) if r.op == "max"]
@@ -214,6 +219,8 @@ class _Printer(TileText):
                 init = self.broadcast(var, init_lay, lay)  # promoted to float32 by tl.maximum
                 start = f"tl.maximum({start}, {init}, propagate_nan=tl.PropagateNan.ALL)"
             self.pre.append(f"m{k} = {start}")
+            if self.lazy(k):  # m{k}: the max the sums are relative to; mt{k}: the true max
+                self.pre.append(f"mt{k} = m{k}")
         for k in sums:
             self.pre.append(f"acc{k} = tl.zeros({self.shape(self.plan.loop_layouts[k])}, tl.float32)")
         masked = self.emit_loop_step(kernel.loop, full_tiles=False)
@@ -221,10 +228,25 @@ class _Printer(TileText):
             # the same step without masks, for tiles every mask keeps whole
             self.loop_unmasked = self.emit_loop_step(kernel.unmasked, full_tiles=True)
         self.loop = masked
+        self.emit_loop_results(maxes, sums)
+
+    def emit_loop_results(self, maxes: list[int], sums: list[int]) -> None:
+        """The loop's results after it; sums of a lazily rescaled max that the epilogue
+        needs relative to the true max are rescaled to it once ([Note: lazy rescaling])."""
+        settled = {}  # max -> the difference of its safe stale and true maxes
         for k in maxes:
-            self.post.append(f"res{k} = m{k}")
+            if self.lazy(k) and self.kernel.loop[k].base2.settle:
+                safe = [f"tl.where({m} == float(\"-inf\"), 0.0, {m})" for m in (f"m{k}", f"mt{k}")]
+                settled[k] = f"{safe[0]} - {safe[1]}"
+        for k in maxes:
+            self.post.append(f"res{k} = {'mt' if self.lazy(k) else 'm'}{k}")
         for k in sums:
-            self.post.append(f"res{k} = acc{k}")
+            acc_lay = self.plan.loop_layouts[k]
+            factors = [self.assign("post", "settle", self.exp_text(j, settled[j], power))
+                       for j, power in self.kernel.loop[k].rescaled_by if j in settled]
+            scale = "".join(f" * {self.broadcast(f, self.plan.loop_layouts[j], acc_lay)}"
+                            for f, (j, _) in zip(factors, [r for r in self.kernel.loop[k].rescaled_by if r[0] in settled]))
+            self.post.append(f"res{k} = acc{k}{scale}")
 
     def emit_loop_step(self, loop, full_tiles: bool) -> list[str]:
         """The lines of one step of an online loop over ``loop``'s reductions. Each step
@@ -238,9 +260,12 @@ class _Printer(TileText):
             var, lay = self.emit(loop[k].body, "loop")
             var = self.in_loop_range(var, lay, 'float("-inf")')
             block = self.assign("loop", "bmax", f"tl.max({var}, axis={lay.index('n')})")
+            if self.lazy(k):
+                self.emit_lazy_max(k, block, loop)
+                continue
             self.loop.append(f"m_new{k} = tl.maximum(m{k}, {block}, propagate_nan=tl.PropagateNan.ALL)")
             self.loop.append(f"m_safe{k} = tl.where(m_new{k} == float(\"-inf\"), 0.0, m_new{k})")
-            self.loop.append(f"alpha{k} = tl.exp(m{k} - m_safe{k})")
+            self.loop.append(f"alpha{k} = {self.exp_text(k, f'm{k} - m_safe{k}', 1)}")
         for k in sums:
             red = loop[k]
             acc_lay = self.plan.loop_layouts[k]
@@ -251,18 +276,47 @@ class _Printer(TileText):
                 var = self.in_loop_range(var, lay, "0.0")
                 part = self.assign("loop", "part", f"tl.sum({var}, axis={lay.index('n')})")
                 lay = tuple(r for r in lay if r != "n")
-            scale = "".join(f" * {self.rescale_factor(j, power, acc_lay)}" for j, power in red.rescaled_by)
+            scale = "".join(f" * {self.rescale_factor(j, power, acc_lay)}" for j, power in red.rescaled_by
+                            if not self.lazy(j))
             self.loop.append(f"acc{k} = acc{k}{scale} + {self.broadcast(part, lay, acc_lay)}")
         for k in maxes:
-            self.loop.append(f"m{k} = m_new{k}")
+            if not self.lazy(k):
+                self.loop.append(f"m{k} = m_new{k}")
         self.full_tiles = False
         return self.loop
+
+    def emit_lazy_max(self, k: int, block: str, loop) -> None:
+        """The step of a lazily rescaled max ([Note: lazy rescaling]): raise the true max;
+        where some row of the tile grew by more than the threshold, rescale every row's
+        sums to it; ``m_safe{k}`` is then the max the step's terms are relative to."""
+        base2, lay = loop[k].base2, self.plan.loop_layouts[k]
+        self.loop.append(f"mt{k} = tl.maximum(mt{k}, {block}, propagate_nan=tl.PropagateNan.ALL)")
+        grow = self.assign("loop", "grow", f"mt{k} > m{k} + {literal(base2.threshold / base2.log2_scale)}")
+        self.loop.append(f"if {_any(grow, lay)}:")
+        step = [f"m_up{k} = tl.where(mt{k} == float(\"-inf\"), 0.0, mt{k})",
+                f"alpha{k} = {self.exp_text(k, f'm{k} - m_up{k}', 1)}"]
+        for s, red in enumerate(loop):
+            for j, power in red.rescaled_by if red.op == "sum" else ():
+                if j == k:
+                    factor = f"alpha{k}" if power == 1 else self.exp_text(k, f"m{k} - m_up{k}", power)
+                    step.append(f"acc{s} = acc{s} * {self.broadcast(factor, lay, self.plan.loop_layouts[s])}")
+        step.append(f"m{k} = mt{k}")
+        self.loop.extend("    " + line for line in step)
+        self.loop.append(f"m_safe{k} = tl.where(m{k} == float(\"-inf\"), 0.0, m{k})")
+
+    def exp_text(self, k: int, diff: str, power: float) -> str:
+        """``exp(power * diff)`` of a difference of loop max ``k``'s values, in base 2 where
+        the max runs in base 2 ([Note: base-2 online softmax])."""
+        base2 = self.kernel.loop[k].base2
+        if base2 is None:
+            return f"tl.exp({diff})" if power == 1 else f"tl.exp({literal(float(power))} * ({diff}))"
+        return f"tl.exp2(({diff}) * {literal(float(power) * base2.log2_scale)})"
 
     def rescale_factor(self, k: int, power: float, layout) -> str:
         """``exp(power * (m_old - m_new))`` of loop max ``k`` ([Note: online reduction])."""
         alpha = f"alpha{k}"
         if power != 1:
-            alpha = self.assign("loop", "alpha", f"tl.exp({literal(float(power))} * (m{k} - m_safe{k}))")
+            alpha = self.assign("loop", "alpha", self.exp_text(k, f"m{k} - m_safe{k}", power))
         return self.broadcast(alpha, self.plan.loop_layouts[k], layout)
 
     def emit_store(self) -> None:
@@ -330,6 +384,16 @@ class _Printer(TileText):
                             tuple((self.inputs.index(name), axis) for name, axis in self.plan.relayouts),
                             self.check_bounds, self.fp32_precision,
                             self.plan.fma_dots(self.fp32_precision, self.interpret))
+
+
+def _any(flag: str, layout) -> str:
+    """Whether ``flag`` (a boolean tile of ``layout``) holds anywhere in the tile."""
+    if not layout:
+        return flag
+    text = f"{flag}.to(tl.int32)"
+    for axis in reversed(range(len(layout))):
+        text = f"tl.max({text}, axis={axis})"
+    return f"{text} > 0"
 
 
 def _pow(base: str, exponent) -> str:

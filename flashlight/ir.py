@@ -347,6 +347,24 @@ def check_invariants(graph: Graph) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
+class Base2Max:
+    """How a loop max and the sums it rescales run in base 2 (set by
+    :mod:`flashlight.passes.base2`; see [Note: base-2 online softmax] there).
+
+    The max runs over its body as written (after positive constant factors moved out);
+    a sum rescaled by it with power ``c`` is rescaled by
+    ``exp2(c * log2_scale * (m_old - m_new))``. With ``threshold`` (lazy rescaling,
+    [Note: lazy rescaling]), the max the sums are relative to is raised only on a step
+    where some row's max grew by more than ``threshold / log2_scale``; ``settle``: after
+    the loop the sums are rescaled once to the true max (the epilogue depends on it).
+    """
+
+    log2_scale: float
+    threshold: float | None = None
+    settle: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class LoopReduction:
     """One reduction of a kernel's single online loop over the key-like dim.
 
@@ -363,6 +381,7 @@ class LoopReduction:
     rescaled_by: tuple[tuple[int, float], ...]  # (loop max k, power c)
     dtype: torch.dtype
     init: Expr | None = None
+    base2: Base2Max | None = None  # on a max: its rescaling in base 2 (passes/base2.py)
 
     def exprs(self) -> tuple[Expr, ...]:
         """The expressions the reduction evaluates: its body, and its initial value."""

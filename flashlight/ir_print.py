@@ -134,6 +134,7 @@ def format_kernel(kernel: Kernel, p: Printer | None = None) -> str:
         def loop_line(k=k, red=red):
             scale = f" rescaled by {list(red.rescaled_by)}" if red.rescaled_by else ""
             scale += f" from {p.expr(red.init)}" if red.init is not None else ""
+            scale += _base2_text(red.base2) if red.base2 is not None else ""
             return f"loop{k} = {red.op}[{red.dim.name}]({p.expr(red.body)}){scale}"
         p.line(lines, "  ", loop_line)
     p.line(lines, "  ", lambda: f"out = {p.expr(kernel.epilogue)}")
@@ -144,6 +145,13 @@ def format_kernel(kernel: Kernel, p: Printer | None = None) -> str:
         for k, red in enumerate(kernel.unmasked):
             p.line(lines, "  ", lambda k=k, red=red: f"loop{k} on full tiles = {red.op}[{red.dim.name}]({p.expr(red.body)})")
     return "\n".join(lines)
+
+
+def _base2_text(base2) -> str:
+    text = f" in base 2 scaled by {base2.log2_scale!r}"
+    if base2.threshold is not None:
+        text += f", lazily above {base2.threshold!r}" + (", settled" if base2.settle else "")
+    return text
 
 
 def format_tiled(tiled: TiledKernel) -> str:

@@ -34,6 +34,7 @@ from flashlight.ir import (
 )
 from flashlight.ir_print import format_graph, format_kernel, format_tiled
 from flashlight.lower import Lowered
+from flashlight.passes.base2 import check_base2, to_base2
 from flashlight.passes.fusion import fuse_elementwise, fuse_reductions
 from flashlight.passes.online import online_kernel
 from flashlight.passes.skipping import find_live_tiles
@@ -97,6 +98,7 @@ KERNEL_PASSES: tuple[Pass, ...] = (
          "online form of {node}"),
     Pass("find_live_tiles", lambda k, _: find_live_tiles(k), check_kernel_invariants, format_kernel,
          "tile liveness of {node}"),
+    Pass("to_base2", lambda k, _: to_base2(k), check_base2, format_kernel, "base-2 form of {node}"),
     Pass("tile", lambda k, _: tile(k), check_plan, format_tiled, "tiling of {node}"),
 )
 

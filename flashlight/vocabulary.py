@@ -67,6 +67,8 @@ OPS: dict[str, Op] = {
     "neg": Op(1, ("neg.default",), "(-{0})", True, "arith"),
     "abs": Op(1, ("abs.default",), "tl.abs({0})", True, "arith"),
     "exp": Op(1, ("exp.default",), "tl.exp({0})"),
+    # made by the base-2 pass only (passes/base2.py); torch.exp2 lowers to exp(x * log 2)
+    "exp2": Op(1, (), "tl.exp2({0})"),
     "log": Op(1, ("log.default",), "tl.log({0})"),
     # tanh through exp: exact at both tails, and tl has no portable tanh
     "tanh": Op(1, ("tanh.default",), "(1.0 - 2.0 / (tl.exp(2.0 * {0}) + 1.0))"),

@@ -1,0 +1,267 @@
+"""The online loop in base 2 and its lazy rescaling (``passes/base2.py``).
+
+[Note: base-2 online softmax] and [Note: lazy rescaling] say what is proved; here:
+the IR and source the pass leaves (the scale folded into one multiply, ``exp2``, the
+max an epilogue reads kept in the program's own rounding), and results against float64
+eager on scores whose row maxima grow across key tiles (the interpreter runs 16 keys per
+tile): small steps the lazy loop does not rescale for, jumps it must rescale for (where
+skipping them would overflow float32), rows that start empty, several exp powers, and
+epilogues that need the sums relative to the true max (a logsumexp).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import flashlight
+from flashlight import pipeline
+from flashlight.backoff import search
+from flashlight.codegen import generate
+from flashlight.decompositions import decompositions
+from flashlight.ir import Const, LoopResult, Pointwise, walk
+from flashlight.lower import lower
+from flashlight.passes.base2 import LOG2E, RESCALE_THRESHOLD, to_base2
+from flashlight.runtime import Launcher
+from tests.helpers import plan_of
+
+KEYS = 80  # five key tiles of the interpreter's 16
+TILE = 16
+
+
+def _scaled_attention(q, k, v, bias):
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5 + bias
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _scaled_lse(q, k):
+    return torch.logsumexp(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, dim=-1)
+
+
+def _biased_lse(q, k, bias):
+    return torch.logsumexp(q @ k.transpose(-1, -2) * 0.25 + bias, dim=-1)
+
+
+def _tempered(q, k, v, bias):  # exp((s - max) / T): power 1 / T = 2 in the max
+    s = q @ k.transpose(-1, -2) + bias
+    e = torch.exp((s - s.amax(-1, keepdim=True)) / 0.5)
+    return (e / e.sum(-1, keepdim=True)) @ v
+
+
+def _causal_scaled(q, k, v):
+    L = q.shape[-2]
+    s = (q @ k.transpose(-1, -2) / 4.0).masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _floored(q, k, v):  # softmax with an extra zero logit: the max starts from 0
+    s = q @ k.transpose(-1, -2) * 0.25
+    e = torch.exp(s - torch.clamp_min(s.amax(-1, keepdim=True), 0.0))
+    return (e / (e.sum(-1, keepdim=True) + torch.exp(-torch.clamp_min(s.amax(-1, keepdim=True), 0.0)))) @ v
+
+
+def _qkv(gen, rows=40, keys=KEYS, d=16):
+    q = torch.randn(1, 2, rows, d, generator=gen)
+    return q, torch.randn(1, 2, keys, d, generator=gen), torch.randn(1, 2, keys, d, generator=gen)
+
+
+def _growing_bias(kind: str, gen, rows=40, keys=KEYS) -> torch.Tensor:
+    """``[rows, keys]`` biases whose row maxima grow (or not) from key tile to key tile."""
+    j = torch.arange(keys, dtype=torch.float32)
+    noise = torch.randn(rows, keys, generator=gen)
+    if kind == "small steps":  # +4 per tile: under the threshold, then over it after two tiles
+        return 0.25 * j + noise
+    if kind == "jump":  # +300 after the first tile, then flat: exp(300) overflows float32
+        return 300.0 * (j >= TILE) + noise
+    if kind == "staircase":  # a large rise on every tile
+        return 40.0 * (j // TILE) + noise
+    if kind == "falling":
+        return -0.5 * j + noise
+    if kind == "mixed rows":  # rows that jump next to rows that stay flat, in one row tile
+        slope = torch.where(torch.arange(rows) % 2 == 0, 60.0, 0.0)
+        return slope[:, None] * (j // TILE)[None, :] + noise
+    if kind == "late start":  # row i sees nothing before tile i % 5 (its first tiles are empty)
+        start = (torch.arange(rows) % (keys // TILE)) * TILE
+        return torch.where(j[None, :] < start[:, None], float("-inf"), 10.0 * (j // TILE) + noise)
+    raise ValueError(kind)
+
+
+KINDS = ["small steps", "jump", "staircase", "falling", "mixed rows", "late start"]
+
+
+def _close(out: torch.Tensor, ref: torch.Tensor, scores: float) -> bool:
+    """Within float32 rounding of scores as large as ``scores`` (exponents round at
+    ``|s| * eps``, in eager float32 as here)."""
+    tol = 1e-5 + 4e-7 * scores
+    return bool(torch.isfinite(out).all()) and torch.allclose(out.double(), ref, rtol=tol, atol=tol)
+
+
+def _launch(fn, args, threshold):
+    """``fn``'s kernel built with the base-2 pass at ``threshold``, run by the interpreter."""
+    gm = make_fx(fn, decomposition_table=decompositions())(*args)
+    lowered = lower(gm)
+    passes = tuple(dataclasses.replace(p, run=lambda k, _: to_base2(k, threshold)) if p.name == "to_base2" else p
+                   for p in pipeline.KERNEL_PASSES)
+    compiler = dataclasses.replace(pipeline.pipeline_for(lowered, check=True), kernel_passes=passes)
+    from flashlight.ir import dim_names
+
+    with dim_names(lowered.next_dim_id):
+        plan = search(lowered, compiler, lambda *_: None)
+    ((_, tiled),) = plan.kernels.items()
+    src = generate(tiled, None, "ieee", interpret=True)
+    tensor_of = dict(zip([n.name for n in gm.graph.nodes if n.op == "placeholder"], args))
+    return Launcher(tiled, src, autotune=False)(*(tensor_of[name] for name in src.inputs))
+
+
+# ------------------------------------------------------------------ what the pass leaves
+
+
+def _constant_factors(expr) -> list:
+    return [n for n in walk(expr) if isinstance(n, Pointwise) and n.op in ("mul", "div")
+            and any(isinstance(a, Const) for a in n.args)]
+
+
+def test_the_scale_folds_into_one_multiply_of_the_scores_and_exp2(gen):
+    q, k, v = _qkv(gen)
+    bias = torch.randn(40, KEYS, generator=gen)
+    (tiled,) = plan_of(_scaled_attention, (q, k, v, bias)).kernels.values()
+    kernel = tiled.kernel
+    (mx,) = [r for r in kernel.loop if r.op == "max"]
+    # the max runs over the scores as written (0.25 * q.k + bias: no constant factor), in base 2
+    assert mx.base2 is not None and mx.base2.log2_scale == LOG2E
+    assert mx.base2.threshold == RESCALE_THRESHOLD and not mx.base2.settle  # acc / l needs no settling
+    for red in kernel.loop:
+        ops = {n.op for n in walk(red.body) if isinstance(n, Pointwise)}
+        assert "exp" not in ops and ("exp2" in ops) == (red.op == "sum")
+    src = generate(tiled, None, "tf32", interpret=False).source
+    assert "tl.exp2(" in src and "tl.exp(" not in src
+    assert f"* {LOG2E!r})" in src  # scores and the running max, each times log2(e) once
+
+
+def test_a_constant_factor_of_the_scores_leaves_the_max_and_joins_log2e(gen):
+    q, k, v = _qkv(gen, rows=KEYS)
+    (tiled,) = plan_of(_causal_scaled, (q, k, v)).kernels.values()
+    kernel = tiled.kernel
+    (mx,) = [r for r in kernel.loop if r.op == "max"]
+    assert mx.base2.log2_scale == pytest.approx(LOG2E / 4.0, rel=1e-15)
+    # through the -inf mask: max_j where(m, -inf, x / 4) = max_j where(m, -inf, x) / 4
+    assert not _constant_factors(mx.body)
+    assert kernel.unmasked is not None  # the loop on full tiles agrees
+    (mx_full,) = [r for r in kernel.unmasked if r.op == "max"]
+    assert mx_full.base2 == mx.base2
+    src = generate(tiled, None, "tf32", interpret=False).source
+    assert f"* {LOG2E / 4.0!r})" in src and "/ 4.0)" not in src
+
+
+def test_the_max_an_epilogue_reads_is_rounded_as_the_program_wrote_it(gen):
+    q, k, _ = _qkv(gen)
+    (tiled,) = plan_of(_scaled_lse, (q, k)).kernels.values()
+    kernel = tiled.kernel
+    (index,) = [i for i, r in enumerate(kernel.loop) if r.op == "max"]
+    mx = kernel.loop[index]
+    # the loop's max is of q.k; the epilogue's M = max / 4, as eager rounds max(q.k / 4)
+    assert not _constant_factors(mx.body)
+    reads = [n for n in walk(kernel.epilogue) if isinstance(n, Pointwise) and LoopResult(index, mx.dtype) in n.args]
+    assert reads and all(n.op == "div" and n.args[1] == Const(4.0, n.dtype) for n in reads)
+    # logsumexp = M + log(l) reads M: after the loop the sums are settled to the true max
+    assert mx.base2.settle and mx.base2.log2_scale == pytest.approx(LOG2E / 4.0, rel=1e-15)
+    out = flashlight.compile(_scaled_lse)(q, k)
+    torch.compiler.reset()
+    torch.testing.assert_close(out.double(), _scaled_lse(q.double(), k.double()), rtol=1e-5, atol=1e-5)
+
+
+def test_a_max_with_a_floor_keeps_its_constant_factor(gen):
+    q, k, v = _qkv(gen)
+    (tiled,) = plan_of(_floored, (q, k, v)).kernels.values()
+    (mx,) = [r for r in tiled.kernel.loop if r.base2 is not None]
+    assert mx.init is not None and mx.base2.log2_scale == LOG2E  # 0 / 0.25 would be exact, r / k is not
+    assert mx.base2.settle  # the epilogue adds exp(-M) to the sum: it needs the sums at the true max
+    out = flashlight.compile(_floored)(q, k, v)
+    torch.compiler.reset()
+    torch.testing.assert_close(out.double(), _floored(q.double(), k.double(), v.double()), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ lazy rescaling, numerically
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_growing_row_maxima_match_float64(kind, gen):
+    q, k, v = _qkv(gen)
+    bias = _growing_bias(kind, gen)
+    out = flashlight.compile(_scaled_attention)(q, k, v, bias)
+    torch.compiler.reset()
+    ref = _scaled_attention(q.double(), k.double(), v.double(), bias.double())
+    assert _close(out, ref, float(bias[torch.isfinite(bias)].abs().max()))
+
+
+@pytest.mark.parametrize("kind", ["small steps", "jump", "mixed rows", "late start"])
+def test_a_logsumexp_over_growing_maxima_is_settled_to_the_true_max(kind, gen):
+    q, k, _ = _qkv(gen)
+    bias = _growing_bias(kind, gen)
+    out = flashlight.compile(_biased_lse)(q, k, bias)
+    torch.compiler.reset()
+    ref = _biased_lse(q.double(), k.double(), bias.double())
+    assert _close(out, ref, float(bias[torch.isfinite(bias)].abs().max()))
+
+
+@pytest.mark.parametrize("kind", ["small steps", "staircase", "mixed rows"])
+def test_an_exp_power_of_two_halves_the_threshold(kind, gen):
+    q, k, v = _qkv(gen)
+    bias = _growing_bias(kind, gen)
+    (tiled,) = plan_of(_tempered, (q, k, v, bias)).kernels.values()
+    (mx,) = [r for r in tiled.kernel.loop if r.op == "max"]
+    assert mx.base2.threshold == RESCALE_THRESHOLD / 2  # terms stay below 2 ** 8
+    out = flashlight.compile(_tempered)(q, k, v, bias)
+    torch.compiler.reset()
+    ref = _tempered(q.double(), k.double(), v.double(), bias.double())
+    assert _close(out, ref, 2 * float(bias.abs().max()))
+
+
+def test_causal_tiles_with_growing_maxima_match_float64(gen):
+    q, k, v = _qkv(gen, rows=KEYS)
+    scale = (4.0 * (torch.arange(KEYS) // TILE)).to(torch.float32)  # keys of later tiles score higher
+    k = k * (1.0 + scale[:, None])
+    out = flashlight.compile(_causal_scaled)(q, k, v)
+    torch.compiler.reset()
+    ref = _causal_scaled(q.double(), k.double(), v.double())
+    assert _close(out, ref, float((q @ k.transpose(-1, -2)).abs().max() / 4.0))
+
+
+def test_the_threshold_is_what_keeps_the_lazy_loop_finite(gen):
+    """The inputs can tell: rescaling on every step gives the same result, never rescaling
+    after the first tile overflows at the jump."""
+    q, k, v = _qkv(gen)
+    bias = _growing_bias("jump", gen)
+    ref = _scaled_attention(q.double(), k.double(), v.double(), bias.double())
+    for threshold in (None, RESCALE_THRESHOLD, 1.0):
+        assert _close(_launch(_scaled_attention, (q, k, v, bias), threshold), ref, 310.0), threshold
+    broken = _launch(_scaled_attention, (q, k, v, bias), math.inf)
+    assert not torch.isfinite(broken).all()
+
+
+def test_rows_without_any_key_stay_nan_as_in_eager(gen):
+    q, k, v = _qkv(gen)
+    bias = _growing_bias("late start", gen)
+    bias[3] = float("-inf")  # a row that never sees a key: 0 / 0
+    out = flashlight.compile(_scaled_attention)(q, k, v, bias)
+    torch.compiler.reset()
+    ref = _scaled_attention(q.double(), k.double(), v.double(), bias.double())
+    assert torch.isnan(ref[..., 3, :]).all() and torch.isnan(out[..., 3, :]).all()
+    keep = torch.ones(40, dtype=torch.bool)
+    keep[3] = False
+    assert _close(out[..., keep, :], ref[..., keep, :], float(bias[torch.isfinite(bias)].abs().max()))
+
+
+def test_the_lazy_loop_builds_for_hopper(gen):
+    """The branch on the tile's growth must also pass Triton's GPU compiler (sm_90, no GPU
+    needed), at a 128-row, 8-warp, 3-stage tile."""
+    q, k, v = _qkv(gen)
+    bias = _growing_bias("small steps", gen)
+    (kernel,) = flashlight.explain(_scaled_attention, q, k, v, bias).kernels
+    torch.compiler.reset()
+    assert "if tl.max(" in kernel.source
+    built = kernel.aot_compile(90, block_m=128, block_n=64, num_warps=8, num_stages=3)
+    assert built.shared > 0 and built.num_warps == 8
