@@ -10,7 +10,10 @@ kernel has a fixed shape:
    programs that share keys and values run together);
 2. loop-invariant values (the query tile, row biases) before the loop;
 3. one loop over the ``n`` tiles updating the online reductions
-   ([Note: online reduction] in :mod:`flashlight.passes.online`);
+   ([Note: online reduction] in :mod:`flashlight.passes.online`), printed twice: over
+   the tiles before the last, which are whole, without bounds checks along the loop,
+   then over the last, partial tile with them (with a liveness predicate, the ranges the
+   scan finds instead, see :mod:`flashlight.codegen_live`);
 4. the epilogue and one masked store.
 """
 from __future__ import annotations
@@ -227,6 +230,9 @@ class _Printer(TileText):
         if kernel.unmasked is not None:
             # the same step without masks, for tiles every mask keeps whole
             self.loop_unmasked = self.emit_loop_step(kernel.unmasked, full_tiles=True)
+        elif kernel.live is None:
+            # the same step without bounds checks along the loop, for the tiles before the last
+            self.loop_unmasked = self.emit_loop_step(kernel.loop, full_tiles=True)
         self.loop = masked
         self.emit_loop_results(maxes, sums)
 
@@ -357,8 +363,12 @@ class _Printer(TileText):
         if self.check_bounds:
             params += [f"in{k}_span" for k in range(len(self.inputs))] + ["out_span", "errors"]
         params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
-        loops = [("0", "N_SIZE", self.loop)]
-        if self.kernel.live is not None:
+        if self.kernel.live is None:
+            # the tiles before the last one are whole: they run without bounds checks along
+            # the loop (with a static size divisible by BLOCK_N, the last loop is empty)
+            head.append("N_FULL = N_SIZE - N_SIZE % BLOCK_N")
+            loops = [("0", "N_FULL", self.loop_unmasked), ("N_FULL", "N_SIZE", self.loop)]
+        else:
             scan = LiveScan(self, self.kernel.live, self.kernel.full)
             first, end = scan.emit()
             loops = [(first, end, self.loop)]
