@@ -205,6 +205,15 @@ class _Printer(TileText):
         return self.assign(scope, "red", f"{fn}({var}, axis={axis})"), tuple(r for r in lay if r != role)
 
     # ------------------------------------------------------------ the online loop
+    def whole_tiles_apart(self) -> bool:
+        """Whether the whole key tiles get a loop of their own, without bounds checks: for
+        kernels without a liveness scan (which finds its own runs of full tiles) whose dots
+        run on tensor cores. Where some dot multiplies IEEE float32 operands on CUDA cores
+        (``TilePlan.fma_dots``), operand tiles fill the registers, and ptxas spills several
+        times more in both loops of a kernel with two (sm_90 builds at head width 128). The
+        interpreter's source has the GPU's loops."""
+        return self.kernel.live is None and not self.plan.fma_dots(self.fp32_precision, interpret=False)
+
     def lazy(self, k: int) -> bool:
         """Whether loop max ``k`` rescales its sums lazily ([Note: lazy rescaling])."""
         base2 = self.kernel.loop[k].base2
@@ -230,7 +239,7 @@ class _Printer(TileText):
         if kernel.unmasked is not None:
             # the same step without masks, for tiles every mask keeps whole
             self.loop_unmasked = self.emit_loop_step(kernel.unmasked, full_tiles=True)
-        elif kernel.live is None:
+        elif self.whole_tiles_apart():
             # the same step without bounds checks along the loop, for the tiles before the last
             self.loop_unmasked = self.emit_loop_step(kernel.loop, full_tiles=True)
         self.loop = masked
@@ -363,11 +372,13 @@ class _Printer(TileText):
         if self.check_bounds:
             params += [f"in{k}_span" for k in range(len(self.inputs))] + ["out_span", "errors"]
         params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
-        if self.kernel.live is None:
+        if self.whole_tiles_apart():
             # the tiles before the last one are whole: they run without bounds checks along
             # the loop (with a static size divisible by BLOCK_N, the last loop is empty)
             head.append("N_FULL = N_SIZE - N_SIZE % BLOCK_N")
             loops = [("0", "N_FULL", self.loop_unmasked), ("N_FULL", "N_SIZE", self.loop)]
+        elif self.kernel.live is None:
+            loops = [("0", "N_SIZE", self.loop)]
         else:
             scan = LiveScan(self, self.kernel.live, self.kernel.full)
             first, end = scan.emit()

@@ -1,10 +1,20 @@
 """The online loop over whole key tiles runs without bounds checks along the keys; the
-last, partial tile runs with them (``codegen.py``). The interpreter's tiles are 16 keys."""
+last, partial tile runs with them (``codegen.py``), in kernels whose dots run on tensor
+cores (here TF32; the interpreter's source has the GPU's loops, its tiles 16 keys)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import flashlight
+
+
+@pytest.fixture(autouse=True)
+def tf32():
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def _attention(q, k, v):
@@ -25,6 +35,15 @@ def test_whole_key_tiles_are_read_and_reduced_without_bounds_checks(gen):
     assert "< N_SIZE" not in whole and "(offs_n[:, None] < 40)" not in whole
     assert last.startswith("for start_n in range(N_FULL, N_SIZE, BLOCK_N)")
     assert "< N_SIZE" in last and "(offs_n[:, None] < 40)" in last
+
+
+def test_ieee_float32_kernels_keep_one_loop(gen):
+    torch.backends.cuda.matmul.allow_tf32 = False  # dots on CUDA cores: operand tiles in registers
+    q, k, v = (torch.randn(1, 2, 40, 16, generator=gen) for _ in range(3))
+    (kernel,) = flashlight.explain(_attention, q, k, v).kernels
+    torch.compiler.reset()
+    (loop,) = _loops(kernel.source)
+    assert loop.startswith("for start_n in range(0, N_SIZE, BLOCK_N)")
 
 
 def test_lengths_with_and_without_a_partial_tile_match_float64(gen):

@@ -3,7 +3,7 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_833f05b1da70(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, in1_s0, in1_s1, in1_s2, in1_s3, in2_s0, in2_s1, in2_s2, in2_s3, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def flashlight_086f26aa1c04(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, in1_s0, in1_s1, in1_s2, in1_s3, in2_s0, in2_s1, in2_s2, in2_s3, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid = tl.program_id(0)
     num_m = tl.cdiv(29, BLOCK_M)
     pid_m = pid % num_m
@@ -16,36 +16,12 @@ def flashlight_833f05b1da70(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
     offs_e0 = tl.arange(0, 16)
     offs_f = tl.arange(0, 16)
     N_SIZE = 29
-    N_FULL = N_SIZE - N_SIZE % BLOCK_N
     m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
     mt1 = m1
     acc0 = tl.zeros([BLOCK_M, 16], tl.float32)
     acc2 = tl.zeros([BLOCK_M], tl.float32)
     x1 = tl.load(in0 + (g0) * in0_s0 + (g1) * in0_s1 + (offs_m[:, None]) * in0_s2 + (offs_e0[None, :]) * in0_s3, mask=(offs_m[:, None] < 29), other=0).to(tl.float32)
-    for start_n in range(0, N_FULL, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        x13 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (offs_n[:, None]) * in1_s2 + (offs_e0[None, :]) * in1_s3).to(tl.float32)
-        dot14 = tl.dot(x1.to(tl.float32), tl.trans(x13).to(tl.float32), input_precision="ieee")
-        bmax15 = tl.max(dot14, axis=1)
-        mt1 = tl.maximum(mt1, bmax15, propagate_nan=tl.PropagateNan.ALL)
-        grow16 = mt1 > m1 + 22.18070977791825
-        if tl.max(grow16.to(tl.int32), axis=0) > 0:
-            m_up1 = tl.where(mt1 == float("-inf"), 0.0, mt1)
-            alpha1 = tl.exp2((m1 - m_up1) * 0.36067376022224085)
-            acc0 = acc0 * alpha1[:, None]
-            acc2 = acc2 * alpha1
-            m1 = mt1
-        m_safe1 = tl.where(m1 == float("-inf"), 0.0, m1)
-        v17 = (dot14 * 0.36067376022224085)
-        v18 = (m_safe1 * 0.36067376022224085)
-        v19 = (v17 - v18[:, None])
-        v20 = tl.exp2(v19)
-        x21 = tl.load(in2 + (g0) * in2_s0 + (g1) * in2_s1 + (offs_n[:, None]) * in2_s2 + (offs_f[None, :]) * in2_s3).to(tl.float32)
-        dot22 = tl.dot(v20.to(tl.float32), x21.to(tl.float32), input_precision="ieee")
-        acc0 = acc0 + dot22
-        part23 = tl.sum(v20, axis=1)
-        acc2 = acc2 + part23
-    for start_n in range(N_FULL, N_SIZE, BLOCK_N):
+    for start_n in range(0, N_SIZE, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         x2 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (offs_n[:, None]) * in1_s2 + (offs_e0[None, :]) * in1_s3, mask=(offs_n[:, None] < 29), other=0).to(tl.float32)
         dot3 = tl.dot(x1.to(tl.float32), tl.trans(x2).to(tl.float32), input_precision="ieee")
@@ -71,5 +47,5 @@ def flashlight_833f05b1da70(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
     res1 = mt1
     res0 = acc0
     res2 = acc2
-    v24 = (res0 / res2[:, None])
-    tl.store(out + ((g0) * 2 + g1) * out_s0 + (offs_m[:, None]) * out_s1 + (offs_f[None, :]) * out_s2, (v24).to(tl.float32), mask=(offs_m[:, None] < 29))
+    v13 = (res0 / res2[:, None])
+    tl.store(out + ((g0) * 2 + g1) * out_s0 + (offs_m[:, None]) * out_s1 + (offs_f[None, :]) * out_s2, (v13).to(tl.float32), mask=(offs_m[:, None] < 29))
