@@ -4,9 +4,10 @@
 the IR and source the pass leaves (the scale folded into one multiply, ``exp2``, the
 max an epilogue reads kept in the program's own rounding), and results against float64
 eager on scores whose row maxima grow across key tiles (the interpreter runs 16 keys per
-tile): small steps the lazy loop does not rescale for, jumps it must rescale for (where
-skipping them would overflow float32), rows that start empty, several exp powers, and
-epilogues that need the sums relative to the true max (a logsumexp).
+tile), rescaled on every step as the pipeline does and lazily: small steps the lazy
+loop does not rescale for, jumps it must rescale for (where skipping them would overflow
+float32), rows that start empty, several exp powers, and epilogues that need the sums
+relative to the true max (a logsumexp).
 """
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ from flashlight import pipeline
 from flashlight.backoff import search
 from flashlight.codegen import generate
 from flashlight.decompositions import decompositions
-from flashlight.ir import Const, LoopResult, Pointwise, walk
+from flashlight.ir import Const, LoopResult, Pointwise, dim_names, walk
 from flashlight.lower import lower
-from flashlight.passes.base2 import LOG2E, RESCALE_THRESHOLD, to_base2
-from flashlight.runtime import Launcher
+from flashlight.passes.base2 import DEFAULT_THRESHOLD, LOG2E, RESCALE_THRESHOLD, to_base2
+from flashlight.runtime import Launcher, aot_compile
 from tests.helpers import plan_of
 
 KEYS = 80  # five key tiles of the interpreter's 16
@@ -99,21 +100,30 @@ def _close(out: torch.Tensor, ref: torch.Tensor, scores: float) -> bool:
     return bool(torch.isfinite(out).all()) and torch.allclose(out.double(), ref, rtol=tol, atol=tol)
 
 
-def _launch(fn, args, threshold):
-    """``fn``'s kernel built with the base-2 pass at ``threshold``, run by the interpreter."""
+def _compiled(fn, args, threshold):
+    """``fn``'s kernel with the base-2 pass at ``threshold`` (None: rescaling every step),
+    the graph it came from and its input tensors in argument order."""
     gm = make_fx(fn, decomposition_table=decompositions())(*args)
     lowered = lower(gm)
     passes = tuple(dataclasses.replace(p, run=lambda k, _: to_base2(k, threshold)) if p.name == "to_base2" else p
                    for p in pipeline.KERNEL_PASSES)
     compiler = dataclasses.replace(pipeline.pipeline_for(lowered, check=True), kernel_passes=passes)
-    from flashlight.ir import dim_names
-
     with dim_names(lowered.next_dim_id):
         plan = search(lowered, compiler, lambda *_: None)
     ((_, tiled),) = plan.kernels.items()
-    src = generate(tiled, None, "ieee", interpret=True)
     tensor_of = dict(zip([n.name for n in gm.graph.nodes if n.op == "placeholder"], args))
-    return Launcher(tiled, src, autotune=False)(*(tensor_of[name] for name in src.inputs))
+    return tiled, [tensor_of[name] for name, _ in tiled.plan.inputs]
+
+
+def _run(fn, args, threshold):
+    """``fn``'s kernel at ``threshold``, run by the interpreter, in the shape of ``fn``'s
+    result (the graph around the kernel only views its output)."""
+    tiled, tensors = _compiled(fn, args, threshold)
+    out = Launcher(tiled, generate(tiled, None, "ieee", interpret=True), autotune=False)(*tensors)
+    return out.reshape(fn(*args).shape)
+
+
+THRESHOLDS = [pytest.param(None, id="every step"), pytest.param(RESCALE_THRESHOLD, id="lazy")]
 
 
 # ------------------------------------------------------------------ what the pass leaves
@@ -132,12 +142,12 @@ def test_the_scale_folds_into_one_multiply_of_the_scores_and_exp2(gen):
     (mx,) = [r for r in kernel.loop if r.op == "max"]
     # the max runs over the scores as written (0.25 * q.k + bias: no constant factor), in base 2
     assert mx.base2 is not None and mx.base2.log2_scale == LOG2E
-    assert mx.base2.threshold == RESCALE_THRESHOLD and not mx.base2.settle  # acc / l needs no settling
+    assert mx.base2.threshold == DEFAULT_THRESHOLD is None  # the pipeline rescales on every step
     for red in kernel.loop:
         ops = {n.op for n in walk(red.body) if isinstance(n, Pointwise)}
         assert "exp" not in ops and ("exp2" in ops) == (red.op == "sum")
     src = generate(tiled, None, "tf32", interpret=False).source
-    assert "tl.exp2(" in src and "tl.exp(" not in src
+    assert "tl.exp2(" in src and "tl.exp(" not in src and "if " not in src
     assert f"* {LOG2E!r})" in src  # scores and the running max, each times log2(e) once
 
 
@@ -158,7 +168,7 @@ def test_a_constant_factor_of_the_scores_leaves_the_max_and_joins_log2e(gen):
 
 def test_the_max_an_epilogue_reads_is_rounded_as_the_program_wrote_it(gen):
     q, k, _ = _qkv(gen)
-    (tiled,) = plan_of(_scaled_lse, (q, k)).kernels.values()
+    tiled, _ = _compiled(_scaled_lse, (q, k), RESCALE_THRESHOLD)
     kernel = tiled.kernel
     (index,) = [i for i, r in enumerate(kernel.loop) if r.op == "max"]
     mx = kernel.loop[index]
@@ -166,88 +176,98 @@ def test_the_max_an_epilogue_reads_is_rounded_as_the_program_wrote_it(gen):
     assert not _constant_factors(mx.body)
     reads = [n for n in walk(kernel.epilogue) if isinstance(n, Pointwise) and LoopResult(index, mx.dtype) in n.args]
     assert reads and all(n.op == "div" and n.args[1] == Const(4.0, n.dtype) for n in reads)
-    # logsumexp = M + log(l) reads M: after the loop the sums are settled to the true max
+    # logsumexp = M + log(l) reads M: a lazy loop settles the sums to the true max after it
     assert mx.base2.settle and mx.base2.log2_scale == pytest.approx(LOG2E / 4.0, rel=1e-15)
-    out = flashlight.compile(_scaled_lse)(q, k)
-    torch.compiler.reset()
-    torch.testing.assert_close(out.double(), _scaled_lse(q.double(), k.double()), rtol=1e-5, atol=1e-5)
+    for threshold in (None, RESCALE_THRESHOLD):
+        out = _run(_scaled_lse, (q, k), threshold)
+        torch.testing.assert_close(out.double(), _scaled_lse(q.double(), k.double()), rtol=1e-5, atol=1e-5)
 
 
-def test_a_max_with_a_floor_keeps_its_constant_factor(gen):
+def test_attention_needs_no_settling_and_a_floor_keeps_its_constant_factor(gen):
     q, k, v = _qkv(gen)
-    (tiled,) = plan_of(_floored, (q, k, v)).kernels.values()
+    bias = torch.randn(40, KEYS, generator=gen)
+    tiled, _ = _compiled(_scaled_attention, (q, k, v, bias), RESCALE_THRESHOLD)
+    (mx,) = [r for r in tiled.kernel.loop if r.op == "max"]
+    assert mx.base2.threshold == RESCALE_THRESHOLD and not mx.base2.settle  # acc / l: degree 0
+    tiled, _ = _compiled(_floored, (q, k, v), RESCALE_THRESHOLD)
     (mx,) = [r for r in tiled.kernel.loop if r.base2 is not None]
     assert mx.init is not None and mx.base2.log2_scale == LOG2E  # 0 / 0.25 would be exact, r / k is not
     assert mx.base2.settle  # the epilogue adds exp(-M) to the sum: it needs the sums at the true max
-    out = flashlight.compile(_floored)(q, k, v)
-    torch.compiler.reset()
-    torch.testing.assert_close(out.double(), _floored(q.double(), k.double(), v.double()), rtol=1e-5, atol=1e-5)
+    ref = _floored(q.double(), k.double(), v.double())
+    for threshold in (None, RESCALE_THRESHOLD):
+        torch.testing.assert_close(_run(_floored, (q, k, v), threshold).double(), ref, rtol=1e-5, atol=1e-5)
 
 
-# ------------------------------------------------------------------ lazy rescaling, numerically
+# ------------------------------------------------------------------ growing maxima, numerically
 
 
+@pytest.mark.parametrize("threshold", THRESHOLDS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_growing_row_maxima_match_float64(kind, gen):
+def test_growing_row_maxima_match_float64(kind, threshold, gen):
     q, k, v = _qkv(gen)
     bias = _growing_bias(kind, gen)
-    out = flashlight.compile(_scaled_attention)(q, k, v, bias)
-    torch.compiler.reset()
+    out = _run(_scaled_attention, (q, k, v, bias), threshold)
     ref = _scaled_attention(q.double(), k.double(), v.double(), bias.double())
     assert _close(out, ref, float(bias[torch.isfinite(bias)].abs().max()))
 
 
+def test_the_compiled_function_matches_float64_on_growing_maxima(gen):
+    q, k, v = _qkv(gen)
+    bias = _growing_bias("jump", gen)
+    out = flashlight.compile(_scaled_attention)(q, k, v, bias)
+    torch.compiler.reset()
+    assert _close(out, _scaled_attention(q.double(), k.double(), v.double(), bias.double()), 310.0)
+
+
+@pytest.mark.parametrize("threshold", THRESHOLDS)
 @pytest.mark.parametrize("kind", ["small steps", "jump", "mixed rows", "late start"])
-def test_a_logsumexp_over_growing_maxima_is_settled_to_the_true_max(kind, gen):
+def test_a_logsumexp_over_growing_maxima_matches_float64(kind, threshold, gen):
     q, k, _ = _qkv(gen)
     bias = _growing_bias(kind, gen)
-    out = flashlight.compile(_biased_lse)(q, k, bias)
-    torch.compiler.reset()
+    out = _run(_biased_lse, (q, k, bias), threshold)
     ref = _biased_lse(q.double(), k.double(), bias.double())
     assert _close(out, ref, float(bias[torch.isfinite(bias)].abs().max()))
 
 
+@pytest.mark.parametrize("threshold", THRESHOLDS)
 @pytest.mark.parametrize("kind", ["small steps", "staircase", "mixed rows"])
-def test_an_exp_power_of_two_halves_the_threshold(kind, gen):
+def test_an_exp_power_of_two_halves_the_threshold(kind, threshold, gen):
     q, k, v = _qkv(gen)
     bias = _growing_bias(kind, gen)
-    (tiled,) = plan_of(_tempered, (q, k, v, bias)).kernels.values()
+    tiled, _ = _compiled(_tempered, (q, k, v, bias), threshold)
     (mx,) = [r for r in tiled.kernel.loop if r.op == "max"]
-    assert mx.base2.threshold == RESCALE_THRESHOLD / 2  # terms stay below 2 ** 8
-    out = flashlight.compile(_tempered)(q, k, v, bias)
-    torch.compiler.reset()
+    assert mx.base2.threshold == (None if threshold is None else threshold / 2)  # terms stay below 2 ** 8
+    out = _run(_tempered, (q, k, v, bias), threshold)
     ref = _tempered(q.double(), k.double(), v.double(), bias.double())
     assert _close(out, ref, 2 * float(bias.abs().max()))
 
 
-def test_causal_tiles_with_growing_maxima_match_float64(gen):
+@pytest.mark.parametrize("threshold", THRESHOLDS)
+def test_causal_tiles_with_growing_maxima_match_float64(threshold, gen):
     q, k, v = _qkv(gen, rows=KEYS)
     scale = (4.0 * (torch.arange(KEYS) // TILE)).to(torch.float32)  # keys of later tiles score higher
     k = k * (1.0 + scale[:, None])
-    out = flashlight.compile(_causal_scaled)(q, k, v)
-    torch.compiler.reset()
+    out = _run(_causal_scaled, (q, k, v), threshold)
     ref = _causal_scaled(q.double(), k.double(), v.double())
     assert _close(out, ref, float((q @ k.transpose(-1, -2)).abs().max() / 4.0))
 
 
 def test_the_threshold_is_what_keeps_the_lazy_loop_finite(gen):
-    """The inputs can tell: rescaling on every step gives the same result, never rescaling
-    after the first tile overflows at the jump."""
+    """The inputs can tell: never rescaling after the first tile overflows at the jump."""
     q, k, v = _qkv(gen)
     bias = _growing_bias("jump", gen)
     ref = _scaled_attention(q.double(), k.double(), v.double(), bias.double())
-    for threshold in (None, RESCALE_THRESHOLD, 1.0):
-        assert _close(_launch(_scaled_attention, (q, k, v, bias), threshold), ref, 310.0), threshold
-    broken = _launch(_scaled_attention, (q, k, v, bias), math.inf)
+    assert _close(_run(_scaled_attention, (q, k, v, bias), 1.0), ref, 310.0)
+    broken = _run(_scaled_attention, (q, k, v, bias), math.inf)
     assert not torch.isfinite(broken).all()
 
 
-def test_rows_without_any_key_stay_nan_as_in_eager(gen):
+@pytest.mark.parametrize("threshold", THRESHOLDS)
+def test_rows_without_any_key_stay_nan_as_in_eager(threshold, gen):
     q, k, v = _qkv(gen)
     bias = _growing_bias("late start", gen)
     bias[3] = float("-inf")  # a row that never sees a key: 0 / 0
-    out = flashlight.compile(_scaled_attention)(q, k, v, bias)
-    torch.compiler.reset()
+    out = _run(_scaled_attention, (q, k, v, bias), threshold)
     ref = _scaled_attention(q.double(), k.double(), v.double(), bias.double())
     assert torch.isnan(ref[..., 3, :]).all() and torch.isnan(out[..., 3, :]).all()
     keep = torch.ones(40, dtype=torch.bool)
@@ -260,8 +280,9 @@ def test_the_lazy_loop_builds_for_hopper(gen):
     needed), at a 128-row, 8-warp, 3-stage tile."""
     q, k, v = _qkv(gen)
     bias = _growing_bias("small steps", gen)
-    (kernel,) = flashlight.explain(_scaled_attention, q, k, v, bias).kernels
-    torch.compiler.reset()
-    assert "if tl.max(" in kernel.source
-    built = kernel.aot_compile(90, block_m=128, block_n=64, num_warps=8, num_stages=3)
+    tiled, tensors = _compiled(_scaled_attention, (q, k, v, bias), RESCALE_THRESHOLD)
+    src = generate(tiled, None, "ieee", interpret=False)
+    assert "if tl.max(" in src.source
+    built = aot_compile(src, [t.dtype for t in tensors], tiled.kernel.dtype, 90, block_m=128, block_n=64,
+                        num_warps=8, num_stages=3)
     assert built.shared > 0 and built.num_warps == 8

@@ -75,6 +75,17 @@ gives its exact value up to rounding as it stands. Otherwise (a logsumexp
 ``M + log(l)``, an unnormalised sum) the sums are rescaled once by
 ``exp2(c * sigma * (m_ref - m_true))`` after the loop (``Base2Max.settle``): one
 multiply per accumulator value per program.
+
+*On sm_90* the branch costs more than the multiply it saves, by the builds (Triton's
+code for the Evoformer core, bf16, head width 32, 128 x 64 tiles): the max over the
+tile's rows crosses warps (a warp reduction, a shared-memory round trip and two
+barriers per step), and two maxima stay live across the loop, for 816 instructions per
+step against 783 rescaling every step (4 warps; 476 against 454 with 8), and more
+spills where the length is a runtime argument; what it skips is 32 multiplies per
+thread (a Hopper accumulator lives in registers, where FlashAttention-4's Blackwell
+one lives in tensor memory). So the pipeline rescales on every step
+(:data:`DEFAULT_THRESHOLD`); the lazy loop stays correct and tested, for a GPU where
+a measurement says otherwise.
 """
 from __future__ import annotations
 
@@ -102,11 +113,14 @@ from flashlight.passes.online import _constant, _float_cast, _linear_coeff
 LOG2E = 1.4426950408889634  # log2(e)
 # exp2 of the largest exponent a lazily rescaled term reaches: 2 ** 8 = 256 ([Note: lazy rescaling])
 RESCALE_THRESHOLD = 8.0
+# What the pipeline runs: rescaling on every step, until a GPU measurement shows the lazy
+# loop faster (see "On sm_90" in [Note: lazy rescaling]); RESCALE_THRESHOLD turns it on.
+DEFAULT_THRESHOLD: float | None = None
 
 Steps = tuple  # tuple[tuple[str, float], ...]: ("mul" | "div", positive constant), innermost first
 
 
-def to_base2(kernel: Kernel, threshold: float | None = RESCALE_THRESHOLD) -> Kernel:
+def to_base2(kernel: Kernel, threshold: float | None = DEFAULT_THRESHOLD) -> Kernel:
     """``kernel`` with every loop max that rescales sums run in base 2
     ([Note: base-2 online softmax]), lazily rescaled above ``threshold`` powers of two
     ([Note: lazy rescaling]; None: rescaled on every step)."""

@@ -3,7 +3,7 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_863e135dc4ca(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1_s2, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def flashlight_1907a61e355f(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1_s2, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid = tl.program_id(0)
     num_m = tl.cdiv(35, BLOCK_M)
     pid_m = pid % num_m
@@ -15,7 +15,6 @@ def flashlight_863e135dc4ca(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
     offs_f = tl.arange(0, 16)
     N_SIZE = 35
     m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    mt1 = m1
     acc0 = tl.zeros([BLOCK_M, 16], tl.float32)
     acc2 = tl.zeros([BLOCK_M], tl.float32)
     x1 = tl.load(in0 + (offs_m) * in0_s0, mask=(offs_m < 35), other=0)
@@ -23,27 +22,27 @@ def flashlight_863e135dc4ca(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
     x9 = tl.load(in1 + (g0) * in1_s0 + (offs_m[:, None]) * in1_s1 + (offs_e0[None, :]) * in1_s2, mask=(offs_m[:, None] < 35), other=0).to(tl.float32)
     row_lo = pid_m * BLOCK_M
     row_hi = tl.minimum(row_lo + BLOCK_M, 35) - 1
-    lv34 = tl.load(in0 + (offs_m) * in0_s0, mask=(offs_m < 35), other=0)
-    lo35 = tl.min(tl.where((offs_m < 35), lv34, 9223372036854775807))
-    hi36 = tl.max(tl.where((offs_m < 35), lv34, -9223372036854775807))
+    lv32 = tl.load(in0 + (offs_m) * in0_s0, mask=(offs_m < 35), other=0)
+    lo33 = tl.min(tl.where((offs_m < 35), lv32, 9223372036854775807))
+    hi34 = tl.max(tl.where((offs_m < 35), lv32, -9223372036854775807))
     coarse_first = N_SIZE + tl.zeros([], tl.int32)
     coarse_end = tl.zeros([], tl.int32)
     for start_n in range(0, N_SIZE, (BLOCK_N * 16)):
         offs_coarse = start_n + tl.arange(0, (BLOCK_N * 16))
         col_lo = start_n
         col_hi = tl.minimum(start_n + (BLOCK_N * 16), N_SIZE) - 1
-        lv37 = tl.load(in0 + (offs_coarse) * in0_s0, mask=(offs_coarse < 35), other=0)
-        lo38 = tl.min(tl.where((offs_coarse < 35), lv37, 9223372036854775807))
-        hi39 = tl.max(tl.where((offs_coarse < 35), lv37, -9223372036854775807))
-        may40 = (lo35 <= hi39) & (lo38 <= hi36)
-        may41 = (lo35 == hi36) & (lo38 == hi39) & (lo35 == lo38)
-        may42 = may41 == 0
-        may43 = col_lo <= row_hi
-        may44 = col_hi > row_lo
-        may45 = (may40) & (may43)
-        may46 = (may42) | (may44)
-        coarse_first = tl.minimum(coarse_first, tl.where(may45, start_n, N_SIZE))
-        coarse_end = tl.where(may45, tl.minimum(start_n + (BLOCK_N * 16), N_SIZE), coarse_end)
+        lv35 = tl.load(in0 + (offs_coarse) * in0_s0, mask=(offs_coarse < 35), other=0)
+        lo36 = tl.min(tl.where((offs_coarse < 35), lv35, 9223372036854775807))
+        hi37 = tl.max(tl.where((offs_coarse < 35), lv35, -9223372036854775807))
+        may38 = (lo33 <= hi37) & (lo36 <= hi34)
+        may39 = (lo33 == hi34) & (lo36 == hi37) & (lo33 == lo36)
+        may40 = may39 == 0
+        may41 = col_lo <= row_hi
+        may42 = col_hi > row_lo
+        may43 = (may38) & (may41)
+        may44 = (may40) | (may42)
+        coarse_first = tl.minimum(coarse_first, tl.where(may43, start_n, N_SIZE))
+        coarse_end = tl.where(may43, tl.minimum(start_n + (BLOCK_N * 16), N_SIZE), coarse_end)
     tiles_first = N_SIZE + tl.zeros([], tl.int32)
     tiles_end = tl.zeros([], tl.int32)
     full_first = N_SIZE + tl.zeros([], tl.int32)
@@ -52,19 +51,19 @@ def flashlight_863e135dc4ca(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
         offs_n = start_n + tl.arange(0, BLOCK_N)
         col_lo = start_n
         col_hi = tl.minimum(start_n + BLOCK_N, N_SIZE) - 1
-        lv47 = tl.load(in0 + (offs_n) * in0_s0, mask=(offs_n < 35), other=0)
-        lo48 = tl.min(tl.where((offs_n < 35), lv47, 9223372036854775807))
-        hi49 = tl.max(tl.where((offs_n < 35), lv47, -9223372036854775807))
-        may50 = (lo35 <= hi49) & (lo48 <= hi36)
-        may51 = (lo35 == hi36) & (lo48 == hi49) & (lo35 == lo48)
-        may52 = may51 == 0
-        may53 = col_lo <= row_hi
-        may54 = col_hi > row_lo
-        may55 = (may50) & (may53)
-        may56 = (may52) | (may54)
-        tiles_first = tl.minimum(tiles_first, tl.where(may55, start_n, N_SIZE))
-        tiles_end = tl.where(may55, start_n + BLOCK_N, tiles_end)
-        is_full = ((may56) == 0) & (start_n + BLOCK_N <= N_SIZE)
+        lv45 = tl.load(in0 + (offs_n) * in0_s0, mask=(offs_n < 35), other=0)
+        lo46 = tl.min(tl.where((offs_n < 35), lv45, 9223372036854775807))
+        hi47 = tl.max(tl.where((offs_n < 35), lv45, -9223372036854775807))
+        may48 = (lo33 <= hi47) & (lo46 <= hi34)
+        may49 = (lo33 == hi34) & (lo46 == hi47) & (lo33 == lo46)
+        may50 = may49 == 0
+        may51 = col_lo <= row_hi
+        may52 = col_hi > row_lo
+        may53 = (may48) & (may51)
+        may54 = (may50) | (may52)
+        tiles_first = tl.minimum(tiles_first, tl.where(may53, start_n, N_SIZE))
+        tiles_end = tl.where(may53, start_n + BLOCK_N, tiles_end)
+        is_full = ((may54) == 0) & (start_n + BLOCK_N <= N_SIZE)
         run_starts = is_full & (full_first == N_SIZE)
         run_grows = is_full & (full_end == start_n)
         full_first = tl.where(run_starts, start_n, full_first)
@@ -83,47 +82,37 @@ def flashlight_863e135dc4ca(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
         dot11 = tl.dot(x9.to(tl.float32), tl.trans(x10).to(tl.float32), input_precision="ieee")
         v12 = tl.where(v8, float("-inf"), dot11)
         bmax13 = tl.max(tl.where(offs_n[None, :] < N_SIZE, v12, float("-inf")), axis=1)
-        mt1 = tl.maximum(mt1, bmax13, propagate_nan=tl.PropagateNan.ALL)
-        grow14 = mt1 > m1 + 22.18070977791825
-        if tl.max(grow14.to(tl.int32), axis=0) > 0:
-            m_up1 = tl.where(mt1 == float("-inf"), 0.0, mt1)
-            alpha1 = tl.exp2((m1 - m_up1) * 0.36067376022224085)
-            acc0 = acc0 * alpha1[:, None]
-            acc2 = acc2 * alpha1
-            m1 = mt1
-        m_safe1 = tl.where(m1 == float("-inf"), 0.0, m1)
-        v15 = (v12 * 0.36067376022224085)
-        v16 = (m_safe1 * 0.36067376022224085)
-        v17 = (v15 - v16[:, None])
-        v18 = tl.exp2(v17)
-        x19 = tl.load(in3 + (g0) * in3_s0 + (offs_n[:, None]) * in3_s1 + (offs_f[None, :]) * in3_s2, mask=(offs_n[:, None] < 35), other=0).to(tl.float32)
-        dot20 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v18, 0.0).to(tl.float32), x19.to(tl.float32), input_precision="ieee")
-        acc0 = acc0 + dot20
-        part21 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v18, 0.0), axis=1)
-        acc2 = acc2 + part21
+        m_new1 = tl.maximum(m1, bmax13, propagate_nan=tl.PropagateNan.ALL)
+        m_safe1 = tl.where(m_new1 == float("-inf"), 0.0, m_new1)
+        alpha1 = tl.exp2((m1 - m_safe1) * 0.36067376022224085)
+        v14 = (v12 * 0.36067376022224085)
+        v15 = (m_safe1 * 0.36067376022224085)
+        v16 = (v14 - v15[:, None])
+        v17 = tl.exp2(v16)
+        x18 = tl.load(in3 + (g0) * in3_s0 + (offs_n[:, None]) * in3_s1 + (offs_f[None, :]) * in3_s2, mask=(offs_n[:, None] < 35), other=0).to(tl.float32)
+        dot19 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v17, 0.0).to(tl.float32), x18.to(tl.float32), input_precision="ieee")
+        acc0 = acc0 * alpha1[:, None] + dot19
+        part20 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v17, 0.0), axis=1)
+        acc2 = acc2 * alpha1 + part20
+        m1 = m_new1
     for start_n in range(full_first, full_end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        x22 = tl.load(in2 + (g0) * in2_s0 + (offs_n[:, None]) * in2_s1 + (offs_e0[None, :]) * in2_s2).to(tl.float32)
-        dot23 = tl.dot(x9.to(tl.float32), tl.trans(x22).to(tl.float32), input_precision="ieee")
-        bmax24 = tl.max(dot23, axis=1)
-        mt1 = tl.maximum(mt1, bmax24, propagate_nan=tl.PropagateNan.ALL)
-        grow25 = mt1 > m1 + 22.18070977791825
-        if tl.max(grow25.to(tl.int32), axis=0) > 0:
-            m_up1 = tl.where(mt1 == float("-inf"), 0.0, mt1)
-            alpha1 = tl.exp2((m1 - m_up1) * 0.36067376022224085)
-            acc0 = acc0 * alpha1[:, None]
-            acc2 = acc2 * alpha1
-            m1 = mt1
-        m_safe1 = tl.where(m1 == float("-inf"), 0.0, m1)
-        v26 = (dot23 * 0.36067376022224085)
-        v27 = (m_safe1 * 0.36067376022224085)
-        v28 = (v26 - v27[:, None])
-        v29 = tl.exp2(v28)
-        x30 = tl.load(in3 + (g0) * in3_s0 + (offs_n[:, None]) * in3_s1 + (offs_f[None, :]) * in3_s2).to(tl.float32)
-        dot31 = tl.dot(v29.to(tl.float32), x30.to(tl.float32), input_precision="ieee")
-        acc0 = acc0 + dot31
-        part32 = tl.sum(v29, axis=1)
-        acc2 = acc2 + part32
+        x21 = tl.load(in2 + (g0) * in2_s0 + (offs_n[:, None]) * in2_s1 + (offs_e0[None, :]) * in2_s2).to(tl.float32)
+        dot22 = tl.dot(x9.to(tl.float32), tl.trans(x21).to(tl.float32), input_precision="ieee")
+        bmax23 = tl.max(dot22, axis=1)
+        m_new1 = tl.maximum(m1, bmax23, propagate_nan=tl.PropagateNan.ALL)
+        m_safe1 = tl.where(m_new1 == float("-inf"), 0.0, m_new1)
+        alpha1 = tl.exp2((m1 - m_safe1) * 0.36067376022224085)
+        v24 = (dot22 * 0.36067376022224085)
+        v25 = (m_safe1 * 0.36067376022224085)
+        v26 = (v24 - v25[:, None])
+        v27 = tl.exp2(v26)
+        x28 = tl.load(in3 + (g0) * in3_s0 + (offs_n[:, None]) * in3_s1 + (offs_f[None, :]) * in3_s2).to(tl.float32)
+        dot29 = tl.dot(v27.to(tl.float32), x28.to(tl.float32), input_precision="ieee")
+        acc0 = acc0 * alpha1[:, None] + dot29
+        part30 = tl.sum(v27, axis=1)
+        acc2 = acc2 * alpha1 + part30
+        m1 = m_new1
     for start_n in range(full_end, tiles_end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         x2 = tl.load(in0 + (offs_n) * in0_s0, mask=(offs_n < 35), other=0)
@@ -136,26 +125,21 @@ def flashlight_863e135dc4ca(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
         dot11 = tl.dot(x9.to(tl.float32), tl.trans(x10).to(tl.float32), input_precision="ieee")
         v12 = tl.where(v8, float("-inf"), dot11)
         bmax13 = tl.max(tl.where(offs_n[None, :] < N_SIZE, v12, float("-inf")), axis=1)
-        mt1 = tl.maximum(mt1, bmax13, propagate_nan=tl.PropagateNan.ALL)
-        grow14 = mt1 > m1 + 22.18070977791825
-        if tl.max(grow14.to(tl.int32), axis=0) > 0:
-            m_up1 = tl.where(mt1 == float("-inf"), 0.0, mt1)
-            alpha1 = tl.exp2((m1 - m_up1) * 0.36067376022224085)
-            acc0 = acc0 * alpha1[:, None]
-            acc2 = acc2 * alpha1
-            m1 = mt1
-        m_safe1 = tl.where(m1 == float("-inf"), 0.0, m1)
-        v15 = (v12 * 0.36067376022224085)
-        v16 = (m_safe1 * 0.36067376022224085)
-        v17 = (v15 - v16[:, None])
-        v18 = tl.exp2(v17)
-        x19 = tl.load(in3 + (g0) * in3_s0 + (offs_n[:, None]) * in3_s1 + (offs_f[None, :]) * in3_s2, mask=(offs_n[:, None] < 35), other=0).to(tl.float32)
-        dot20 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v18, 0.0).to(tl.float32), x19.to(tl.float32), input_precision="ieee")
-        acc0 = acc0 + dot20
-        part21 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v18, 0.0), axis=1)
-        acc2 = acc2 + part21
-    res1 = mt1
+        m_new1 = tl.maximum(m1, bmax13, propagate_nan=tl.PropagateNan.ALL)
+        m_safe1 = tl.where(m_new1 == float("-inf"), 0.0, m_new1)
+        alpha1 = tl.exp2((m1 - m_safe1) * 0.36067376022224085)
+        v14 = (v12 * 0.36067376022224085)
+        v15 = (m_safe1 * 0.36067376022224085)
+        v16 = (v14 - v15[:, None])
+        v17 = tl.exp2(v16)
+        x18 = tl.load(in3 + (g0) * in3_s0 + (offs_n[:, None]) * in3_s1 + (offs_f[None, :]) * in3_s2, mask=(offs_n[:, None] < 35), other=0).to(tl.float32)
+        dot19 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v17, 0.0).to(tl.float32), x18.to(tl.float32), input_precision="ieee")
+        acc0 = acc0 * alpha1[:, None] + dot19
+        part20 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v17, 0.0), axis=1)
+        acc2 = acc2 * alpha1 + part20
+        m1 = m_new1
+    res1 = m1
     res0 = acc0
     res2 = acc2
-    v33 = (res0 / res2[:, None])
-    tl.store(out + (g0) * out_s0 + (offs_m[:, None]) * out_s1 + (offs_f[None, :]) * out_s2, (v33).to(tl.float32), mask=(offs_m[:, None] < 35))
+    v31 = (res0 / res2[:, None])
+    tl.store(out + (g0) * out_s0 + (offs_m[:, None]) * out_s1 + (offs_f[None, :]) * out_s2, (v31).to(tl.float32), mask=(offs_m[:, None] < 35))

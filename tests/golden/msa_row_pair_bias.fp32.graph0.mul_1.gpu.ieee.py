@@ -3,7 +3,7 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_05b74caab45a(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, in0_s2, in0_s3, in0_s4, in1_s0, in1_s1, in1_s2, in1_s3, in1_s4, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, in3_s3, in3_s4, in4_s0, in4_s1, in4_s2, in4_s3, in4_s4, in5_s0, in5_s1, in5_s2, in5_s3, in5_s4, out_s0, out_s1, out_s2, out_s3, out_s4, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def flashlight_2606d7f36bdb(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, in0_s2, in0_s3, in0_s4, in1_s0, in1_s1, in1_s2, in1_s3, in1_s4, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, in3_s3, in3_s4, in4_s0, in4_s1, in4_s2, in4_s3, in4_s4, in5_s0, in5_s1, in5_s2, in5_s3, in5_s4, out_s0, out_s1, out_s2, out_s3, out_s4, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid = tl.program_id(0)
     num_m = tl.cdiv(23, BLOCK_M)
     pid_m = pid % num_m
@@ -19,7 +19,6 @@ def flashlight_05b74caab45a(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, i
     offs_f = tl.arange(0, 16)
     N_SIZE = 23
     m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    mt1 = m1
     acc0 = tl.zeros([BLOCK_M, 16], tl.float32)
     acc2 = tl.zeros([BLOCK_M], tl.float32)
     x1 = tl.load(in0 + (g0) * in0_s0 + (g1) * in0_s1 + (g2) * in0_s2 + (offs_m[:, None]) * in0_s3 + (offs_e0[None, :]) * in0_s4, mask=(offs_m[:, None] < 23), other=0).to(tl.float32)
@@ -34,29 +33,24 @@ def flashlight_05b74caab45a(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, i
         x8 = tl.load(in3 + (g0) * in3_s0 + (g2) * in3_s2 + (offs_m[:, None]) * in3_s3 + (offs_n[None, :]) * in3_s4, mask=(offs_m[:, None] < 23) & (offs_n[None, :] < 23), other=0).to(tl.float32)
         v9 = (v7 + x8)
         bmax10 = tl.max(tl.where(offs_n[None, :] < N_SIZE, v9, float("-inf")), axis=1)
-        mt1 = tl.maximum(mt1, bmax10, propagate_nan=tl.PropagateNan.ALL)
-        grow11 = mt1 > m1 + 5.545177444479562
-        if tl.max(grow11.to(tl.int32), axis=0) > 0:
-            m_up1 = tl.where(mt1 == float("-inf"), 0.0, mt1)
-            alpha1 = tl.exp2((m1 - m_up1) * 1.4426950408889634)
-            acc0 = acc0 * alpha1[:, None]
-            acc2 = acc2 * alpha1
-            m1 = mt1
-        m_safe1 = tl.where(m1 == float("-inf"), 0.0, m1)
-        v12 = (v9 * 1.4426950408889634)
-        v13 = (m_safe1 * 1.4426950408889634)
-        v14 = (v12 - v13[:, None])
-        v15 = tl.exp2(v14)
-        x16 = tl.load(in4 + (g0) * in4_s0 + (g1) * in4_s1 + (g2) * in4_s2 + (offs_n[:, None]) * in4_s3 + (offs_f[None, :]) * in4_s4, mask=(offs_n[:, None] < 23), other=0).to(tl.float32)
-        dot17 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v15, 0.0).to(tl.float32), x16.to(tl.float32), input_precision="ieee")
-        acc0 = acc0 + dot17
-        part18 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v15, 0.0), axis=1)
-        acc2 = acc2 + part18
-    res1 = mt1
+        m_new1 = tl.maximum(m1, bmax10, propagate_nan=tl.PropagateNan.ALL)
+        m_safe1 = tl.where(m_new1 == float("-inf"), 0.0, m_new1)
+        alpha1 = tl.exp2((m1 - m_safe1) * 1.4426950408889634)
+        v11 = (v9 * 1.4426950408889634)
+        v12 = (m_safe1 * 1.4426950408889634)
+        v13 = (v11 - v12[:, None])
+        v14 = tl.exp2(v13)
+        x15 = tl.load(in4 + (g0) * in4_s0 + (g1) * in4_s1 + (g2) * in4_s2 + (offs_n[:, None]) * in4_s3 + (offs_f[None, :]) * in4_s4, mask=(offs_n[:, None] < 23), other=0).to(tl.float32)
+        dot16 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v14, 0.0).to(tl.float32), x15.to(tl.float32), input_precision="ieee")
+        acc0 = acc0 * alpha1[:, None] + dot16
+        part17 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v14, 0.0), axis=1)
+        acc2 = acc2 * alpha1 + part17
+        m1 = m_new1
+    res1 = m1
     res0 = acc0
     res2 = acc2
-    v19 = (res0 / res2[:, None])
-    x20 = tl.load(in5 + (g0) * in5_s0 + (g1) * in5_s1 + (offs_m[:, None]) * in5_s2 + (g2) * in5_s3 + (offs_f[None, :]) * in5_s4, mask=(offs_m[:, None] < 23), other=0).to(tl.float32)
-    v21 = tl.sigmoid(x20)
-    v22 = (v19 * v21)
-    tl.store(out + (g0) * out_s0 + (g1) * out_s1 + (offs_m[:, None]) * out_s2 + (g2) * out_s3 + (offs_f[None, :]) * out_s4, (v22).to(tl.float32), mask=(offs_m[:, None] < 23))
+    v18 = (res0 / res2[:, None])
+    x19 = tl.load(in5 + (g0) * in5_s0 + (g1) * in5_s1 + (offs_m[:, None]) * in5_s2 + (g2) * in5_s3 + (offs_f[None, :]) * in5_s4, mask=(offs_m[:, None] < 23), other=0).to(tl.float32)
+    v20 = tl.sigmoid(x19)
+    v21 = (v18 * v20)
+    tl.store(out + (g0) * out_s0 + (g1) * out_s1 + (offs_m[:, None]) * out_s2 + (g2) * out_s3 + (offs_f[None, :]) * out_s4, (v21).to(tl.float32), mask=(offs_m[:, None] < 23))

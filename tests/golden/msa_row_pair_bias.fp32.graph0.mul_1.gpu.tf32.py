@@ -3,7 +3,7 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_a32616f91a95(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, in0_s2, in0_s3, in0_s4, in1_s0, in1_s1, in1_s2, in1_s3, in1_s4, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, in3_s3, in3_s4, in4_s0, in4_s1, in4_s2, in4_s3, in4_s4, in5_s0, in5_s1, in5_s2, in5_s3, in5_s4, out_s0, out_s1, out_s2, out_s3, out_s4, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def flashlight_d2892136c804(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, in0_s2, in0_s3, in0_s4, in1_s0, in1_s1, in1_s2, in1_s3, in1_s4, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, in3_s3, in3_s4, in4_s0, in4_s1, in4_s2, in4_s3, in4_s4, in5_s0, in5_s1, in5_s2, in5_s3, in5_s4, out_s0, out_s1, out_s2, out_s3, out_s4, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid = tl.program_id(0)
     num_m = tl.cdiv(23, BLOCK_M)
     pid_m = pid % num_m
@@ -20,39 +20,33 @@ def flashlight_a32616f91a95(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, i
     N_SIZE = 23
     N_FULL = N_SIZE - N_SIZE % BLOCK_N
     m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    mt1 = m1
     acc0 = tl.zeros([BLOCK_M, 16], tl.float32)
     acc2 = tl.zeros([BLOCK_M], tl.float32)
     x1 = tl.load(in0 + (g0) * in0_s0 + (g1) * in0_s1 + (g2) * in0_s2 + (offs_m[:, None]) * in0_s3 + (offs_e0[None, :]) * in0_s4, mask=(offs_m[:, None] < 23), other=0).to(tl.float32)
     for start_n in range(0, N_FULL, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        x19 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (g2) * in1_s2 + (offs_n[:, None]) * in1_s3 + (offs_e0[None, :]) * in1_s4).to(tl.float32)
-        dot20 = tl.dot(x1.to(tl.float32), tl.trans(x19).to(tl.float32), input_precision="tf32")
-        x21 = tl.load(in2 + (g0) * in2_s0 + (g1) * in2_s1 + (offs_n) * in2_s2).to(tl.float32)
-        v22 = (x21 - 1)
-        v23 = (v22 * 1000000000.0)
-        v24 = (dot20 + v23[None, :])
-        x25 = tl.load(in3 + (g0) * in3_s0 + (g2) * in3_s2 + (offs_m[:, None]) * in3_s3 + (offs_n[None, :]) * in3_s4, mask=(offs_m[:, None] < 23), other=0).to(tl.float32)
-        v26 = (v24 + x25)
-        bmax27 = tl.max(v26, axis=1)
-        mt1 = tl.maximum(mt1, bmax27, propagate_nan=tl.PropagateNan.ALL)
-        grow28 = mt1 > m1 + 5.545177444479562
-        if tl.max(grow28.to(tl.int32), axis=0) > 0:
-            m_up1 = tl.where(mt1 == float("-inf"), 0.0, mt1)
-            alpha1 = tl.exp2((m1 - m_up1) * 1.4426950408889634)
-            acc0 = acc0 * alpha1[:, None]
-            acc2 = acc2 * alpha1
-            m1 = mt1
-        m_safe1 = tl.where(m1 == float("-inf"), 0.0, m1)
-        v29 = (v26 * 1.4426950408889634)
-        v30 = (m_safe1 * 1.4426950408889634)
-        v31 = (v29 - v30[:, None])
-        v32 = tl.exp2(v31)
-        x33 = tl.load(in4 + (g0) * in4_s0 + (g1) * in4_s1 + (g2) * in4_s2 + (offs_n[:, None]) * in4_s3 + (offs_f[None, :]) * in4_s4).to(tl.float32)
-        dot34 = tl.dot(v32.to(tl.float32), x33.to(tl.float32), input_precision="tf32")
-        acc0 = acc0 + dot34
-        part35 = tl.sum(v32, axis=1)
-        acc2 = acc2 + part35
+        x18 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (g2) * in1_s2 + (offs_n[:, None]) * in1_s3 + (offs_e0[None, :]) * in1_s4).to(tl.float32)
+        dot19 = tl.dot(x1.to(tl.float32), tl.trans(x18).to(tl.float32), input_precision="tf32")
+        x20 = tl.load(in2 + (g0) * in2_s0 + (g1) * in2_s1 + (offs_n) * in2_s2).to(tl.float32)
+        v21 = (x20 - 1)
+        v22 = (v21 * 1000000000.0)
+        v23 = (dot19 + v22[None, :])
+        x24 = tl.load(in3 + (g0) * in3_s0 + (g2) * in3_s2 + (offs_m[:, None]) * in3_s3 + (offs_n[None, :]) * in3_s4, mask=(offs_m[:, None] < 23), other=0).to(tl.float32)
+        v25 = (v23 + x24)
+        bmax26 = tl.max(v25, axis=1)
+        m_new1 = tl.maximum(m1, bmax26, propagate_nan=tl.PropagateNan.ALL)
+        m_safe1 = tl.where(m_new1 == float("-inf"), 0.0, m_new1)
+        alpha1 = tl.exp2((m1 - m_safe1) * 1.4426950408889634)
+        v27 = (v25 * 1.4426950408889634)
+        v28 = (m_safe1 * 1.4426950408889634)
+        v29 = (v27 - v28[:, None])
+        v30 = tl.exp2(v29)
+        x31 = tl.load(in4 + (g0) * in4_s0 + (g1) * in4_s1 + (g2) * in4_s2 + (offs_n[:, None]) * in4_s3 + (offs_f[None, :]) * in4_s4).to(tl.float32)
+        dot32 = tl.dot(v30.to(tl.float32), x31.to(tl.float32), input_precision="tf32")
+        acc0 = acc0 * alpha1[:, None] + dot32
+        part33 = tl.sum(v30, axis=1)
+        acc2 = acc2 * alpha1 + part33
+        m1 = m_new1
     for start_n in range(N_FULL, N_SIZE, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         x2 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (g2) * in1_s2 + (offs_n[:, None]) * in1_s3 + (offs_e0[None, :]) * in1_s4, mask=(offs_n[:, None] < 23), other=0).to(tl.float32)
@@ -64,29 +58,24 @@ def flashlight_a32616f91a95(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, i
         x8 = tl.load(in3 + (g0) * in3_s0 + (g2) * in3_s2 + (offs_m[:, None]) * in3_s3 + (offs_n[None, :]) * in3_s4, mask=(offs_m[:, None] < 23) & (offs_n[None, :] < 23), other=0).to(tl.float32)
         v9 = (v7 + x8)
         bmax10 = tl.max(tl.where(offs_n[None, :] < N_SIZE, v9, float("-inf")), axis=1)
-        mt1 = tl.maximum(mt1, bmax10, propagate_nan=tl.PropagateNan.ALL)
-        grow11 = mt1 > m1 + 5.545177444479562
-        if tl.max(grow11.to(tl.int32), axis=0) > 0:
-            m_up1 = tl.where(mt1 == float("-inf"), 0.0, mt1)
-            alpha1 = tl.exp2((m1 - m_up1) * 1.4426950408889634)
-            acc0 = acc0 * alpha1[:, None]
-            acc2 = acc2 * alpha1
-            m1 = mt1
-        m_safe1 = tl.where(m1 == float("-inf"), 0.0, m1)
-        v12 = (v9 * 1.4426950408889634)
-        v13 = (m_safe1 * 1.4426950408889634)
-        v14 = (v12 - v13[:, None])
-        v15 = tl.exp2(v14)
-        x16 = tl.load(in4 + (g0) * in4_s0 + (g1) * in4_s1 + (g2) * in4_s2 + (offs_n[:, None]) * in4_s3 + (offs_f[None, :]) * in4_s4, mask=(offs_n[:, None] < 23), other=0).to(tl.float32)
-        dot17 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v15, 0.0).to(tl.float32), x16.to(tl.float32), input_precision="tf32")
-        acc0 = acc0 + dot17
-        part18 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v15, 0.0), axis=1)
-        acc2 = acc2 + part18
-    res1 = mt1
+        m_new1 = tl.maximum(m1, bmax10, propagate_nan=tl.PropagateNan.ALL)
+        m_safe1 = tl.where(m_new1 == float("-inf"), 0.0, m_new1)
+        alpha1 = tl.exp2((m1 - m_safe1) * 1.4426950408889634)
+        v11 = (v9 * 1.4426950408889634)
+        v12 = (m_safe1 * 1.4426950408889634)
+        v13 = (v11 - v12[:, None])
+        v14 = tl.exp2(v13)
+        x15 = tl.load(in4 + (g0) * in4_s0 + (g1) * in4_s1 + (g2) * in4_s2 + (offs_n[:, None]) * in4_s3 + (offs_f[None, :]) * in4_s4, mask=(offs_n[:, None] < 23), other=0).to(tl.float32)
+        dot16 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v14, 0.0).to(tl.float32), x15.to(tl.float32), input_precision="tf32")
+        acc0 = acc0 * alpha1[:, None] + dot16
+        part17 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v14, 0.0), axis=1)
+        acc2 = acc2 * alpha1 + part17
+        m1 = m_new1
+    res1 = m1
     res0 = acc0
     res2 = acc2
-    v36 = (res0 / res2[:, None])
-    x37 = tl.load(in5 + (g0) * in5_s0 + (g1) * in5_s1 + (offs_m[:, None]) * in5_s2 + (g2) * in5_s3 + (offs_f[None, :]) * in5_s4, mask=(offs_m[:, None] < 23), other=0).to(tl.float32)
-    v38 = tl.sigmoid(x37)
-    v39 = (v36 * v38)
-    tl.store(out + (g0) * out_s0 + (g1) * out_s1 + (offs_m[:, None]) * out_s2 + (g2) * out_s3 + (offs_f[None, :]) * out_s4, (v39).to(tl.float32), mask=(offs_m[:, None] < 23))
+    v34 = (res0 / res2[:, None])
+    x35 = tl.load(in5 + (g0) * in5_s0 + (g1) * in5_s1 + (offs_m[:, None]) * in5_s2 + (g2) * in5_s3 + (offs_f[None, :]) * in5_s4, mask=(offs_m[:, None] < 23), other=0).to(tl.float32)
+    v36 = tl.sigmoid(x35)
+    v37 = (v34 * v36)
+    tl.store(out + (g0) * out_s0 + (g1) * out_s1 + (offs_m[:, None]) * out_s2 + (g2) * out_s3 + (offs_f[None, :]) * out_s4, (v37).to(tl.float32), mask=(offs_m[:, None] < 23))

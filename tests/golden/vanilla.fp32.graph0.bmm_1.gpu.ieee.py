@@ -3,7 +3,7 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_086f26aa1c04(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, in1_s0, in1_s1, in1_s2, in1_s3, in2_s0, in2_s1, in2_s2, in2_s3, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def flashlight_086d916c214d(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, in1_s0, in1_s1, in1_s2, in1_s3, in2_s0, in2_s1, in2_s2, in2_s3, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid = tl.program_id(0)
     num_m = tl.cdiv(29, BLOCK_M)
     pid_m = pid % num_m
@@ -17,7 +17,6 @@ def flashlight_086f26aa1c04(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
     offs_f = tl.arange(0, 16)
     N_SIZE = 29
     m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    mt1 = m1
     acc0 = tl.zeros([BLOCK_M, 16], tl.float32)
     acc2 = tl.zeros([BLOCK_M], tl.float32)
     x1 = tl.load(in0 + (g0) * in0_s0 + (g1) * in0_s1 + (offs_m[:, None]) * in0_s2 + (offs_e0[None, :]) * in0_s3, mask=(offs_m[:, None] < 29), other=0).to(tl.float32)
@@ -26,26 +25,21 @@ def flashlight_086f26aa1c04(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
         x2 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (offs_n[:, None]) * in1_s2 + (offs_e0[None, :]) * in1_s3, mask=(offs_n[:, None] < 29), other=0).to(tl.float32)
         dot3 = tl.dot(x1.to(tl.float32), tl.trans(x2).to(tl.float32), input_precision="ieee")
         bmax4 = tl.max(tl.where(offs_n[None, :] < N_SIZE, dot3, float("-inf")), axis=1)
-        mt1 = tl.maximum(mt1, bmax4, propagate_nan=tl.PropagateNan.ALL)
-        grow5 = mt1 > m1 + 22.18070977791825
-        if tl.max(grow5.to(tl.int32), axis=0) > 0:
-            m_up1 = tl.where(mt1 == float("-inf"), 0.0, mt1)
-            alpha1 = tl.exp2((m1 - m_up1) * 0.36067376022224085)
-            acc0 = acc0 * alpha1[:, None]
-            acc2 = acc2 * alpha1
-            m1 = mt1
-        m_safe1 = tl.where(m1 == float("-inf"), 0.0, m1)
-        v6 = (dot3 * 0.36067376022224085)
-        v7 = (m_safe1 * 0.36067376022224085)
-        v8 = (v6 - v7[:, None])
-        v9 = tl.exp2(v8)
-        x10 = tl.load(in2 + (g0) * in2_s0 + (g1) * in2_s1 + (offs_n[:, None]) * in2_s2 + (offs_f[None, :]) * in2_s3, mask=(offs_n[:, None] < 29), other=0).to(tl.float32)
-        dot11 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v9, 0.0).to(tl.float32), x10.to(tl.float32), input_precision="ieee")
-        acc0 = acc0 + dot11
-        part12 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v9, 0.0), axis=1)
-        acc2 = acc2 + part12
-    res1 = mt1
+        m_new1 = tl.maximum(m1, bmax4, propagate_nan=tl.PropagateNan.ALL)
+        m_safe1 = tl.where(m_new1 == float("-inf"), 0.0, m_new1)
+        alpha1 = tl.exp2((m1 - m_safe1) * 0.36067376022224085)
+        v5 = (dot3 * 0.36067376022224085)
+        v6 = (m_safe1 * 0.36067376022224085)
+        v7 = (v5 - v6[:, None])
+        v8 = tl.exp2(v7)
+        x9 = tl.load(in2 + (g0) * in2_s0 + (g1) * in2_s1 + (offs_n[:, None]) * in2_s2 + (offs_f[None, :]) * in2_s3, mask=(offs_n[:, None] < 29), other=0).to(tl.float32)
+        dot10 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v8, 0.0).to(tl.float32), x9.to(tl.float32), input_precision="ieee")
+        acc0 = acc0 * alpha1[:, None] + dot10
+        part11 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v8, 0.0), axis=1)
+        acc2 = acc2 * alpha1 + part11
+        m1 = m_new1
+    res1 = m1
     res0 = acc0
     res2 = acc2
-    v13 = (res0 / res2[:, None])
-    tl.store(out + ((g0) * 2 + g1) * out_s0 + (offs_m[:, None]) * out_s1 + (offs_f[None, :]) * out_s2, (v13).to(tl.float32), mask=(offs_m[:, None] < 29))
+    v12 = (res0 / res2[:, None])
+    tl.store(out + ((g0) * 2 + g1) * out_s0 + (offs_m[:, None]) * out_s1 + (offs_f[None, :]) * out_s2, (v12).to(tl.float32), mask=(offs_m[:, None] < 29))

@@ -3,7 +3,7 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_669eb05c7984(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, in1_s0, in1_s1, in1_s2, in1_s3, in2_s0, in2_s1, in2_s2, in2_s3, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def flashlight_57b61710a43b(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, in1_s0, in1_s1, in1_s2, in1_s3, in2_s0, in2_s1, in2_s2, in2_s3, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     pid = tl.program_id(0)
     num_m = tl.cdiv(29, BLOCK_M)
     pid_m = pid % num_m
@@ -18,58 +18,47 @@ def flashlight_669eb05c7984(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
     N_SIZE = 29
     N_FULL = N_SIZE - N_SIZE % BLOCK_N
     m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    mt1 = m1
     acc0 = tl.zeros([BLOCK_M, 16], tl.float32)
     acc2 = tl.zeros([BLOCK_M], tl.float32)
     x1 = tl.load(in0 + (g0) * in0_s0 + (g1) * in0_s1 + (offs_m[:, None]) * in0_s2 + (offs_e0[None, :]) * in0_s3, mask=(offs_m[:, None] < 29), other=0).to(tl.float32)
     for start_n in range(0, N_FULL, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        x13 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (offs_n[:, None]) * in1_s2 + (offs_e0[None, :]) * in1_s3).to(tl.float32)
-        dot14 = tl.dot(x1.to(tl.float32), tl.trans(x13).to(tl.float32), input_precision="tf32")
-        bmax15 = tl.max(dot14, axis=1)
-        mt1 = tl.maximum(mt1, bmax15, propagate_nan=tl.PropagateNan.ALL)
-        grow16 = mt1 > m1 + 22.18070977791825
-        if tl.max(grow16.to(tl.int32), axis=0) > 0:
-            m_up1 = tl.where(mt1 == float("-inf"), 0.0, mt1)
-            alpha1 = tl.exp2((m1 - m_up1) * 0.36067376022224085)
-            acc0 = acc0 * alpha1[:, None]
-            acc2 = acc2 * alpha1
-            m1 = mt1
-        m_safe1 = tl.where(m1 == float("-inf"), 0.0, m1)
-        v17 = (dot14 * 0.36067376022224085)
-        v18 = (m_safe1 * 0.36067376022224085)
-        v19 = (v17 - v18[:, None])
-        v20 = tl.exp2(v19)
-        x21 = tl.load(in2 + (g0) * in2_s0 + (g1) * in2_s1 + (offs_n[:, None]) * in2_s2 + (offs_f[None, :]) * in2_s3).to(tl.float32)
-        dot22 = tl.dot(v20.to(tl.float32), x21.to(tl.float32), input_precision="tf32")
-        acc0 = acc0 + dot22
-        part23 = tl.sum(v20, axis=1)
-        acc2 = acc2 + part23
+        x12 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (offs_n[:, None]) * in1_s2 + (offs_e0[None, :]) * in1_s3).to(tl.float32)
+        dot13 = tl.dot(x1.to(tl.float32), tl.trans(x12).to(tl.float32), input_precision="tf32")
+        bmax14 = tl.max(dot13, axis=1)
+        m_new1 = tl.maximum(m1, bmax14, propagate_nan=tl.PropagateNan.ALL)
+        m_safe1 = tl.where(m_new1 == float("-inf"), 0.0, m_new1)
+        alpha1 = tl.exp2((m1 - m_safe1) * 0.36067376022224085)
+        v15 = (dot13 * 0.36067376022224085)
+        v16 = (m_safe1 * 0.36067376022224085)
+        v17 = (v15 - v16[:, None])
+        v18 = tl.exp2(v17)
+        x19 = tl.load(in2 + (g0) * in2_s0 + (g1) * in2_s1 + (offs_n[:, None]) * in2_s2 + (offs_f[None, :]) * in2_s3).to(tl.float32)
+        dot20 = tl.dot(v18.to(tl.float32), x19.to(tl.float32), input_precision="tf32")
+        acc0 = acc0 * alpha1[:, None] + dot20
+        part21 = tl.sum(v18, axis=1)
+        acc2 = acc2 * alpha1 + part21
+        m1 = m_new1
     for start_n in range(N_FULL, N_SIZE, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         x2 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (offs_n[:, None]) * in1_s2 + (offs_e0[None, :]) * in1_s3, mask=(offs_n[:, None] < 29), other=0).to(tl.float32)
         dot3 = tl.dot(x1.to(tl.float32), tl.trans(x2).to(tl.float32), input_precision="tf32")
         bmax4 = tl.max(tl.where(offs_n[None, :] < N_SIZE, dot3, float("-inf")), axis=1)
-        mt1 = tl.maximum(mt1, bmax4, propagate_nan=tl.PropagateNan.ALL)
-        grow5 = mt1 > m1 + 22.18070977791825
-        if tl.max(grow5.to(tl.int32), axis=0) > 0:
-            m_up1 = tl.where(mt1 == float("-inf"), 0.0, mt1)
-            alpha1 = tl.exp2((m1 - m_up1) * 0.36067376022224085)
-            acc0 = acc0 * alpha1[:, None]
-            acc2 = acc2 * alpha1
-            m1 = mt1
-        m_safe1 = tl.where(m1 == float("-inf"), 0.0, m1)
-        v6 = (dot3 * 0.36067376022224085)
-        v7 = (m_safe1 * 0.36067376022224085)
-        v8 = (v6 - v7[:, None])
-        v9 = tl.exp2(v8)
-        x10 = tl.load(in2 + (g0) * in2_s0 + (g1) * in2_s1 + (offs_n[:, None]) * in2_s2 + (offs_f[None, :]) * in2_s3, mask=(offs_n[:, None] < 29), other=0).to(tl.float32)
-        dot11 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v9, 0.0).to(tl.float32), x10.to(tl.float32), input_precision="tf32")
-        acc0 = acc0 + dot11
-        part12 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v9, 0.0), axis=1)
-        acc2 = acc2 + part12
-    res1 = mt1
+        m_new1 = tl.maximum(m1, bmax4, propagate_nan=tl.PropagateNan.ALL)
+        m_safe1 = tl.where(m_new1 == float("-inf"), 0.0, m_new1)
+        alpha1 = tl.exp2((m1 - m_safe1) * 0.36067376022224085)
+        v5 = (dot3 * 0.36067376022224085)
+        v6 = (m_safe1 * 0.36067376022224085)
+        v7 = (v5 - v6[:, None])
+        v8 = tl.exp2(v7)
+        x9 = tl.load(in2 + (g0) * in2_s0 + (g1) * in2_s1 + (offs_n[:, None]) * in2_s2 + (offs_f[None, :]) * in2_s3, mask=(offs_n[:, None] < 29), other=0).to(tl.float32)
+        dot10 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v8, 0.0).to(tl.float32), x9.to(tl.float32), input_precision="tf32")
+        acc0 = acc0 * alpha1[:, None] + dot10
+        part11 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v8, 0.0), axis=1)
+        acc2 = acc2 * alpha1 + part11
+        m1 = m_new1
+    res1 = m1
     res0 = acc0
     res2 = acc2
-    v24 = (res0 / res2[:, None])
-    tl.store(out + ((g0) * 2 + g1) * out_s0 + (offs_m[:, None]) * out_s1 + (offs_f[None, :]) * out_s2, (v24).to(tl.float32), mask=(offs_m[:, None] < 29))
+    v22 = (res0 / res2[:, None])
+    tl.store(out + ((g0) * 2 + g1) * out_s0 + (offs_m[:, None]) * out_s1 + (offs_f[None, :]) * out_s2, (v22).to(tl.float32), mask=(offs_m[:, None] < 29))
