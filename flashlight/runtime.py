@@ -48,6 +48,10 @@ _GPU_CONFIGS = [  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
     (64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 2),
     (64, 128, 4, 2), (128, 128, 8, 2), (64, 32, 4, 3),
 ]
+# Added for kernels whose dots run on tensor cores, for Hopper (sm_90): 128-row tiles, also
+# with 8 warps (two warpgroups), and deeper pipelines of the loop's loads (what does not
+# fit in shared memory is left out: flashlight.tuning.fitting)
+_TENSOR_CORE_CONFIGS = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3), (128, 32, 4, 3)]
 # Added for kernels whose dots run in IEEE float32 on CUDA cores (KernelSource.fma_dots):
 # there the operand and product tiles live in registers, and at head widths of 64-128
 # every configuration above spills thousands of bytes per thread to local memory on
@@ -94,18 +98,21 @@ def config_space(src: KernelSource, fma_dots: bool | None = None) -> list[tuple[
     """The (BLOCK_M, BLOCK_N, num_warps, num_stages) configurations autotuning tries for
     ``src`` (``fma_dots``: for the GPU's form of an interpreter kernel, from its plan)."""
     if not (src.fma_dots if fma_dots is None else fma_dots):
-        return list(_GPU_CONFIGS)
+        return _GPU_CONFIGS + _TENSOR_CORE_CONFIGS
     return [c for c in _GPU_CONFIGS if c[1] <= _FMA_DOT_MAX_BLOCK_N] + _FMA_DOT_CONFIGS
 
 
 def candidate_space(src: KernelSource, tiled: TiledKernel | None,
                     autotune: bool | str = True) -> list[tuple[int, int, int, int]]:
     """The configurations autotuning times on the GPU: the cost model's few
-    (:func:`flashlight.tuning.pruned_space`), or all of :func:`config_space` when
-    ``autotune`` is ``"full"`` (or no tiled kernel is given)."""
+    (:func:`flashlight.tuning.pruned_space`), or all of :func:`config_space` that fit in
+    shared memory (:func:`flashlight.tuning.fitting`) when ``autotune`` is ``"full"``
+    (all of it when no tiled kernel is given)."""
     space = config_space(src)
-    if autotune == "full" or tiled is None:
+    if tiled is None:
         return space
+    if autotune == "full":  # all that fit in shared memory
+        return tuning.fitting(tiled, space)
     return tuning.pruned_space(tiled, src.fma_dots, space)
 
 
@@ -523,12 +530,13 @@ import importlib.util, json, os, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-path, name, signature, constexprs, capability, num_warps, num_stages = json.loads(sys.argv[1])
+path, name, signature, constexprs, capability, num_warps, num_stages, attrs = json.loads(sys.argv[1])
+attrs = {(int(k),): v for k, v in attrs.items()}
 spec = importlib.util.spec_from_file_location("aot_kernel", path)
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 fn = getattr(module, name)
-src = ASTSource(fn, signature, constexprs)
+src = ASTSource(fn, signature, constexprs, attrs)
 k = triton.compile(src, target=GPUTarget("cuda", capability, 32),
                    options={"num_warps": num_warps, "num_stages": num_stages})
 regs = stack = -1
@@ -548,13 +556,18 @@ print(json.dumps([k.metadata.shared, regs, stack, k.metadata.num_warps]))
 
 def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtype: torch.dtype,
                 capability: int = 90, block_m: int = 64, block_n: int = 64, num_warps: int = 4,
-                num_stages: int = 2) -> AotResult:
+                num_stages: int = 2, specialize: dict[str, int] | None = None) -> AotResult:
     """Compile generated source ahead of time for an NVIDIA GPU (no GPU needed).
 
     Runs in a child process without the Triton interpreter (which replaces the
     language in-process). Catches code the interpreter tolerates but the real compiler
     rejects; raises ``RuntimeError`` with the compiler's message. Reports shared memory,
     and registers and spill stack where Triton's ``cuobjdump`` is installed.
+
+    ``specialize``: the values of integer arguments (sizes, strides) of a launch, to build
+    what Triton's JIT builds for it: arguments equal to 1 become constants, those
+    divisible by 16 are marked so, and tensor pointers are taken 16-byte aligned (as
+    PyTorch's allocations are). Without it, nothing is assumed of the arguments.
     """
     import json
     import subprocess
@@ -568,14 +581,38 @@ def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtyp
     signature.update({f"in{k}_s{a}": "i32" for k, rank in enumerate(src.input_ranks) for a in range(rank)})
     signature.update({f"out_s{a}": "i32" for a in range(src.out_rank)})
     signature.update({"BLOCK_M": "constexpr", "BLOCK_N": "constexpr"})
-    args = json.dumps([path, src.name, signature, {"BLOCK_M": block_m, "BLOCK_N": block_n}, capability,
-                       num_warps, num_stages])
+    constexprs: dict[str, int] = {"BLOCK_M": block_m, "BLOCK_N": block_n}
+    attrs: dict[str, list] = {}
+    for k, (arg, kind) in enumerate(list(signature.items())):
+        value = None if specialize is None else specialize.get(arg)
+        if specialize is not None and kind.startswith("*"):
+            attrs[str(k)] = [["tt.divisibility", 16]]
+        elif value == 1:
+            signature[arg], constexprs[arg] = "constexpr", 1
+        elif value is not None and value % 16 == 0:
+            attrs[str(k)] = [["tt.divisibility", 16]]
+    args = json.dumps([path, src.name, signature, constexprs, capability, num_warps, num_stages, attrs])
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, args], capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"Triton could not compile {src.name} for sm_{capability}:\n{done.stderr[-3000:]}")
     shared, regs, stack, warps = json.loads(done.stdout.strip().splitlines()[-1])
     return AotResult(shared, regs, stack, warps)
+
+
+def integer_arguments(launcher: Launcher, tensors: Sequence[torch.Tensor]) -> dict[str, int]:
+    """The sizes and strides a launch of ``launcher`` on ``tensors`` passes, by argument
+    name (``aot_compile``'s ``specialize``), the output contiguous as the launcher makes it."""
+    tensors = list(tensors)
+    for k, axis in launcher.relayouts:
+        if tensors[k].stride(axis) != 1 and tensors[k].shape[axis] > 1:
+            tensors[k] = tensors[k].movedim(axis, -1).contiguous().movedim(-1, axis)
+    values = {text: tensors[s.tensor].shape[s.axis] for text, s in launcher.sources.items()}
+    shape = [math.prod(launcher._size(d, values) for d in axis) for axis in launcher.out_axes]
+    args = {f"size{k}": int(values[text]) for k, text in enumerate(launcher.src.size_args)}
+    args.update({f"in{k}_s{a}": int(st) for k, t in enumerate(tensors) for a, st in enumerate(t.stride())})
+    args.update({f"out_s{a}": math.prod(shape[a + 1:]) for a in range(len(shape))})
+    return args
 
 
 def _sig(dtype: torch.dtype) -> str:

@@ -6,11 +6,12 @@ so it is tested without a GPU; :mod:`flashlight.runtime` calls it.
 
 - :func:`pruned_space`: the few configurations (at most :data:`MAX_CANDIDATES`) that
   autotuning tries by default, out of :func:`flashlight.runtime.config_space`. A prior
-  order per kind of dot (tensor cores, or IEEE float32 on CUDA cores), taken from the
-  winners the H200 benchmarks recorded (``bench/results/*.csv``, column ``configs``),
-  then two estimates made from the kernel's loads: shared memory staged per program
-  (the key-side tiles per pipeline stage; candidates over :data:`SHARED_MEMORY_BUDGET`
-  are dropped) and float32 values per
+  order per kind of dot (:func:`prior`: 16-bit or TF32 operands on tensor cores, or IEEE
+  float32 on CUDA cores), taken from the winners the H200 benchmarks recorded
+  (``bench/results/*.csv``, column ``configs``) and Hopper's preferred tile shapes,
+  then two estimates made from the kernel's loads: shared memory per program (the
+  loop's tiles per pipeline stage and conversion scratch; candidates over
+  :data:`SHARED_MEMORY_BUDGET` are dropped, :func:`fitting`) and float32 values per
   thread (candidates over the limit of their kind of dot go to the end of the order).
 - :func:`kernel_signature` and :func:`size_bucket`: the key of the shipped tuned
   configurations (:mod:`flashlight.tuned_configs`), which does not depend on the exact
@@ -43,11 +44,17 @@ EAGER_MARGIN = 0.05
 # them apart up to sizes no Evoformer launch reaches.
 GRID_BUCKET_CAP = 1 << 16
 
-# Winners first. Tensor cores (16-bit dots, TF32): 128x64 / 128x32 at 4 warps and 128x64
-# at 8 warps won the TF32 cells of every head width up to 64 (and 128x64 at 8 warps at
-# 128), 64x64 at 3 stages the bf16 ones.
-_TENSOR_CORE_PRIOR = [(128, 64, 4, 2), (128, 32, 4, 2), (128, 64, 8, 2), (64, 64, 4, 3), (64, 32, 4, 3),
-                      (64, 64, 4, 2), (128, 128, 8, 2), (64, 128, 4, 2)]
+# Winners first. Tensor cores: 16-bit operands and TF32 rank apart on sm_90. 16-bit: 128-row
+# tiles over 64 keys at 3 stages (FlexAttention's Hopper default at head widths up to 64,
+# and the shape of the fastest kernels there), with 8 warps next (half the registers per
+# thread: 122 against 209 in the sm_90 build of the Evoformer core at head width 32, so
+# more programs per SM), then the 64x64 tiles that won the earlier bf16 cells. TF32:
+# 128x64 / 128x32 at 4 warps and 128x64 at 8 warps won every earlier cell up to head
+# width 64 (and 128x64 at 8 warps at 128); the 3-stage 8-warp tile follows them.
+_HALF_PRIOR = [(128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 2), (128, 128, 8, 3),
+               (128, 32, 4, 3), (128, 64, 8, 4), (128, 64, 8, 2), (64, 64, 4, 2), (128, 32, 4, 2)]
+_TF32_PRIOR = [(128, 64, 4, 2), (128, 64, 8, 3), (128, 32, 4, 2), (128, 64, 8, 2), (128, 64, 4, 3),
+               (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 3), (64, 64, 4, 2), (128, 128, 8, 2)]
 # IEEE float32 dots on CUDA cores: 32x32 and 64x64 at 4 warps won most cells, 128x64 the
 # Evoformer ones at head width 32, 64x32 the ones at 128.
 _FMA_PRIOR = [(32, 32, 4, 2), (64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 4, 2), (64, 32, 4, 3), (64, 32, 8, 2),
@@ -87,17 +94,30 @@ class _Footprint:
         feature = padded.get(tiling.feature, 0) if tiling.feature is not None else 0
         accumulators = sum(1 for red in kernel.loop if tiling.feature in free_dims(red.body)) if feature else 0
         self.accumulated = feature * accumulators  # float32 values per row kept across the loop
+        self.out_width = max(feature, 1)
+        # float32 dot operands (TF32 or IEEE) are read from shared memory, 16-bit ones from registers
+        self.fp32_operands = any(d.dtype == torch.float32 for d in tiled.plan.dots.values())
 
     def shared_bytes(self, config: Config) -> int:
-        """Shared memory a program stages: the key-side tiles the loop loads (the keys and
-        values of ``tl.dot``: the loop dim without the row dim), once per pipeline stage.
-        That is what Triton allocates for such kernels on sm_90 at two stages (checked
-        against the AOT builds of triangle attention in TF32 and bf16); the queries stay in
-        registers, and bias tiles over rows and keys are not staged."""
-        _, block_n, _, stages = config
-        per_stage = sum(width * block_n * size for has_row, has_loop, width, size in self.loads
-                        if has_loop and not has_row)
-        return per_stage * max(1, stages)
+        """Shared memory a program needs, estimated as Triton allocates it for sm_90 on a
+        launch specialised for contiguous, 16-byte aligned tensors (fitted to builds of
+        attention, the Evoformer core and triangle attention in bf16 and TF32 at head
+        widths 32-128: exact for most, at most 11% below or 30% above the others):
+
+        - every tile the loop loads (keys and values, and bias tiles over rows and keys:
+          Triton's pipeliner stages those too), once per pipeline stage after the first;
+        - conversion scratch: the output tile in float32, and where a tile has at least
+          as many keys as rows, a key tile of the widest loop operand in 16 bits;
+        - with float32 dot operands, the row tiles (the queries) too: float32 operands of
+          Hopper's tensor-core instructions are read from shared memory."""
+        block_m, block_n, _, stages = config
+        per_stage = sum(width * block_n * (block_m if has_row else 1) * size
+                        for has_row, has_loop, width, size in self.loads if has_loop)
+        widest = max([width for _, has_loop, width, _ in self.loads if has_loop] or [1])
+        scratch = 4 * block_m * self.out_width + (2 * block_n * widest if block_n >= block_m else 0)
+        if self.fp32_operands:
+            scratch += sum(4 * width * block_m for has_row, has_loop, width, _ in self.loads if has_row and not has_loop)
+        return per_stage * max(1, stages - 1) + scratch
 
     def values_per_thread(self, config: Config, fma: bool) -> float:
         """Float32 values a thread holds: the score tile and the accumulators, and for IEEE
@@ -110,20 +130,39 @@ class _Footprint:
         return values / (32 * warps)
 
 
+def prior(tiled: TiledKernel, fma_dots: bool) -> list[Config]:
+    """The prior order of configurations for ``tiled``'s kind of dot: IEEE float32 on CUDA
+    cores, 16-bit operands on tensor cores, or TF32."""
+    if fma_dots:
+        return _FMA_PRIOR
+    half = (torch.float16, torch.bfloat16)
+    dots = list(tiled.plan.dots.values())
+    return _HALF_PRIOR if dots and all(d.dtype in half for d in dots) else _TF32_PRIOR
+
+
+def fitting(tiled: TiledKernel, space: Sequence[Config], budget: int = SHARED_MEMORY_BUDGET) -> list[Config]:
+    """The members of ``space`` whose shared memory (:meth:`_Footprint.shared_bytes`) fits
+    ``budget``, in order; where none does, all of them (the runtime then falls back to
+    smaller tiles when the GPU rejects them)."""
+    footprint = _Footprint(tiled)
+    fit = [c for c in space if footprint.shared_bytes(c) <= budget]
+    return fit or list(space)
+
+
 def pruned_space(tiled: TiledKernel, fma_dots: bool, space: Sequence[Config],
                  budget: int = SHARED_MEMORY_BUDGET, limit: int = MAX_CANDIDATES) -> list[Config]:
     """The candidates autotuning tries by default: a non-empty, ordered subset of ``space``
     (at most ``limit``), best first by the prior and the two estimates (module docstring)."""
     footprint = _Footprint(tiled)
-    prior = _FMA_PRIOR if fma_dots else _TENSOR_CORE_PRIOR
-    rank = {c: k for k, c in enumerate(prior)}
-    ordered = sorted(space, key=lambda c: rank.get(tuple(c), len(prior)))
-    fitting = [c for c in ordered if footprint.shared_bytes(c) <= budget]
-    if not fitting:  # nothing fits: the smallest, and the runtime's small-tile fallback
+    order = prior(tiled, fma_dots)
+    rank = {c: k for k, c in enumerate(order)}
+    ordered = sorted(space, key=lambda c: rank.get(tuple(c), len(order)))
+    fit = [c for c in ordered if footprint.shared_bytes(c) <= budget]
+    if not fit:  # nothing fits: the smallest, and the runtime's small-tile fallback
         return sorted(ordered, key=footprint.shared_bytes)[:limit]
     ceiling = _VALUES_PER_THREAD[fma_dots]
-    light = [c for c in fitting if footprint.values_per_thread(c, fma_dots) <= ceiling]
-    heavy = [c for c in fitting if c not in light]
+    light = [c for c in fit if footprint.values_per_thread(c, fma_dots) <= ceiling]
+    heavy = [c for c in fit if c not in light]
     return (light + heavy)[:limit]
 
 

@@ -109,8 +109,9 @@ def test_ieee_float32_kernels_leave_out_the_wide_key_tiles(dtype, tf32, fma_dots
     if fma_dots:
         assert max(block_n for _, block_n, _, _ in space) <= 64
         assert set(runtime._FMA_DOT_CONFIGS) <= set(space)
+        assert not set(runtime._TENSOR_CORE_CONFIGS) & set(space)
     else:
-        assert space == tuple(runtime._GPU_CONFIGS)
+        assert space == tuple(runtime._GPU_CONFIGS + runtime._TENSOR_CORE_CONFIGS)
 
 
 # --------------------------------------------------------- autotuning choices kept on disk
