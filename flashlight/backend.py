@@ -25,7 +25,8 @@ from flashlight import settings
 from flashlight.codegen import generate
 from flashlight.decompositions import decompositions
 from flashlight.lower import lower
-from flashlight.pipeline import Plan, compile_graph
+from flashlight.passes.tiling import MAX_TILE
+from flashlight.pipeline import Plan, compile_graph, tile_sizes_to_fix
 from flashlight.report import ExplainReport, FallbackOp, KernelReport
 from flashlight.runtime import COMPILE_EVENTS, Launcher, aot_compile, config_space
 
@@ -89,7 +90,10 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
             log.warning("[flashlight] this graph runs outside Flashlight: %s", unsupported)
         _record(report, gm, Plan({}, {}, None), {}, reason=unsupported)
         return gm
-    plan = compile_graph(lower_and_log(gm))
+    lowered = lower_and_log(gm)
+    if _fix_sizes(gm, example_inputs, tile_sizes_to_fix(lowered)):
+        lowered = lower_and_log(gm)  # those sizes now read as numbers
+    plan = compile_graph(lowered)
     nodes = {n.name: n for n in gm.graph.nodes}
     launchers: dict[str, Launcher] = {}
     for node_name, tiled in plan.kernels.items():
@@ -105,6 +109,33 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
     _stitch(gm, launchers)
     _record(report, gm, plan, launchers)
     return gm
+
+
+def _fix_sizes(gm: fx.GraphModule, example_inputs, texts: frozenset[str]) -> bool:
+    """Fix the symbolic sizes named by ``texts`` whose value in this call fits one tile
+    to that value, with a guard: a later call with another value compiles again
+    ([Note: sizes a tile must know] in :mod:`flashlight.passes.tiling`). Returns
+    whether one was fixed; the graph's sizes then read as numbers."""
+    fixed = False
+    for size in _symbolic_sizes(gm, example_inputs):
+        expr = size.node.expr
+        if expr.is_symbol and str(expr) in texts:
+            hint = size.node.hint
+            if isinstance(hint, int) and 1 < hint <= MAX_TILE:
+                int(size)  # guards the size to its value in this call
+                fixed = True
+    return fixed
+
+
+def _symbolic_sizes(gm: fx.GraphModule, example_inputs) -> list[torch.SymInt]:
+    """The symbolic sizes of the graph's tensors and its size arguments."""
+    found: list[torch.SymInt] = []
+    for value in [*example_inputs, *(n.meta.get("val") for n in gm.graph.nodes)]:
+        if isinstance(value, torch.SymInt):
+            found.append(value)
+        elif isinstance(value, torch.Tensor):
+            found.extend(s for s in value.shape if isinstance(s, torch.SymInt))
+    return found
 
 
 def lower_and_log(gm: fx.GraphModule):
@@ -177,7 +208,8 @@ def _record(report: ExplainReport | None, gm: fx.GraphModule, plan: Plan, launch
     for launcher in launchers.values():
         report.kernels.append(_kernel_report(launcher))
     for node in gm.graph.nodes:
-        if node.op != "call_function" or isinstance(node.target, Launcher) or node.target in VIEW_LIKE:
+        if node.op != "call_function" or isinstance(node.target, Launcher) or node.target in VIEW_LIKE \
+                or isinstance(node.meta.get("val"), torch.SymInt):  # size arithmetic, not tensor work
             continue
         why = reason or lowered_reasons.get(node.name) or _opaque_reason(node) or "not fused into a kernel"
         report.fallback_ops.append(FallbackOp(_op_name(node), why))

@@ -78,6 +78,8 @@ class _Lowerer:
             if node.op == "placeholder":
                 if isinstance(meta_val(node), torch.Tensor):
                     lw.env[node.name] = lw.input_access(node)
+                elif isinstance(meta_val(node), torch.SymInt) and meta_val(node).node.expr.is_number:
+                    lw.env[node.name] = Const(int(meta_val(node).node.expr), torch.int64)  # a size fixed by a guard
                 continue
             if node.op == "output":
                 for arg in fx.graph.map_arg(node.args, lambda n: n).__iter__():
@@ -194,10 +196,10 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _view_like(fn: Callable[[Access, fx.Node], Access]):
-    def rule(lw: LowerContext, node: fx.Node) -> Access:
+    def rule(lw: LowerContext, node: fx.Node) -> Access | Const:
         src = lw.value(node.args[0], meta_val(node).dtype)
         if not isinstance(src, Access):
-            raise Unsupported("view of a constant")
+            return src  # every element of a view of a constant is that constant
         return fn(src, node)
 
     return rule
@@ -313,9 +315,12 @@ def _full(lw: LowerContext, node: fx.Node) -> Access:
     return lw.add_nest(axes, Const(fill, dtype), dtype, "full")
 
 
-def _scalar_tensor(lw: LowerContext, node: fx.Node) -> Access:
+def _scalar_tensor(lw: LowerContext, node: fx.Node) -> Access | Const:
     dtype = meta_val(node).dtype
-    return lw.add_nest((), Const(node.args[0], dtype), dtype, "scalar")
+    value = lw.value(node.args[0], dtype)
+    if not isinstance(value, Const):
+        raise Unsupported("a scalar tensor of a tensor")
+    return lw.add_nest((), Const(value.value, dtype), dtype, "scalar")
 
 
 def _arange(lw: LowerContext, node: fx.Node) -> Access:
@@ -387,6 +392,7 @@ LOWERINGS: dict[Any, Callable[[LowerContext, fx.Node], Access]] = {
     aten.detach.default: _view_like(view_identity),
     aten.lift_fresh_copy.default: _view_like(view_identity),
     aten._to_copy.default: _to_copy,
+    torch.ops.prims.convert_element_type.default: _to_copy,
     aten.masked_fill.Scalar: _where_scalar_fill,
     aten.masked_fill.Tensor: _where_scalar_fill,
     aten.clamp.default: _clamp,

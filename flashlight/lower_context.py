@@ -15,7 +15,8 @@ import torch
 import torch.fx as fx
 
 from flashlight.indexing import Access, Unsupported, finest, match_axis, meta_val, node_shape
-from flashlight.ir import Axis, Const, Dim, Expr, Load, Nest, Ref, axis_dims
+from flashlight.ir import Axis, Const, Dim, Expr, Load, Nest, Pointwise, Ref, axis_dims
+from flashlight.vocabulary import OPS
 
 
 class LowerContext:
@@ -36,7 +37,14 @@ class LowerContext:
         self.inputs.append(node.name)
         return Access("input", node.name, axes, axes, meta_val(node).dtype)
 
-    def add_nest(self, axes: tuple[Axis, ...], body: Expr, dtype: torch.dtype, hint: str) -> Access:
+    def add_nest(self, axes: tuple[Axis, ...], body: Expr, dtype: torch.dtype, hint: str) -> Access | Const:
+        """A nest computing ``body`` over ``axes``; a single value computed from constants
+        only (a scale ``1 / sqrt(d)`` of a head width) is computed now instead, as eager
+        PyTorch computes it, and is a constant of the IR."""
+        if not axis_dims(axes):
+            folded = fold_constants(body)
+            if folded is not None:
+                return folded
         name = f"n{len(self.nests)}_{hint}"
         self.nests.append(Nest(name, axes, body, dtype, (self.origin,)))
         return Access("nest", name, axes, axes, dtype)
@@ -99,3 +107,49 @@ class LowerContext:
         if values is not None:
             self.nest_of_node[node.name] = values.name
         return values
+
+
+# ------------------------------------------------------------------ constant folding
+
+
+def fold_constants(expr: Expr) -> Const | None:
+    """The value of ``expr`` when it reads nothing but constants, computed by PyTorch on
+    0-dim tensors of the IR's dtypes (so as eager computes it: a float64 square root of
+    a size, rounded to float32 by its cast); None when it reads anything else."""
+    value = _evaluate(expr)
+    if value is None:
+        return None
+    item = value.item()
+    return Const(bool(item) if expr.dtype == torch.bool else item, expr.dtype)
+
+
+def _evaluate(expr: Expr) -> torch.Tensor | None:
+    if isinstance(expr, Const):
+        return torch.tensor(expr.value, dtype=expr.dtype)
+    if not isinstance(expr, Pointwise):
+        return None
+    args = [_evaluate(a) for a in expr.args]
+    if any(a is None for a in args):
+        return None
+    fn = _FOLDING.get(expr.op) or _aten_op(expr.op)
+    if fn is None:
+        return None
+    return fn(*args).to(expr.dtype)
+
+
+def _aten_op(op: str):
+    overloads = OPS[op].aten if op in OPS else ()
+    if not overloads:
+        return None
+    packet, name = overloads[0].split(".")
+    return getattr(getattr(torch.ops.aten, packet), name)
+
+
+_FOLDING = {
+    "cast": lambda x: x,  # the result is cast to the node's dtype
+    "truncdiv": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "pow": lambda a, b: torch.pow(a, b.item()),
+    "and": torch.logical_and,
+    "or": torch.logical_or,
+    "not": torch.logical_not,
+}

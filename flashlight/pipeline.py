@@ -36,13 +36,13 @@ from flashlight.ir_print import format_graph, format_kernel, format_tiled
 from flashlight.lower import Lowered
 from flashlight.passes.base2 import check_base2, to_base2
 from flashlight.passes.fusion import fuse_elementwise, fuse_reductions
-from flashlight.passes.online import online_kernel
+from flashlight.passes.online import NotOnline, make_online, online_kernel
 from flashlight.passes.skipping import find_live_tiles
 from flashlight.passes.tile_plan import check_plan
-from flashlight.passes.tiling import tile
+from flashlight.passes.tiling import sizes_to_fix, tile
 
 __all__ = ["GRAPH_PASSES", "KERNEL_PASSES", "Plan", "compile_graph", "recomputes_across_grid",
-           "repeats_loop_work"]
+           "repeats_loop_work", "tile_sizes_to_fix"]
 
 log = logging.getLogger("flashlight")
 
@@ -148,3 +148,20 @@ def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
     pipeline = pipeline_for(lowered, check)
     with dim_names(lowered.next_dim_id):
         return search(lowered, pipeline, _debug)
+
+
+def tile_sizes_to_fix(lowered: Lowered) -> frozenset[str]:
+    """The symbolic sizes the fused kernels of ``lowered`` need static to tile
+    ([Note: sizes a tile must know] in :mod:`flashlight.passes.tiling`)."""
+    pipeline = pipeline_for(lowered)
+    wanted: set[str] = set()
+    with dim_names(lowered.next_dim_id):
+        graph = pipeline.graph(lowered.graph, trace=False)
+        for nest in graph.nests:
+            if nest.name not in graph.materialized:
+                continue
+            try:
+                wanted |= sizes_to_fix(make_online(nest))
+            except NotOnline:
+                continue
+    return frozenset(wanted)

@@ -37,6 +37,7 @@ from flashlight.ir import (
     free_dims,
     walk,
 )
+from flashlight.indexing import sizes_equal
 from flashlight.passes.contractions import group_dot_operands, splits_as_dot
 from flashlight.passes.tile_plan import record_plan
 
@@ -178,6 +179,21 @@ def _inner_reduce_dims(kernel: Kernel) -> list[Dim]:
         if isinstance(node, Reduce):
             raise NotTileable("a reduction left in the epilogue")
     return dims
+
+
+def sizes_to_fix(kernel: Kernel) -> frozenset[str]:
+    """The symbolic sizes a tile of ``kernel`` has to know when it is compiled
+    ([Note: sizes a tile must know]): of the dims contracted inside the loop's body (a
+    head width), and of the output dims some loop reduction does not vary along (the
+    value width of an attention), unless that size is the loop's extent."""
+    loop_dim = kernel.loop[0].dim
+    inner = {d for red in kernel.loop for e in red.exprs() for node in walk(e)
+             if isinstance(node, Reduce) for d in node.dims}
+    common = frozenset(kernel.dims)
+    for red in kernel.loop:
+        common &= free_dims(red.body)
+    features = {d for d in kernel.dims if d not in common and not sizes_equal(d.size, loop_dim.size)}
+    return frozenset(str(d.size) for d in inner | features if not d.is_static)
 
 
 def _rank(d: Dim | None) -> tuple[int, int]:
