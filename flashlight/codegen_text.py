@@ -177,7 +177,7 @@ class TileText:
         """
         if not self.check_bounds:
             return
-        slot = len(self.inputs) if tensor == "out" else int(tensor[2:])
+        slot = len(self.inputs) + int(tensor[3:] or 0) if tensor.startswith("out") else int(tensor[2:])
         off = self.assign(scope, "off", f"{offset} + tl.zeros({self.shape(layout)}, tl.int32)" if layout else offset)
         outside = f"(({off} < 0) | ({off} >= {tensor}_span))"
         bad = f"({outside} & {mask})" if mask else outside

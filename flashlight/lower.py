@@ -57,6 +57,7 @@ class Lowered:
     opaque: dict[str, str]  # FX node name -> why it was not lowered
     nest_of_node: dict[str, str]  # FX node name -> the nest computing it
     next_dim_id: int = 0  # the passes number the dims they make from here (ir.dim_names)
+    order: dict[str, int] = dataclasses.field(default_factory=dict)  # FX node name -> its place in the graph
 
 
 # ------------------------------------------------------------------------- the lowerer
@@ -106,8 +107,10 @@ class _Lowerer:
                 del lw.nests[before:]  # what the rule built before it gave up
                 lw.tuple_values.pop(node.name, None)
                 self._make_opaque(node, f"{_op_name(node)}: {why}")
-        graph = Graph(tuple(lw.nests), tuple(lw.inputs), frozenset(self.materialized))
-        return Lowered(graph, self.opaque, lw.nest_of_node)
+        outside = frozenset(self.materialized)  # needed outside Flashlight; kernels may recompute them
+        graph = Graph(tuple(lw.nests), tuple(lw.inputs), outside, recomputed=outside)
+        order = {node.name: k for k, node in enumerate(self.gm.graph.nodes)}
+        return Lowered(graph, self.opaque, lw.nest_of_node, order=order)
 
     def _use_outside(self, arg: Any) -> None:
         """``arg`` is consumed outside Flashlight: its base nest must be materialized."""

@@ -37,6 +37,7 @@ from flashlight.lower import Lowered
 from flashlight.passes.base2 import check_base2, to_base2
 from flashlight.passes.fusion import fuse_elementwise, fuse_reductions
 from flashlight.passes.online import NotOnline, make_online, online_kernel
+from flashlight.passes.outputs import merge_outputs
 from flashlight.passes.skipping import find_live_tiles
 from flashlight.passes.tile_plan import check_plan
 from flashlight.passes.tiling import sizes_to_fix, tile
@@ -93,8 +94,18 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("read_materialized", read_materialized, check_invariants, format_graph,
          "IR after read_materialized"),
 )
+
+
+def online_form(value: Nest | tuple[Nest, ...], context: Context):
+    """The online kernel of a nest; of a group of nests, one kernel storing each nest's
+    value from one loop ([Note: several outputs] in :mod:`flashlight.passes.outputs`)."""
+    if isinstance(value, Nest):
+        return online_kernel(value)
+    return merge_outputs([make_online(nest) for nest in value])
+
+
 KERNEL_PASSES: tuple[Pass, ...] = (
-    Pass("make_online", lambda n, _: online_kernel(n), check_kernel_invariants, format_kernel,
+    Pass("make_online", online_form, check_kernel_invariants, format_kernel,
          "online form of {node}"),
     Pass("find_live_tiles", lambda k, _: find_live_tiles(k), check_kernel_invariants, format_kernel,
          "tile liveness of {node}"),
@@ -131,7 +142,7 @@ class Pipeline:
             _debug("lowered IR", format_graph(base))
         return self.run(self.graph_passes, base, trace, self.context)
 
-    def kernel(self, nest: Nest, node: str, trace: bool = True) -> TiledKernel:
+    def kernel(self, nest: Nest | tuple[Nest, ...], node: str, trace: bool = True) -> TiledKernel:
         return self.run(self.kernel_passes, nest, trace, dataclasses.replace(self.context, node=node))
 
 

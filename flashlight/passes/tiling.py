@@ -67,6 +67,8 @@ class Layouts:
         self._loop_results: dict[int, Layout] = {}
         self.loop_layouts = [self.loop_result(k) for k in range(len(kernel.loop))]
         self.epilogue = self.of(kernel.epilogue)
+        for out in kernel.extra_outputs:
+            self.of(out.epilogue)
 
     def loop_result(self, k: int) -> Layout:
         """Layout of the ``k``-th loop reduction's result (its body's, less the loop role)."""
@@ -175,7 +177,7 @@ def _inner_reduce_dims(kernel: Kernel) -> list[Dim]:
         for node in walk(red.body):
             if isinstance(node, Reduce):
                 dims.extend(d for d in node.dims if d not in dims)
-    for node in walk(kernel.epilogue):
+    for node in (n for e in kernel.epilogues() for n in walk(e)):
         if isinstance(node, Reduce):
             raise NotTileable("a reduction left in the epilogue")
     return dims
