@@ -22,6 +22,7 @@ TL_DTYPES = {
     torch.float64: "tl.float64",
     torch.int64: "tl.int64",
     torch.int32: "tl.int32",
+    torch.int16: "tl.int16",
     torch.int8: "tl.int8",
     torch.uint8: "tl.uint8",
     torch.bool: "tl.int1",

@@ -92,7 +92,7 @@ class LowerContext:
                 raise Unsupported(f"operand {arg.name} has no lowering")
             return found
         if isinstance(arg, (bool, int, float)):
-            return Const(arg, dtype)
+            return scalar(arg, dtype)
         raise Unsupported(f"operand {arg!r}")
 
 
@@ -109,6 +109,27 @@ class LowerContext:
         return values
 
 
+def scalar(value, dtype: torch.dtype) -> Const:
+    """A Python scalar as an operand of an op computed in ``dtype``: an integer wraps into
+    an integer dtype's range, as PyTorch wraps it ([Note: integer and boolean arithmetic]
+    in :mod:`flashlight.lower`)."""
+    if isinstance(value, int) and not isinstance(value, bool) and dtype != torch.bool \
+            and not dtype.is_floating_point:
+        bits = torch.iinfo(dtype).bits
+        low = torch.iinfo(dtype).min
+        value = (value - low) % (1 << bits) + low
+    return Const(value, dtype)
+
+
+def compared(value: Access | Const) -> Access | Const:
+    """An operand of a comparison: a float scalar compared in a 16-bit float dtype is
+    rounded to it first, as PyTorch compares it (arithmetic keeps it whole: PyTorch
+    computes 16-bit floats with their scalars in float32)."""
+    if isinstance(value, Const) and isinstance(value.value, float) and value.dtype in (torch.float16, torch.bfloat16):
+        return Const(torch.tensor(value.value, dtype=value.dtype).item(), value.dtype)
+    return value
+
+
 # ------------------------------------------------------------------ constant folding
 
 
@@ -123,12 +144,14 @@ def fold_constants(expr: Expr) -> Const | None:
     return Const(bool(item) if expr.dtype == torch.bool else item, expr.dtype)
 
 
-def _evaluate(expr: Expr) -> torch.Tensor | None:
+def _evaluate(expr: Expr, operand: bool = False) -> torch.Tensor | None:
     if isinstance(expr, Const):
-        return torch.tensor(expr.value, dtype=expr.dtype)
+        # a 16-bit float operand takes part in float32, as PyTorch's arithmetic computes it
+        wide = operand and expr.dtype in (torch.float16, torch.bfloat16)
+        return torch.tensor(expr.value, dtype=torch.float32 if wide else expr.dtype)
     if not isinstance(expr, Pointwise):
         return None
-    args = [_evaluate(a) for a in expr.args]
+    args = [_evaluate(a, operand=True) for a in expr.args]
     if any(a is None for a in args):
         return None
     fn = _FOLDING.get(expr.op) or _aten_op(expr.op)

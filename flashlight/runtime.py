@@ -636,4 +636,5 @@ def integer_arguments(launcher: Launcher, tensors: Sequence[torch.Tensor]) -> di
 
 def _sig(dtype: torch.dtype) -> str:
     return {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
-            torch.int64: "i64", torch.int32: "i32", torch.bool: "i1", torch.int8: "i8", torch.uint8: "u8"}[dtype]
+            torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.bool: "i1", torch.int8: "i8",
+            torch.uint8: "u8"}[dtype]
