@@ -28,6 +28,7 @@ from flashlight.codegen_text import TL_DTYPES, TileText, literal
 from flashlight.ir import (
     Const,
     Expr,
+    Gather,
     Iota,
     Load,
     LoopResult,
@@ -35,6 +36,7 @@ from flashlight.ir import (
     Reduce,
     RunningMax,
     TiledKernel,
+    free_dims,
 )
 from flashlight.vocabulary import BOOLEAN_OPS, DIVISION_OPS, OPS
 
@@ -95,6 +97,8 @@ class _Printer(TileText):
             return literal(expr.value), ()
         if isinstance(expr, Load):
             return self.emit_load(expr, layout, scope), layout
+        if isinstance(expr, Gather):
+            return self.emit_gather(expr, layout, scope), layout
         if isinstance(expr, Iota):
             return self.assign(scope, "idx", self.index(expr.axis, layout)), layout
         if isinstance(expr, RunningMax):
@@ -107,18 +111,42 @@ class _Printer(TileText):
             return self.emit_pointwise(expr, layout, scope), layout
         raise TypeError(type(expr))
 
+    def emit_gather(self, gather: Gather, layout, scope: str) -> str:
+        """A load at computed positions ([Note: gathers] in flashlight.lower_gather): each
+        position's tile broadcast to the gather's, lanes outside the tensor loading 0."""
+        k = self.inputs.index(gather.base)
+        terms, masks = [], []
+        for a, position in enumerate(gather.positions):
+            if isinstance(position, Const) and position.value == 0:
+                continue
+            var, lay = self.emit(position, scope)
+            var = self.broadcast(var, lay, layout)
+            terms.append(f"({var}) * in{k}_s{a}")
+            if not isinstance(position, Iota) and gather.extents[a] is not None:
+                masks.append(f"({var} >= 0) & ({var} < {gather.extents[a]})")
+        lanes = self.mask(sorted(free_dims(gather), key=lambda d: d.name), layout)
+        mask = " & ".join(([lanes] if lanes else []) + masks) or None
+        offset = " + ".join(terms) or "0"
+        self.assert_in_bounds(scope, f"in{k}", offset, mask, layout)
+        masked = f", mask={mask}, other=0" if mask else ""
+        return self.converted(gather.dtype, f"tl.load(in{k} + {offset}{masked})", scope)
+
     def emit_load(self, load: Load, layout, scope: str) -> str:
         """The loaded tile as computed on: float32 for floats, ``tl.int1`` for booleans.
         A 16-bit float tile is also kept as loaded (``stored_as``), for ``tl.dot``."""
         value, _ = self.load_text(load, layout, scope)
-        if load.dtype in (torch.bfloat16, torch.float16):
+        return self.converted(load.dtype, value, scope)
+
+    def converted(self, dtype: torch.dtype, value: str, scope: str) -> str:
+        """A loaded tile ``value`` of ``dtype`` as computed on (see :meth:`emit_load`)."""
+        if dtype in (torch.bfloat16, torch.float16):
             stored = self.assign(scope, "x", value)
             var = self.assign(scope, "x", f"{stored}.to(tl.float32)")
-            self.stored_as[var] = (stored, TL_DTYPES[load.dtype])
+            self.stored_as[var] = (stored, TL_DTYPES[dtype])
             return var
-        if load.dtype.is_floating_point:
+        if dtype.is_floating_point:
             value += ".to(tl.float32)"
-        elif load.dtype == torch.bool:
+        elif dtype == torch.bool:
             value = f"({value} != 0)"
         return self.assign(scope, "x", value)
 

@@ -88,6 +88,23 @@ class Load(Expr):
 
 
 @dataclasses.dataclass(frozen=True)
+class Gather(Expr):
+    """Element of tensor ``base`` (an input of the kernel) at computed positions: one
+    integer expression per axis of ``base`` (``table[h, bucket(j - i)]``: the head's
+    index, and an expression of the query and key indices). A :class:`Load` is the
+    gather whose positions are indices of its axes; see [Note: gathers] in
+    :mod:`flashlight.lower_gather`."""
+
+    base: str
+    positions: tuple[Expr, ...]
+    extents: tuple[int | None, ...]  # per axis of ``base``: its size where static
+    dtype: torch.dtype
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.positions
+
+
+@dataclasses.dataclass(frozen=True)
 class Ref(Expr):
     """Element of the tensor computed by nest ``nest`` at a compound index per axis."""
 
@@ -238,6 +255,10 @@ def rebuild(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
             new_body = visit(node.body)
             if new_body is not node.body:
                 node = dataclasses.replace(node, body=new_body)
+        elif isinstance(node, Gather):
+            new_positions = tuple(visit(p) for p in node.positions)
+            if new_positions != node.positions:
+                node = dataclasses.replace(node, positions=new_positions)
         out = fn(node)
         result = node if out is None else out
         memo[key] = result
@@ -259,6 +280,8 @@ def replace_nodes(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
                     out = dataclasses.replace(node, args=tuple(visit(a) for a in node.args))
                 elif isinstance(node, Reduce):
                     out = dataclasses.replace(node, body=visit(node.body))
+                elif isinstance(node, Gather):
+                    out = dataclasses.replace(node, positions=tuple(visit(p) for p in node.positions))
                 else:
                     out = node
             memo[key] = out
@@ -348,8 +371,10 @@ def check_invariants(graph: Graph) -> None:
         for node in walk(nest.body):
             if isinstance(node, Ref) and node.nest not in seen:
                 raise InvariantError(f"{nest.name}: reads {node.nest} before it is defined")
-            if isinstance(node, Load) and node.base not in graph.inputs:
+            if isinstance(node, (Load, Gather)) and node.base not in graph.inputs:
                 raise InvariantError(f"{nest.name}: loads unknown input {node.base}")
+            if isinstance(node, Gather) and any(p.dtype.is_floating_point for p in node.positions):
+                raise InvariantError(f"{nest.name}: a gather from {node.base} at a float position")
             if isinstance(node, Reduce) and set(node.dims) & set(out):
                 raise InvariantError(f"{nest.name}: reduction rebinds output dims")
         seen.add(nest.name)

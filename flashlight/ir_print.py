@@ -12,6 +12,7 @@ from flashlight.ir import (
     Axis,
     Const,
     Expr,
+    Gather,
     Graph,
     Iota,
     Kernel,
@@ -79,6 +80,8 @@ class Printer:
             return f"{expr.base}[{fmt_index(expr.index)}]"
         if isinstance(expr, Ref):
             return f"%{expr.nest}[{fmt_index(expr.index)}]"
+        if isinstance(expr, Gather):
+            return f"{expr.base}@[{', '.join(sub(p) for p in expr.positions)}]"
         if isinstance(expr, Iota):
             return f"iota({fmt_axis(expr.axis)})"
         if isinstance(expr, Const):

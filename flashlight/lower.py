@@ -46,6 +46,7 @@ from flashlight.ir import (
     walk,
 )
 from flashlight.lower_context import LowerContext, compared
+from flashlight.lower_gather import GATHER_LOWERINGS
 from flashlight.lower_reductions import REDUCTION_LOWERINGS, reduce_over
 from flashlight.vocabulary import COMPARISONS, INTEGER_EXACT, KERNEL_DTYPES, OPS
 
@@ -473,6 +474,7 @@ LOWERINGS: dict[Any, Callable[[LowerContext, fx.Node], Access]] = {
     aten.baddbmm.default: _baddbmm,
     aten.mm.default: _contraction,
     **REDUCTION_LOWERINGS,
+    **GATHER_LOWERINGS,
 }
 
 for _op, _info in OPS.items():  # the elementwise ops of the vocabulary

@@ -38,6 +38,7 @@ from flashlight.ir import (
     Const,
     Dim,
     Expr,
+    Gather,
     Iota,
     Kernel,
     KernelOutput,
@@ -220,6 +221,9 @@ class _Unifier:
             return x.base == y.base and self.index_axes(x.index, y.index)
         if isinstance(x, Ref):
             return x.nest == y.nest and self.index_axes(x.index, y.index)
+        if isinstance(x, Gather):
+            return x.base == y.base and len(x.positions) == len(y.positions) and all(
+                self.expr(p, q) for p, q in zip(x.positions, y.positions))
         if isinstance(x, Iota):
             return self.index_axes((x.axis,), (y.axis,))
         if isinstance(x, RunningMax):

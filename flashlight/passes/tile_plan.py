@@ -18,6 +18,7 @@ import torch
 from flashlight.ir import (
     DotPlan,
     Expr,
+    Gather,
     InvariantError,
     Iota,
     Kernel,
@@ -56,6 +57,10 @@ class _Recorder:
         self.layouts[expr] = layout
         if isinstance(expr, Load):
             self.load(expr, layout)
+        elif isinstance(expr, Gather):
+            self.inputs.setdefault(expr.base, len(expr.positions))
+            for position in expr.positions:
+                self.value(position)
         elif isinstance(expr, Reduce):
             role = self.roles[expr.dims[0]]
             if self.is_dot(expr.body, role):
@@ -184,7 +189,7 @@ def check_plan(tiled: TiledKernel) -> None:
         sides = [plan.layouts.get(arg) for arg in body.args]
         if any(side is None or dot.reduced not in side or len(side) != 2 for side in sides) or dot.reduced in dot.out:
             raise InvariantError(f"{name}: a dot whose operands do not both span its contracted role")
-    loaded = {node.base for e in kernel_exprs(kernel) for node in walk(e) if isinstance(node, Load)}
+    loaded = {node.base for e in kernel_exprs(kernel) for node in walk(e) if isinstance(node, (Load, Gather))}
     inputs = {base for base, _ in plan.inputs}
     if inputs != loaded or not {base for base, _ in plan.relayouts} <= inputs:
         raise InvariantError(f"{name}: plan inputs {sorted(inputs)} differ from the loads {sorted(loaded)}")

@@ -22,6 +22,7 @@ from flashlight.ir import (
     Const,
     Dim,
     Expr,
+    Gather,
     Iota,
     Kernel,
     Layout,
@@ -112,6 +113,8 @@ class Layouts:
     def _compute(self, expr: Expr, allow_dot: bool, reduced: str | None) -> Layout:
         if isinstance(expr, (Load, Iota)):
             return self._dims_layout(free_dims(expr))
+        if isinstance(expr, Gather):
+            return canonical(r for p in expr.positions for r in self.of(p))
         if isinstance(expr, Const):
             return ()
         if isinstance(expr, (RunningMax, LoopResult)):
