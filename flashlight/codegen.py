@@ -122,7 +122,7 @@ class _Printer(TileText):
             var, lay = self.emit(position, scope)
             var = self.broadcast(var, lay, layout)
             terms.append(f"({var}) * in{k}_s{a}")
-            if not isinstance(position, Iota) and gather.extents[a] is not None:
+            if not isinstance(position, (Iota, Const)) and gather.extents[a] is not None:
                 masks.append(f"({var} >= 0) & ({var} < {gather.extents[a]})")
         lanes = self.mask(sorted(free_dims(gather), key=lambda d: d.name), layout)
         mask = " & ".join(([lanes] if lanes else []) + masks) or None

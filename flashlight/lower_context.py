@@ -14,9 +14,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from flashlight.constants import fold_constants, rounded
 from flashlight.indexing import Access, Unsupported, finest, match_axis, meta_val, node_shape
-from flashlight.ir import Axis, Const, Dim, Expr, Load, Nest, Pointwise, Ref, axis_dims
-from flashlight.vocabulary import OPS
+from flashlight.ir import Axis, Const, Dim, Expr, Load, Nest, Ref, axis_dims
 
 
 class LowerContext:
@@ -27,7 +27,7 @@ class LowerContext:
         self.nests: list[Nest] = []
         self.inputs: list[str] = []
         self.nest_of_node: dict[str, str] = {}  # FX node name -> the nest computing it
-        self.tuple_values: dict[str, Access] = {}  # tuple-valued node -> its lowered values
+        self.tuple_values: dict[str, tuple[Access | Const, ...]] = {}  # tuple-valued node -> its items
         self.origin = ""  # the FX node being lowered: the origin of the nests added
 
     # ---- values
@@ -97,16 +97,20 @@ class LowerContext:
 
 
     # ---- tuple-valued nodes (max(dim), native_layer_norm)
-    def set_tuple(self, node: fx.Node, values: Access) -> None:
-        """``node``'s value is a tuple whose first element is ``values``."""
+    def set_tuple(self, node: fx.Node, *values: Access | Const) -> None:
+        """``node``'s value is a tuple whose first items are ``values`` (those lowered)."""
         self.tuple_values[node.name] = values
 
-    def first_of_tuple(self, node: fx.Node, source: Any) -> Access | None:
-        """The first element of tuple-valued ``source``, now computed by ``node``."""
-        values = self.tuple_values.get(getattr(source, "name", None))
-        if values is not None:
-            self.nest_of_node[node.name] = values.name
-        return values
+    def item_of_tuple(self, node: fx.Node, source: Any, index: int) -> Access | Const | None:
+        """Item ``index`` of tuple-valued ``source``, now computed by ``node``; None when
+        that item was not lowered."""
+        values = self.tuple_values.get(getattr(source, "name", None), ())
+        if not 0 <= index < len(values):
+            return None
+        value = values[index]
+        if isinstance(value, Access) and value.kind == "nest":
+            self.nest_of_node[node.name] = value.name
+        return value
 
 
 def scalar(value, dtype: torch.dtype) -> Const:
@@ -115,9 +119,7 @@ def scalar(value, dtype: torch.dtype) -> Const:
     in :mod:`flashlight.lower`)."""
     if isinstance(value, int) and not isinstance(value, bool) and dtype != torch.bool \
             and not dtype.is_floating_point:
-        bits = torch.iinfo(dtype).bits
-        low = torch.iinfo(dtype).min
-        value = (value - low) % (1 << bits) + low
+        value = rounded(value, dtype)
     return Const(value, dtype)
 
 
@@ -126,53 +128,5 @@ def compared(value: Access | Const) -> Access | Const:
     rounded to it first, as PyTorch compares it (arithmetic keeps it whole: PyTorch
     computes 16-bit floats with their scalars in float32)."""
     if isinstance(value, Const) and isinstance(value.value, float) and value.dtype in (torch.float16, torch.bfloat16):
-        return Const(torch.tensor(value.value, dtype=value.dtype).item(), value.dtype)
+        return Const(rounded(value.value, value.dtype), value.dtype)
     return value
-
-
-# ------------------------------------------------------------------ constant folding
-
-
-def fold_constants(expr: Expr) -> Const | None:
-    """The value of ``expr`` when it reads nothing but constants, computed by PyTorch on
-    0-dim tensors of the IR's dtypes (so as eager computes it: a float64 square root of
-    a size, rounded to float32 by its cast); None when it reads anything else."""
-    value = _evaluate(expr)
-    if value is None:
-        return None
-    item = value.item()
-    return Const(bool(item) if expr.dtype == torch.bool else item, expr.dtype)
-
-
-def _evaluate(expr: Expr, operand: bool = False) -> torch.Tensor | None:
-    if isinstance(expr, Const):
-        # a 16-bit float operand takes part in float32, as PyTorch's arithmetic computes it
-        wide = operand and expr.dtype in (torch.float16, torch.bfloat16)
-        return torch.tensor(expr.value, dtype=torch.float32 if wide else expr.dtype)
-    if not isinstance(expr, Pointwise):
-        return None
-    args = [_evaluate(a, operand=True) for a in expr.args]
-    if any(a is None for a in args):
-        return None
-    fn = _FOLDING.get(expr.op) or _aten_op(expr.op)
-    if fn is None:
-        return None
-    return fn(*args).to(expr.dtype)
-
-
-def _aten_op(op: str):
-    overloads = OPS[op].aten if op in OPS else ()
-    if not overloads:
-        return None
-    packet, name = overloads[0].split(".")
-    return getattr(getattr(torch.ops.aten, packet), name)
-
-
-_FOLDING = {
-    "cast": lambda x: x,  # the result is cast to the node's dtype
-    "truncdiv": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
-    "pow": lambda a, b: torch.pow(a, b.item()),
-    "and": torch.logical_and,
-    "or": torch.logical_or,
-    "not": torch.logical_not,
-}

@@ -1,5 +1,6 @@
-"""Lowering rules for lookups: ``x[idx]`` (``aten.index.Tensor``), ``embedding``,
-``index_select`` and ``gather``, as loads at computed positions (:class:`~flashlight.ir.Gather`).
+"""Lowering rules for loads at computed positions (:class:`~flashlight.ir.Gather`):
+lookups (``x[idx]``, ``aten.index.Tensor``; ``embedding``, ``index_select``,
+``gather``) and moves along a dim (slices, ``split``, ``cat``, ``flip``, ``roll``).
 
 [Note: gathers]
 Indexing a tensor by an integer tensor computed in the graph (a relative-position bucket
@@ -16,6 +17,14 @@ outside Flashlight) or an elementwise function of such tensors and of indices (t
 cast to the scores' dtype, a mask table made by ``tril``), which is then evaluated at
 the computed positions; the axes it is indexed along have static sizes, and none is a
 merge of several dims.
+
+Moves along a dim are the same loads: a slice ``x[a:b:s]`` reads ``x`` at ``a + s * t``,
+``split`` makes slices, ``cat`` reads, at ``t``, the piece whose range holds ``t`` at
+``t`` less the sizes before it (a ``where`` over the pieces; the other pieces' loads
+there fall outside them and are masked), ``flip`` at ``size - 1 - t``, ``roll`` at
+``(t - shift) mod size``. So rotary embeddings in rotate-half form,
+``cat((-x[d:], x[:d]))``, fuse into the loads of ``q`` and ``k``. The pieces of a
+``cat`` and the dims of a flip or roll have static sizes.
 """
 from __future__ import annotations
 
@@ -25,7 +34,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from flashlight.indexing import Access, NodeView, Unsupported, meta_val, node_shape
+from flashlight.indexing import Access, NodeView, Unsupported, meta_val, node_shape, sizes_equal
 from flashlight.ir import (
     Axis,
     Const,
@@ -42,6 +51,7 @@ from flashlight.ir import (
     rebuild,
     substitute,
 )
+from flashlight.constants import fold_constants
 from flashlight.lower_context import LowerContext
 
 aten = torch.ops.aten
@@ -192,7 +202,9 @@ def at_positions(expr: Expr, mapping: dict[Dim, Expr]) -> Expr:
             return _gather_node(node.base, node.index, node.dtype, mapping)
         if isinstance(node, Iota) and set(node.axis) & set(mapping):
             return _row_major(node.axis, mapping)
-        return None  # a gather's positions are rewritten as its children
+        if isinstance(node, Gather):  # its positions, rewritten as its children
+            return _gathered(node.base, node.positions, node.extents, node.dtype)
+        return None
 
     return rebuild(expr, fn)
 
@@ -201,10 +213,20 @@ def _gather_node(base: str, index: tuple[Axis, ...], dtype: torch.dtype, mapping
     """``base`` read at ``index`` with the dims of ``mapping`` at their positions; a plain
     load where every position is an index of the result."""
     positions = tuple(_row_major(axis, mapping) for axis in index)
-    if all(isinstance(p, Iota) or p == Const(0, torch.int64) for p in positions):
-        return Load(base, tuple(p.axis if isinstance(p, Iota) else () for p in positions), dtype)
     extents = tuple(math.prod(int(d.size) for d in axis) if all(d.is_static for d in axis) else None
                     for axis in index)
+    return _gathered(base, positions, extents, dtype)
+
+
+def _gathered(base: str, positions: tuple[Expr, ...], extents, dtype: torch.dtype) -> Expr:
+    """``base`` at ``positions``: a fixed position folded to a number (and checked to lie
+    in the tensor), a plain load where every position is an index of the result."""
+    positions = tuple(fold_constants(p) or p for p in positions)
+    for p, extent in zip(positions, extents):
+        if isinstance(p, Const) and (p.value < 0 or (extent is not None and p.value >= extent)):
+            raise Unsupported(f"a fixed position {p.value} outside a dim of size {extent}")
+    if all(isinstance(p, Iota) or p == Const(0, torch.int64) for p in positions):
+        return Load(base, tuple(p.axis if isinstance(p, Iota) else () for p in positions), dtype)
     return Gather(base, positions, extents, dtype)
 
 
@@ -227,9 +249,181 @@ def _row_major(axis: Axis, mapping: dict[Dim, Expr]) -> Expr:
     return out
 
 
+# ------------------------------------------------------- slices and concatenations
+
+
+def _slice(lw: LowerContext, node: fx.Node) -> Access | Const:
+    """``x[..., start:end:step, ...]`` along ``dim``: position ``start + step * t``."""
+    x, dim, start, end, step = (*node.args, *[None] * 5)[:5]
+    dtype = meta_val(node).dtype
+    src = lw.value(x, dtype)
+    if not isinstance(src, Access):
+        return src  # every element of a slice of a constant is that constant
+    rank = len(src.axes)
+    dim = (dim or 0) % rank
+    size, out = node_shape(x)[dim], node_shape(node)[dim]
+    start, step = start or 0, step or 1
+    if not isinstance(start, int) or not isinstance(step, int):
+        raise Unsupported("a slice with a start or step of dynamic size")
+    if start < 0:
+        if not isinstance(size, int):
+            raise Unsupported("a slice from the end of a dim of dynamic size")
+        start = max(start + size, 0)
+    if isinstance(size, int):
+        start = min(start, size)
+    if start == 0 and step == 1 and sizes_equal(out, size):
+        return src  # the whole dim: the same view
+    position = lambda t: _offset(_scaled(t, step), start)  # noqa: E731
+    out_axes, mapping = _reindexed(src, {dim: (out, position)})
+    return lw.add_nest(out_axes, value_at(lw, src, mapping), dtype, "slice")
+
+
+def _split(lw: LowerContext, node: fx.Node) -> Access | Const:
+    """``split`` / ``split_with_sizes``: the pieces are slices; the node's value is their
+    tuple, read by ``getitem`` (the first piece stands for the node)."""
+    x, sizes = node.args[:2]
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    total = node_shape(x)[dim % len(node_shape(x))]
+    if not isinstance(total, int):
+        raise Unsupported("a split of a dim of dynamic size")
+    if isinstance(sizes, int):
+        sizes = [min(sizes, total - start) for start in range(0, total, sizes)] or [0]
+    if not all(isinstance(n, int) for n in sizes):
+        raise Unsupported("a split into pieces of dynamic size")
+    pieces, start = [], 0
+    for value, n in zip(meta_val(node), sizes):
+        pieces.append(_slice(lw, NodeView(node, (x, dim, start, start + n, 1), kwargs={}, val=value)))
+        start += n
+    lw.set_tuple(node, *pieces)
+    return pieces[0]
+
+
+def _cat(lw: LowerContext, node: fx.Node) -> Access:
+    """``cat(xs, dim)``: at result index ``t`` along ``dim``, the piece whose range holds
+    ``t``, read at ``t`` less the sizes before it."""
+    tensors = node.args[0]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    dtype = meta_val(node).dtype
+    shape = node_shape(node)
+    dim %= len(shape)
+    out_axes = tuple(() if n == 1 else (Dim.fresh(n),) for n in shape)
+    t: Expr = Iota(out_axes[dim]) if out_axes[dim] else Const(0, torch.int64)
+    pieces: list[tuple[int, Expr]] = []
+    offset = 0
+    for x in tensors:
+        piece_shape = node_shape(x)
+        if piece_shape == (0,):
+            continue  # a legacy empty piece, skipped by cat
+        n = piece_shape[dim]
+        if not isinstance(n, int):
+            raise Unsupported("a concatenation of pieces of dynamic size")
+        src = lw.value(x, dtype)
+        value = src if not isinstance(src, Access) else value_at(lw, src, _cat_mapping(src, out_axes, dim, t, offset))
+        if value.dtype != dtype:
+            value = Pointwise("cast", (value,), dtype)
+        offset += n
+        pieces.append((offset, value))
+    body = pieces[-1][1]
+    for end, value in reversed(pieces[:-1]):
+        inside = Pointwise("lt", (t, Const(end, torch.int64)), torch.bool)
+        body = Pointwise("where", (inside, value, body), dtype)
+    return lw.add_nest(out_axes, body, dtype, "cat")
+
+
+def _cat_mapping(src: Access, out_axes, dim: int, t: Expr, offset: int) -> dict[Dim, Expr]:
+    mapping: dict[Dim, Expr] = {}
+    for k, (axis, out) in enumerate(zip(src.axes, out_axes)):
+        if not axis:
+            continue
+        if len(axis) != 1:
+            raise Unsupported("a concatenation of values with merged axes")
+        mapping[axis[0]] = _offset(t, -offset) if k == dim else Iota(out)
+    return mapping
+
+
+def _flip(lw: LowerContext, node: fx.Node) -> Access:
+    """``flip(x, dims)``: position ``size - 1 - t`` along each flipped dim."""
+    x, dims = node.args[:2]
+    dtype = meta_val(node).dtype
+    src = lw.value(x, dtype)
+    if not isinstance(src, Access):
+        return src
+    shape = node_shape(x)
+    moves = {}
+    for d in dims:
+        d %= len(shape)
+        size = _static_size(shape[d])
+        moves[d] = (size, lambda t, size=size: _offset(_scaled(t, -1), size - 1))
+    out_axes, mapping = _reindexed(src, moves)
+    return lw.add_nest(out_axes, value_at(lw, src, mapping), dtype, "flip")
+
+
+def _roll(lw: LowerContext, node: fx.Node) -> Access:
+    """``roll(x, shifts, dims)``: position ``(t - shift) mod size`` along each rolled dim."""
+    x, shifts = node.args[:2]
+    dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dims", [])
+    if not dims:
+        raise Unsupported("a roll of the flattened tensor")
+    dtype = meta_val(node).dtype
+    src = lw.value(x, dtype)
+    if not isinstance(src, Access):
+        return src
+    shape = node_shape(x)
+    moves = {}
+    for shift, d in zip(shifts, dims):
+        d %= len(shape)
+        size = _static_size(shape[d])
+        moves[d] = (size, lambda t, shift=shift, size=size: Pointwise(
+            "remainder", (_offset(t, -shift), Const(size, torch.int64)), torch.int64))
+    out_axes, mapping = _reindexed(src, moves)
+    return lw.add_nest(out_axes, value_at(lw, src, mapping), dtype, "roll")
+
+
+def _reindexed(src: Access, moves: dict[int, tuple]) -> tuple[tuple[Axis, ...], dict[Dim, Expr]]:
+    """Fresh result axes for ``src`` and the position of each of its dims: axis ``k`` of
+    ``moves`` (``(result size, position of the result index)``) read at that position,
+    every other axis at the result's own index."""
+    out_axes: list[Axis] = []
+    mapping: dict[Dim, Expr] = {}
+    for k, axis in enumerate(src.axes):
+        if k in moves:
+            size, position = moves[k]
+            t = () if size == 1 else (Dim.fresh(size),)
+            out_axes.append(t)
+            if axis:
+                if len(axis) != 1:
+                    raise Unsupported("a slice along a merged axis")
+                mapping[axis[0]] = position(Iota(t) if t else Const(0, torch.int64))
+        else:
+            fresh = tuple(Dim.fresh(d.size) for d in axis)
+            out_axes.append(fresh)
+            mapping.update({d: Iota((f,)) for d, f in zip(axis, fresh)})
+    return tuple(out_axes), mapping
+
+
+def _static_size(size) -> int:
+    if not isinstance(size, int):
+        raise Unsupported("a reindexing of a dim of dynamic size")
+    return size
+
+
+def _scaled(t: Expr, factor: int) -> Expr:
+    return t if factor == 1 else Pointwise("mul", (t, Const(factor, torch.int64)), torch.int64)
+
+
+def _offset(t: Expr, offset: int) -> Expr:
+    return t if offset == 0 else Pointwise("add", (t, Const(offset, torch.int64)), torch.int64)
+
+
 GATHER_LOWERINGS: dict[Any, Callable[[LowerContext, fx.Node], Access]] = {
     aten.index.Tensor: _index,
     aten.embedding.default: _embedding,
     aten.index_select.default: _index_select,
     aten.gather.default: _gather,
+    aten.slice.Tensor: _slice,
+    aten.split.Tensor: _split,
+    aten.split_with_sizes.default: _split,
+    aten.cat.default: _cat,
+    aten.flip.default: _flip,
+    aten.roll.default: _roll,
 }

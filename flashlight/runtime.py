@@ -35,7 +35,7 @@ import torch
 
 from flashlight import settings, tuned_configs, tuning
 from flashlight.codegen import KernelSource
-from flashlight.ir import Dim, Kernel, Load, TiledKernel, walk
+from flashlight.ir import Dim, Gather, Iota, Kernel, Load, TiledKernel, walk
 
 log = logging.getLogger("flashlight")
 _MODULES: dict[str, object] = {}
@@ -150,9 +150,14 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
     for expr in [*kernel.epilogues(), *(e for r in kernel.loop for e in r.exprs())]:
         for node in walk(expr):
             if isinstance(node, Load) and node.base in src.inputs:
-                for a, axis in enumerate(node.index):
-                    if len(axis) == 1 and not axis[0].is_static:
-                        found.setdefault(axis[0].size, SizeSource(src.inputs.index(node.base), a))
+                axes = node.index
+            elif isinstance(node, Gather) and node.base in src.inputs:  # a position that is an index
+                axes = tuple(p.axis if isinstance(p, Iota) else () for p in node.positions)
+            else:
+                continue
+            for a, axis in enumerate(axes):
+                if len(axis) == 1 and not axis[0].is_static:
+                    found.setdefault(axis[0].size, SizeSource(src.inputs.index(node.base), a))
     missing = [s for s in src.size_args if s not in found]
     if missing:
         raise ValueError(f"sizes {missing} cannot be read from any kernel input")

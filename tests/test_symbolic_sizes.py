@@ -6,7 +6,7 @@ when its rank changes between calls (a batch dim added), head widths included.
 - the sizes a tile must know (head widths) are fixed by a guard and the graph lowered
   again ([Note: sizes a tile must know] in ``passes/tiling.py``);
 - a scale computed from a symbolic size (``1 / sqrt(d)``) is a constant of the kernel
-  once that size is fixed (``lower_context.fold_constants``).
+  once that size is fixed (``flashlight.constants``).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import torch
 from flashlight.backend import compile_count, make_backend
 from flashlight.indexing import sizes_equal, sym
 from flashlight.integrations.openfold_core import attention_core
-from flashlight.lower_context import fold_constants
+from flashlight.constants import fold_constants
 from flashlight.ir import Const, Pointwise
 from flashlight.report import ExplainReport
 
@@ -105,3 +105,15 @@ def test_constants_fold_as_eager_computes_them(value, dtype):
     assert fold_constants(Pointwise("exp", (Pointwise("neg", (Const(2, torch.int64),), torch.int64),),
                                     torch.float32)).value == pytest.approx(math.exp(-2))
 
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32])
+def test_constants_round_into_their_dtype_as_pytorch_does(dtype, gen):
+    from flashlight.constants import rounded
+
+    values = torch.randn(200, generator=gen, dtype=torch.float64) * 300
+    values[:4] = torch.tensor([0.1, 65519.0, 1e6, -2.5], dtype=torch.float64)
+    for value in values.tolist():
+        value = value if dtype.is_floating_point else int(value)
+        want = torch.tensor(value, dtype=torch.float64 if dtype.is_floating_point else torch.int64).to(dtype).item()
+        assert rounded(value, dtype) == want, (value, dtype)
