@@ -5,7 +5,9 @@ kernel, fail to tile, or compile into a kernel that repeats its loop's work in e
 program along a grid dim. :func:`search` then keeps producers separate (materialized),
 one decision per round, and compiles again, until every fused nest is a kernel or is
 left to PyTorch with the reason (see [Note: demotion legality] in
-:mod:`flashlight.passes.fusion`).
+:mod:`flashlight.passes.fusion`). Kernels whose loops then coincide (the attention output
+and its row log-sum-exp) become one kernel with several outputs ([Note: several outputs]
+in :mod:`flashlight.passes.outputs`).
 
 Inputs: the lowered graph and a :class:`Compiler` that runs the pipeline's passes (the
 graph passes on a whole graph, the kernel passes on one nest); trials run it quietly
@@ -16,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Protocol
 
-from flashlight.ir import Dim, Graph, Kernel, Load, Nest, Reduce, Ref, TiledKernel, contains, free_dims, walk
+from flashlight.ir import Dim, Gather, Graph, Kernel, Load, Nest, Reduce, Ref, TiledKernel, contains, free_dims, walk
 from flashlight.lower import Lowered
 from flashlight.passes.online import NothingFused, NotOnline, make_online
 from flashlight.passes.tile_plan import kernel_exprs
@@ -186,7 +188,7 @@ def _inputs_precede(s: _Search, kernels: list[Kernel], nodes: tuple[str, ...]) -
     first = min((order[n] for n in nodes if n in order), default=None)
     if first is None:
         return True
-    loads = {node.base for k in kernels for e in kernel_exprs(k) for node in walk(e) if isinstance(node, Load)}
+    loads = {node.base for k in kernels for e in kernel_exprs(k) for node in walk(e) if isinstance(node, (Load, Gather))}
     return all(order.get(base, -1) < first for base in loads)
 
 

@@ -89,11 +89,9 @@ class Load(Expr):
 
 @dataclasses.dataclass(frozen=True)
 class Gather(Expr):
-    """Element of tensor ``base`` (an input of the kernel) at computed positions: one
-    integer expression per axis of ``base`` (``table[h, bucket(j - i)]``: the head's
-    index, and an expression of the query and key indices). A :class:`Load` is the
-    gather whose positions are indices of its axes; see [Note: gathers] in
-    :mod:`flashlight.lower_gather`."""
+    """Element of input ``base`` at one integer expression per axis (``table[h, bucket(j -
+    i)]``); a :class:`Load` is the gather at the indices of its axes. See [Note: gathers]
+    in :mod:`flashlight.lower_gather`."""
 
     base: str
     positions: tuple[Expr, ...]
