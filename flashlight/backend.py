@@ -25,7 +25,8 @@ from flashlight import settings
 from flashlight.codegen import generate
 from flashlight.decompositions import decompositions
 from flashlight.lower import lower
-from flashlight.pipeline import Plan, compile_graph
+from flashlight.passes.tiling import MAX_TILE
+from flashlight.pipeline import Plan, compile_graph, tile_sizes_to_fix
 from flashlight.report import ExplainReport, FallbackOp, KernelReport
 from flashlight.runtime import COMPILE_EVENTS, Launcher, aot_compile, config_space
 
@@ -89,7 +90,10 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
             log.warning("[flashlight] this graph runs outside Flashlight: %s", unsupported)
         _record(report, gm, Plan({}, {}, None), {}, reason=unsupported)
         return gm
-    plan = compile_graph(lower_and_log(gm))
+    lowered = lower_and_log(gm)
+    if _fix_sizes(gm, example_inputs, tile_sizes_to_fix(lowered)):
+        lowered = lower_and_log(gm)  # those sizes now read as numbers
+    plan = compile_graph(lowered)
     nodes = {n.name: n for n in gm.graph.nodes}
     launchers: dict[str, Launcher] = {}
     for node_name, tiled in plan.kernels.items():
@@ -101,10 +105,37 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
             tiled, src, autotune=options.get("autotune"),
             input_dtypes=tuple(nodes[name].meta["val"].dtype for name in src.inputs),
             aten_ops=tuple(_op_name(nodes[o]) for o in tiled.kernel.origins if o in nodes),
-            eager=_eager_subgraph(gm, node_name, src.inputs))
-    _stitch(gm, launchers)
+            eager=_eager_subgraph(gm, plan.nodes_of(node_name), src.inputs))
+    _stitch(gm, launchers, plan)
     _record(report, gm, plan, launchers)
     return gm
+
+
+def _fix_sizes(gm: fx.GraphModule, example_inputs, texts: frozenset[str]) -> bool:
+    """Fix the symbolic sizes named by ``texts`` whose value in this call fits one tile
+    to that value, with a guard: a later call with another value compiles again
+    ([Note: sizes a tile must know] in :mod:`flashlight.passes.tiling`). Returns
+    whether one was fixed; the graph's sizes then read as numbers."""
+    fixed = False
+    for size in _symbolic_sizes(gm, example_inputs):
+        expr = size.node.expr
+        if expr.is_symbol and str(expr) in texts:
+            hint = size.node.hint
+            if isinstance(hint, int) and 1 < hint <= MAX_TILE:
+                int(size)  # guards the size to its value in this call
+                fixed = True
+    return fixed
+
+
+def _symbolic_sizes(gm: fx.GraphModule, example_inputs) -> list[torch.SymInt]:
+    """The symbolic sizes of the graph's tensors and its size arguments."""
+    found: list[torch.SymInt] = []
+    for value in [*example_inputs, *(n.meta.get("val") for n in gm.graph.nodes)]:
+        if isinstance(value, torch.SymInt):
+            found.append(value)
+        elif isinstance(value, torch.Tensor):
+            found.extend(s for s in value.shape if isinstance(s, torch.SymInt))
+    return found
 
 
 def lower_and_log(gm: fx.GraphModule):
@@ -117,14 +148,15 @@ def lower_and_log(gm: fx.GraphModule):
     return lowered
 
 
-def _eager_subgraph(gm: fx.GraphModule, output: str, inputs: tuple[str, ...]) -> fx.GraphModule | None:
-    """The nodes of ``gm`` computing node ``output`` from nodes ``inputs``, as a graph
-    taking those inputs; symbolic sizes are read from the inputs' shapes. None when a
-    size cannot be read from them."""
+def _eager_subgraph(gm: fx.GraphModule, outputs: tuple[str, ...], inputs: tuple[str, ...]) -> fx.GraphModule | None:
+    """The nodes of ``gm`` computing nodes ``outputs`` from nodes ``inputs``, as a graph
+    taking those inputs and returning that value (a tuple of them for several outputs);
+    symbolic sizes are read from the inputs' shapes. None when a size cannot be read
+    from them."""
     nodes = {n.name: n for n in gm.graph.nodes}
     sub = fx.Graph()
     env = {nodes[name]: sub.placeholder(name) for name in inputs}
-    needed, stack = set(), [nodes[output]]
+    needed, stack = set(), [nodes[output] for output in outputs]
     while stack:
         node = stack.pop()
         if node not in env and node not in needed:
@@ -139,7 +171,8 @@ def _eager_subgraph(gm: fx.GraphModule, output: str, inputs: tuple[str, ...]) ->
                 return None
         else:
             env[node] = sub.node_copy(node, lambda n: env[n])
-    sub.output(env[nodes[output]])
+    values = [env[nodes[output]] for output in outputs]
+    sub.output(values[0] if len(values) == 1 else tuple(values))
     return fx.GraphModule(gm, sub)
 
 
@@ -156,17 +189,34 @@ def _size_from_inputs(sub: fx.Graph, placeholder: fx.Node, inputs: list[fx.Node]
     return None
 
 
-def _stitch(gm: fx.GraphModule, launchers: dict[str, Launcher]) -> None:
+def _stitch(gm: fx.GraphModule, launchers: dict[str, Launcher], plan: Plan) -> None:
+    """Replace the nodes each kernel computes by a call of its launcher (and, for a
+    kernel with several outputs, by the items of the tuple it returns)."""
+    import operator
+
     nodes = {n.name: n for n in gm.graph.nodes}
     for node_name, launcher in launchers.items():
-        target = nodes[node_name]
-        with gm.graph.inserting_before(target):
+        targets = [nodes[name] for name in plan.nodes_of(node_name)]
+        first = min(targets, key=lambda n: _position(gm, n))
+        with gm.graph.inserting_before(first):
             call = gm.graph.call_function(launcher, tuple(nodes[name] for name in launcher.src.inputs))
-        call.meta = dict(target.meta)
-        target.replace_all_uses_with(call)
-        nodes[node_name] = call  # a later kernel reading this value reads this kernel's output
+            items = [call] if len(targets) == 1 else [gm.graph.call_function(operator.getitem, (call, k))
+                                                      for k in range(len(targets))]
+        if len(targets) == 1:
+            call.meta = dict(targets[0].meta)
+        else:
+            call.meta = {"val": tuple(t.meta.get("val") for t in targets)}
+            for item, target in zip(items, targets):
+                item.meta = dict(target.meta)
+        for item, target in zip(items, targets):
+            target.replace_all_uses_with(item)
+            nodes[target.name] = item  # a later kernel reading this value reads this kernel's output
     gm.graph.eliminate_dead_code()
     gm.recompile()
+
+
+def _position(gm: fx.GraphModule, node: fx.Node) -> int:
+    return next(k for k, n in enumerate(gm.graph.nodes) if n is node)
 
 
 def _record(report: ExplainReport | None, gm: fx.GraphModule, plan: Plan, launchers, reason: str | None = None):
@@ -177,10 +227,19 @@ def _record(report: ExplainReport | None, gm: fx.GraphModule, plan: Plan, launch
     for launcher in launchers.values():
         report.kernels.append(_kernel_report(launcher))
     for node in gm.graph.nodes:
-        if node.op != "call_function" or isinstance(node.target, Launcher) or node.target in VIEW_LIKE:
+        if node.op != "call_function" or isinstance(node.target, Launcher) or node.target in VIEW_LIKE \
+                or isinstance(node.meta.get("val"), torch.SymInt) \
+                or _item_of_kernel(node):  # size arithmetic and a kernel's outputs: no tensor work
             continue
         why = reason or lowered_reasons.get(node.name) or _opaque_reason(node) or "not fused into a kernel"
         report.fallback_ops.append(FallbackOp(_op_name(node), why))
+
+
+def _item_of_kernel(node: fx.Node) -> bool:
+    """Whether ``node`` takes one output of a kernel with several."""
+    import operator
+
+    return node.target is operator.getitem and isinstance(getattr(node.args[0], "target", None), Launcher)
 
 
 def _opaque_reason(node: fx.Node) -> str | None:
@@ -197,7 +256,8 @@ def _kernel_report(launcher: Launcher) -> KernelReport:
         return generate(launcher.tiled, launcher.src.name, precision, interpret=False)
 
     def aot(capability: int = 90, **kw):
-        return aot_compile(gpu_source(), list(launcher.input_dtypes), kernel.dtype, capability, **kw)
+        dtypes = [out.dtype for out in kernel.outputs()]
+        return aot_compile(gpu_source(), list(launcher.input_dtypes), dtypes, capability, **kw)
 
     gpu_configs = config_space(launcher.src, fma_dots=launcher.tiled.plan.fma_dots(precision))
     return KernelReport(launcher.src.name, launcher.src.source, tuple(launcher.aten_ops),

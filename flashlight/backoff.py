@@ -5,7 +5,9 @@ kernel, fail to tile, or compile into a kernel that repeats its loop's work in e
 program along a grid dim. :func:`search` then keeps producers separate (materialized),
 one decision per round, and compiles again, until every fused nest is a kernel or is
 left to PyTorch with the reason (see [Note: demotion legality] in
-:mod:`flashlight.passes.fusion`).
+:mod:`flashlight.passes.fusion`). Kernels whose loops then coincide (the attention output
+and its row log-sum-exp) become one kernel with several outputs ([Note: several outputs]
+in :mod:`flashlight.passes.outputs`).
 
 Inputs: the lowered graph and a :class:`Compiler` that runs the pipeline's passes (the
 graph passes on a whole graph, the kernel passes on one nest); trials run it quietly
@@ -16,9 +18,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Protocol
 
-from flashlight.ir import Dim, Graph, Kernel, Load, Nest, Reduce, Ref, TiledKernel, contains, free_dims, walk
+from flashlight.ir import Dim, Gather, Graph, Kernel, Load, Nest, Reduce, Ref, TiledKernel, contains, free_dims, walk
 from flashlight.lower import Lowered
 from flashlight.passes.online import NothingFused, NotOnline, make_online
+from flashlight.passes.tile_plan import kernel_exprs
+from flashlight.passes.outputs import NotShared, merge_outputs, primary_first
 from flashlight.passes.tiling import NotTileable
 
 
@@ -29,6 +33,12 @@ class Plan:
     kernels: dict[str, TiledKernel]  # FX node name -> the kernel computing it
     rejected: dict[str, str]  # FX node name -> why its nest is not a kernel
     graph: Graph | None
+    # FX node name of a kernel with several outputs -> the FX nodes of its outputs, in order
+    outputs: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    def nodes_of(self, node: str) -> tuple[str, ...]:
+        """The FX nodes the kernel registered under ``node`` computes, in output order."""
+        return self.outputs.get(node, (node,))
 
 
 class Compiler(Protocol):
@@ -37,9 +47,9 @@ class Compiler(Protocol):
     def graph(self, base: Graph, trace: bool = True) -> Graph:
         """The graph passes on ``base`` (its materialized nests kept separate)."""
 
-    def kernel(self, nest: Nest, node: str, trace: bool = True) -> TiledKernel:
-        """The kernel passes on one materialized nest; raises ``NotOnline``,
-        ``NotTileable`` or ``NothingFused``."""
+    def kernel(self, nest: Nest | tuple[Nest, ...], node: str, trace: bool = True) -> TiledKernel:
+        """The kernel passes on one materialized nest (or on a group of them, stored by
+        one kernel); raises ``NotOnline``, ``NotTileable`` or ``NothingFused``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +61,7 @@ class _Search:
 
     def trial(self, base: Graph, cuts) -> Graph:
         """The graph passes, quietly, with ``cuts`` kept separate too."""
-        return self.compiler.graph(base.replace(materialized=base.materialized | frozenset(cuts)), trace=False)
+        return self.compiler.graph(base.keeping_separate(cuts), trace=False)
 
     def attempt(self, graph: Graph, name: str) -> TiledKernel | bool | None:
         """Nest ``name`` of ``graph`` as a kernel; False if it cannot become one, None if
@@ -84,8 +94,8 @@ def search(lowered: Lowered, compiler: Compiler, log: Callable[[str, str], None]
         graph = compiler.graph(base)
         plan, cuts = _round(s, base, graph)
         if not cuts:
-            return plan
-        base = base.replace(materialized=base.materialized | cuts)
+            return _shared_loops(s, plan)
+        base = base.keeping_separate(cuts)
 
 
 def _round(s: _Search, base: Graph, graph: Graph) -> tuple[Plan, frozenset[str]]:
@@ -116,13 +126,70 @@ def _round(s: _Search, base: Graph, graph: Graph) -> tuple[Plan, frozenset[str]]
 
 def _cut_for_failure(s: _Search, base: Graph, nest: Nest, why: Exception) -> str | None:
     """The nest to keep separate so that failing ``nest`` compiles, or None: reject it."""
-    candidates = s.candidates(nest, base.materialized)
+    candidates = s.candidates(nest, base.separate)
     cut = _rescuing_cut(s, base, nest, candidates)
     if cut is None and isinstance(why, NotTileable) and candidates:
         cut = candidates[0]  # no single cut is enough: back off one step and retry
     if cut is None and not isinstance(why, NothingFused):
         cut = _operand_cut(s, base, nest)
     return cut
+
+
+# ------------------------------------------------------------------ shared loops
+
+
+def _shared_loops(s: _Search, plan: Plan) -> Plan:
+    """``plan`` with kernels whose loops coincide stored by one kernel with several
+    outputs ([Note: several outputs] in :mod:`flashlight.passes.outputs`), where that
+    kernel compiles and repeats no more work across its grid than its parts."""
+    nests = {n.name: n for n in plan.graph.nests}
+    online: dict[str, Kernel] = {}
+    for name, nest in nests.items():
+        if s.node_of_nest.get(name) in plan.kernels:
+            try:
+                online[name] = make_online(nest)
+            except NotOnline:
+                continue
+    groups: list[list[str]] = []
+    for name in online:  # topological order
+        for group in groups:
+            try:
+                merge_outputs(primary_first([online[n] for n in (*group, name)]))
+            except NotShared:
+                continue
+            group.append(name)
+            break
+        else:
+            groups.append([name])
+    for group in (g for g in groups if len(g) > 1):
+        members = [k.name for k in primary_first([online[n] for n in group])]
+        nodes = tuple(s.node_of_nest[n] for n in members)
+        if not _inputs_precede(s, [online[n] for n in members], nodes):
+            continue
+        try:
+            tiled = s.compiler.kernel(tuple(nests[n] for n in members), nodes[0])
+        except (NotOnline, NotTileable):
+            continue
+        if repeats_loop_work(tiled) and not any(repeats_loop_work(plan.kernels[n]) for n in nodes):
+            continue
+        s.log("outputs", f"{', '.join(nodes)}: one loop, one kernel")
+        for node in nodes[1:]:
+            del plan.kernels[node]
+        plan.kernels[nodes[0]] = tiled
+        plan.outputs[nodes[0]] = nodes
+    return plan
+
+
+def _inputs_precede(s: _Search, kernels: list[Kernel], nodes: tuple[str, ...]) -> bool:
+    """Whether every tensor ``kernels`` load comes before all of ``nodes`` in the FX
+    graph: then none is computed from another's output, and one kernel can compute them
+    all where the first of them was (nodes the lowering did not place: no constraint)."""
+    order = s.lowered.order
+    first = min((order[n] for n in nodes if n in order), default=None)
+    if first is None:
+        return True
+    loads = {node.base for k in kernels for e in kernel_exprs(k) for node in walk(e) if isinstance(node, (Load, Gather))}
+    return all(order.get(base, -1) < first for base in loads)
 
 
 # ------------------------------------------------------------------ repeated work
@@ -151,7 +218,7 @@ def recomputes_across_grid(tiled: TiledKernel) -> bool:
     kernel with a program per output feature (attention averaged over heads, fused with
     the heads as its loop and the keys eliminated into tiles)."""
     kernel = tiled.kernel
-    exprs = [kernel.epilogue, *(e for loop in kernel.loop for e in loop.exprs())]
+    exprs = [*kernel.epilogues(), *(e for loop in kernel.loop for e in loop.exprs())]
     return _repeated(tiled, exprs, only_along_loop=False)
 
 
@@ -243,7 +310,7 @@ def _relieving_cuts(s: _Search, base: Graph, nest: Nest, tiled: TiledKernel) -> 
     """
     if not repeats_loop_work(tiled):
         return frozenset()
-    trials = {c: _online_with(s, base, c, nest.name) for c in s.candidates(nest, base.materialized)}
+    trials = {c: _online_with(s, base, c, nest.name) for c in s.candidates(nest, base.separate)}
     for row in _row_dims(tiled.kernel):
         cuts = frozenset(c for c, kernel in trials.items()
                          if kernel is not None and _read_along_loop_only(kernel, s.node_of_nest[c], row))
@@ -267,7 +334,7 @@ def _operand_cut(s: _Search, base: Graph, failed: Nest) -> str | None:
     nests = {nest.name: nest for nest in s.lowered.graph.nests}
     operands = {node.nest for node in walk(written.body) if isinstance(node, Ref)}
     pending = [name for name in nests if name in operands and name in s.node_of_nest
-               and name not in base.materialized]
+               and name not in base.separate]
     for candidate in reversed([name for name in pending if not contains(nests[name].body, Reduce)]):
         if s.attempt(s.trial(base, {candidate}), candidate):
             return candidate

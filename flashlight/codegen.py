@@ -28,6 +28,7 @@ from flashlight.codegen_text import TL_DTYPES, TileText, literal
 from flashlight.ir import (
     Const,
     Expr,
+    Gather,
     Iota,
     Load,
     LoopResult,
@@ -35,6 +36,7 @@ from flashlight.ir import (
     Reduce,
     RunningMax,
     TiledKernel,
+    free_dims,
 )
 from flashlight.vocabulary import BOOLEAN_OPS, DIVISION_OPS, OPS
 
@@ -57,6 +59,7 @@ class KernelSource:
     # TilePlan.fma_dots for this target: some tl.dot multiplies IEEE float32 operands on
     # CUDA cores, operands and products in registers (the launcher then tries smaller tiles)
     fma_dots: bool = False
+    extra_out_ranks: tuple[int, ...] = ()  # of the kernel's extra outputs (out1, out2, ...)
 
 
 class _Printer(TileText):
@@ -94,6 +97,8 @@ class _Printer(TileText):
             return literal(expr.value), ()
         if isinstance(expr, Load):
             return self.emit_load(expr, layout, scope), layout
+        if isinstance(expr, Gather):
+            return self.emit_gather(expr, layout, scope), layout
         if isinstance(expr, Iota):
             return self.assign(scope, "idx", self.index(expr.axis, layout)), layout
         if isinstance(expr, RunningMax):
@@ -106,18 +111,42 @@ class _Printer(TileText):
             return self.emit_pointwise(expr, layout, scope), layout
         raise TypeError(type(expr))
 
+    def emit_gather(self, gather: Gather, layout, scope: str) -> str:
+        """A load at computed positions ([Note: gathers] in flashlight.lower_gather): each
+        position's tile broadcast to the gather's, lanes outside the tensor loading 0."""
+        k = self.inputs.index(gather.base)
+        terms, masks = [], []
+        for a, position in enumerate(gather.positions):
+            if isinstance(position, Const) and position.value == 0:
+                continue
+            var, lay = self.emit(position, scope)
+            var = self.broadcast(var, lay, layout)
+            terms.append(f"({var}) * in{k}_s{a}")
+            if not isinstance(position, (Iota, Const)) and gather.extents[a] is not None:
+                masks.append(f"({var} >= 0) & ({var} < {gather.extents[a]})")
+        lanes = self.mask(sorted(free_dims(gather), key=lambda d: d.name), layout)
+        mask = " & ".join(([lanes] if lanes else []) + masks) or None
+        offset = " + ".join(terms) or "0"
+        self.assert_in_bounds(scope, f"in{k}", offset, mask, layout)
+        masked = f", mask={mask}, other=0" if mask else ""
+        return self.converted(gather.dtype, f"tl.load(in{k} + {offset}{masked})", scope)
+
     def emit_load(self, load: Load, layout, scope: str) -> str:
         """The loaded tile as computed on: float32 for floats, ``tl.int1`` for booleans.
         A 16-bit float tile is also kept as loaded (``stored_as``), for ``tl.dot``."""
         value, _ = self.load_text(load, layout, scope)
-        if load.dtype in (torch.bfloat16, torch.float16):
+        return self.converted(load.dtype, value, scope)
+
+    def converted(self, dtype: torch.dtype, value: str, scope: str) -> str:
+        """A loaded tile ``value`` of ``dtype`` as computed on (see :meth:`emit_load`)."""
+        if dtype in (torch.bfloat16, torch.float16):
             stored = self.assign(scope, "x", value)
             var = self.assign(scope, "x", f"{stored}.to(tl.float32)")
-            self.stored_as[var] = (stored, TL_DTYPES[load.dtype])
+            self.stored_as[var] = (stored, TL_DTYPES[dtype])
             return var
-        if load.dtype.is_floating_point:
+        if dtype.is_floating_point:
             value += ".to(tl.float32)"
-        elif load.dtype == torch.bool:
+        elif dtype == torch.bool:
             value = f"({value} != 0)"
         return self.assign(scope, "x", value)
 
@@ -335,16 +364,23 @@ class _Printer(TileText):
         return self.broadcast(alpha, self.plan.loop_layouts[k], layout)
 
     def emit_store(self) -> None:
-        var, lay = self.emit(self.kernel.epilogue, "post")
-        out_roles = self.plan.store_layout
+        for k, (output, out_roles) in enumerate(zip(self.kernel.outputs(), self.plan.store_layouts)):
+            self.emit_output_store(output_arg(k), output, out_roles)
+
+    def emit_output_store(self, out: str, output, out_roles) -> None:
+        """Store one output; a program whose grid coordinate along a dim the output does
+        not span is not the first stores nothing (the others hold the same values)."""
+        var, lay = self.emit(output.epilogue, "post")
         var = self.broadcast(var, lay, out_roles)
         if not lay and out_roles:
             var = f"tl.full({self.shape(out_roles)}, {var}, tl.float32)"
-        offset = " + ".join(f"({self.index(axis, out_roles)}) * out_s{a}" for a, axis in enumerate(self.kernel.axes) if axis) or "0"
-        mask = self.mask(self.kernel.dims, out_roles)
+        offset = " + ".join(f"({self.index(axis, out_roles)}) * {out}_s{a}" for a, axis in enumerate(output.axes) if axis) or "0"
+        mask = self.mask(output.dims, out_roles)
+        others = [f"({self.grid_var(d)} == 0)" for d in self.tiling.grid if d not in output.dims]
+        mask = " & ".join(([mask] if mask else []) + others) or None
         masked = f", mask={mask}" if mask else ""
-        self.assert_in_bounds("post", "out", offset, mask, out_roles)
-        self.post.append(f"tl.store(out + {offset}, ({var}).to({TL_DTYPES[self.kernel.dtype]}){masked})")
+        self.assert_in_bounds("post", out, offset, mask, out_roles)
+        self.post.append(f"tl.store({out} + {offset}, ({var}).to({TL_DTYPES[output.dtype]}){masked})")
 
     # --------------------------------------------------------------------- whole
     def print(self) -> KernelSource:
@@ -365,12 +401,13 @@ class _Printer(TileText):
                 head.append(f"offs_{role} = tl.arange(0, {self.padded[d]})")
         loop_extent = self.size(self.kernel.loop[0].dim)
         head.append(f"N_SIZE = {loop_extent}")
-        params = [f"in{k}" for k in range(len(self.inputs))] + ["out"]
+        outs = [output_arg(k) for k in range(len(self.kernel.outputs()))]
+        params = [f"in{k}" for k in range(len(self.inputs))] + outs
         params += [f"size{k}" for k in range(len(self.sizes))]
         params += [f"in{k}_s{a}" for k, r in enumerate(self.ranks) for a in range(r)]
-        params += [f"out_s{a}" for a in range(len(self.kernel.axes))]
+        params += [f"{out}_s{a}" for out, o in zip(outs, self.kernel.outputs()) for a in range(len(o.axes))]
         if self.check_bounds:
-            params += [f"in{k}_span" for k in range(len(self.inputs))] + ["out_span", "errors"]
+            params += [f"in{k}_span" for k in range(len(self.inputs))] + [f"{out}_span" for out in outs] + ["errors"]
         params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
         if self.whole_tiles_apart():
             # the tiles before the last one are whole: they run without bounds checks along
@@ -404,7 +441,13 @@ class _Printer(TileText):
                             tuple(self.sizes), len(self.kernel.axes),
                             tuple((self.inputs.index(name), axis) for name, axis in self.plan.relayouts),
                             self.check_bounds, self.fp32_precision,
-                            self.plan.fma_dots(self.fp32_precision, self.interpret))
+                            self.plan.fma_dots(self.fp32_precision, self.interpret),
+                            tuple(len(o.axes) for o in self.kernel.extra_outputs))
+
+
+def output_arg(k: int) -> str:
+    """The name of the kernel's ``k``-th output argument: ``out``, then ``out1``, ..."""
+    return f"out{k}" if k else "out"
 
 
 def _any(flag: str, layout) -> str:

@@ -22,6 +22,7 @@ TL_DTYPES = {
     torch.float64: "tl.float64",
     torch.int64: "tl.int64",
     torch.int32: "tl.int32",
+    torch.int16: "tl.int16",
     torch.int8: "tl.int8",
     torch.uint8: "tl.uint8",
     torch.bool: "tl.int1",
@@ -177,7 +178,7 @@ class TileText:
         """
         if not self.check_bounds:
             return
-        slot = len(self.inputs) if tensor == "out" else int(tensor[2:])
+        slot = len(self.inputs) + int(tensor[3:] or 0) if tensor.startswith("out") else int(tensor[2:])
         off = self.assign(scope, "off", f"{offset} + tl.zeros({self.shape(layout)}, tl.int32)" if layout else offset)
         outside = f"(({off} < 0) | ({off} >= {tensor}_span))"
         bad = f"({outside} & {mask})" if mask else outside

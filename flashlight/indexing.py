@@ -9,6 +9,7 @@ needed splits, those factors.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import sympy
@@ -51,7 +52,17 @@ def size_of(value: Any) -> int | str:
 
 
 def sym(size: int | str) -> sympy.Expr:
-    return sympy.Integer(size) if isinstance(size, int) else sympy.sympify(size)
+    """A size as a sympy expression; the symbols of a symbolic size are positive
+    integers, as the shape environment that made them declares them (parsed from text
+    without that, ``s0 * s1 / s0`` would not be known to be an integer, and a reshape
+    merging two symbolic dims would not line up)."""
+    return sympy.Integer(size) if isinstance(size, int) else _parse_size(size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_size(text: str) -> sympy.Expr:
+    expr = sympy.sympify(text)
+    return expr.subs({s: sympy.Symbol(s.name, integer=True, positive=True) for s in expr.free_symbols})
 
 
 def sizes_equal(a: int | str, b: int | str) -> bool:

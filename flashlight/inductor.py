@@ -24,25 +24,28 @@ from flashlight import ops
 from flashlight.runtime import Launcher
 
 LAUNCH = torch.ops.flashlight.launch.default
+LAUNCH_OUTPUTS = torch.ops.flashlight.launch_outputs.default  # a kernel with several outputs
 # the devices Inductor compiles for; a graph on others (meta) keeps the eager remainder
 DEVICES = {"cpu", "cuda"}
 
 
 def to_custom_ops(gm: fx.GraphModule) -> int:
     """Replace each call to a Launcher in ``gm`` by ``flashlight.launch(key, inputs)``
-    on the same inputs; returns how many were replaced."""
+    (``flashlight.launch_outputs`` for a kernel with several outputs, whose items the
+    graph reads) on the same inputs; returns how many were replaced."""
     count = 0
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, Launcher):
             continue
         key = ops.register(node.target)
+        op = LAUNCH if len(node.target.kernel.outputs()) == 1 else LAUNCH_OUTPUTS
         with gm.graph.inserting_before(node):
-            call = gm.graph.call_function(LAUNCH, (key, list(node.args)))
+            call = gm.graph.call_function(op, (key, list(node.args)))
         call.meta = {k: v for k, v in node.meta.items() if k != "tensor_meta"}
         values = [a.meta.get("val") for a in node.args]
         if values and all(isinstance(v, FakeTensor) for v in values):
             # the launch's own result: contiguous, where the node it replaced may not be
-            call.meta["val"] = LAUNCH(key, values)
+            call.meta["val"] = op(key, values)
         node.replace_all_uses_with(call)
         gm.graph.erase_node(node)
         count += 1

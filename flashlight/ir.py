@@ -88,6 +88,21 @@ class Load(Expr):
 
 
 @dataclasses.dataclass(frozen=True)
+class Gather(Expr):
+    """Element of input ``base`` at one integer expression per axis (``table[h, bucket(j -
+    i)]``); a :class:`Load` is the gather at the indices of its axes. See [Note: gathers]
+    in :mod:`flashlight.lower_gather`."""
+
+    base: str
+    positions: tuple[Expr, ...]
+    extents: tuple[int | None, ...]  # per axis of ``base``: its size where static
+    dtype: torch.dtype
+
+    def children(self) -> tuple[Expr, ...]:
+        return self.positions
+
+
+@dataclasses.dataclass(frozen=True)
 class Ref(Expr):
     """Element of the tensor computed by nest ``nest`` at a compound index per axis."""
 
@@ -178,12 +193,27 @@ class Graph:
     ``inputs`` names the tensors kernels may load (graph inputs and values computed
     outside Flashlight). ``materialized`` are the nests whose values must exist in
     memory (graph outputs, values needed by fallback operations, or nests that a
-    pass decided not to inline).
+    pass decided not to inline). ``recomputed`` are the materialized nests that their
+    consumers may still inline: those needed outside Flashlight, which a consumer
+    computes again in its own loop (a row max returned next to the attention that uses
+    it), until the back-off keeps one separate. The rest of ``materialized`` is
+    :attr:`separate`: consumers read those from memory.
     """
 
     nests: tuple[Nest, ...]
     inputs: tuple[str, ...]
     materialized: frozenset[str]
+    recomputed: frozenset[str] = frozenset()
+
+    @property
+    def separate(self) -> frozenset[str]:
+        """The materialized nests whose consumers read them from memory."""
+        return self.materialized - self.recomputed
+
+    def keeping_separate(self, names) -> "Graph":
+        """This graph with the nests ``names`` materialized and read from memory."""
+        names = frozenset(names)
+        return self.replace(materialized=self.materialized | names, recomputed=self.recomputed - names)
 
     def nest(self, name: str) -> Nest:
         for nest in self.nests:
@@ -223,6 +253,10 @@ def rebuild(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
             new_body = visit(node.body)
             if new_body is not node.body:
                 node = dataclasses.replace(node, body=new_body)
+        elif isinstance(node, Gather):
+            new_positions = tuple(visit(p) for p in node.positions)
+            if new_positions != node.positions:
+                node = dataclasses.replace(node, positions=new_positions)
         out = fn(node)
         result = node if out is None else out
         memo[key] = result
@@ -244,6 +278,8 @@ def replace_nodes(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
                     out = dataclasses.replace(node, args=tuple(visit(a) for a in node.args))
                 elif isinstance(node, Reduce):
                     out = dataclasses.replace(node, body=visit(node.body))
+                elif isinstance(node, Gather):
+                    out = dataclasses.replace(node, positions=tuple(visit(p) for p in node.positions))
                 else:
                     out = node
             memo[key] = out
@@ -333,14 +369,18 @@ def check_invariants(graph: Graph) -> None:
         for node in walk(nest.body):
             if isinstance(node, Ref) and node.nest not in seen:
                 raise InvariantError(f"{nest.name}: reads {node.nest} before it is defined")
-            if isinstance(node, Load) and node.base not in graph.inputs:
+            if isinstance(node, (Load, Gather)) and node.base not in graph.inputs:
                 raise InvariantError(f"{nest.name}: loads unknown input {node.base}")
+            if isinstance(node, Gather) and any(p.dtype.is_floating_point for p in node.positions):
+                raise InvariantError(f"{nest.name}: a gather from {node.base} at a float position")
             if isinstance(node, Reduce) and set(node.dims) & set(out):
                 raise InvariantError(f"{nest.name}: reduction rebinds output dims")
         seen.add(nest.name)
     missing = graph.materialized - seen
     if missing:
         raise InvariantError(f"materialized nests missing: {sorted(missing)}")
+    if not graph.recomputed <= graph.materialized:
+        raise InvariantError(f"recomputed nests that are not materialized: {sorted(graph.recomputed - graph.materialized)}")
 
 
 # ------------------------------------------------------------------ fused kernel forms
@@ -389,11 +429,28 @@ class LoopReduction:
 
 
 @dataclasses.dataclass(frozen=True)
+class KernelOutput:
+    """One tensor a kernel stores: ``epilogue`` (reading loop results through
+    ``LoopResult(k)``) over ``axes``, whose dims are dims of the kernel."""
+
+    name: str  # the nest it computes
+    axes: tuple[Axis, ...]
+    dtype: torch.dtype
+    epilogue: Expr
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return axis_dims(self.axes)
+
+
+@dataclasses.dataclass(frozen=True)
 class Kernel:
     """A fused kernel: one online loop of reductions, then an elementwise epilogue.
 
     The epilogue reads loop results through ``LoopResult(k)``; its free dims are the
-    output dims.
+    output dims. ``extra_outputs`` are further tensors computed from the same loop (a
+    row log-sum-exp next to the attention output), each over some of the kernel's dims,
+    see [Note: several outputs] in :mod:`flashlight.passes.outputs`.
     """
 
     name: str
@@ -410,10 +467,19 @@ class Kernel:
     # results there. None: every tile runs ``loop``.
     full: Expr | None = None
     unmasked: tuple[LoopReduction, ...] | None = None
+    extra_outputs: tuple[KernelOutput, ...] = ()
 
     @property
     def dims(self) -> tuple[Dim, ...]:
         return axis_dims(self.axes)
+
+    def outputs(self) -> tuple[KernelOutput, ...]:
+        """Every tensor the kernel stores, its own output first."""
+        return (KernelOutput(self.name, self.axes, self.dtype, self.epilogue), *self.extra_outputs)
+
+    def epilogues(self) -> tuple[Expr, ...]:
+        """The epilogue of every output, in output order."""
+        return tuple(out.epilogue for out in self.outputs())
 
 
 def check_kernel_invariants(kernel: Kernel) -> None:
@@ -430,6 +496,12 @@ def check_kernel_invariants(kernel: Kernel) -> None:
             raise InvariantError(f"{kernel.name}: a loop initial value that is not a max's row value")
     if not free_dims(kernel.epilogue) <= outer:
         raise InvariantError(f"{kernel.name}: the epilogue reads dims outside the output")
+    for out in kernel.extra_outputs:
+        dims = out.dims
+        if len(set(dims)) != len(dims) or not set(dims) <= outer or not free_dims(out.epilogue) <= set(dims):
+            raise InvariantError(f"{kernel.name}: output {out.name} is not over dims of the kernel")
+        if any(isinstance(n, LoopResult) and n.index >= len(kernel.loop) for n in walk(out.epilogue)):
+            raise InvariantError(f"{kernel.name}: output {out.name} reads a loop result the loop lacks")
     if kernel.live is not None:
         if kernel.live.dtype != torch.bool:
             raise InvariantError(f"{kernel.name}: live predicate of dtype {kernel.live.dtype}")
@@ -509,7 +581,8 @@ class TilePlan:
       loop is hoisted before the loop;
     - ``dots``: the contractions printed as ``tl.dot``, keyed by their product;
     - ``loop_layouts``: the layout of each loop reduction's result (its accumulator);
-    - ``store_layout``: the output tile's layout;
+    - ``store_layout``: the output tile's layout (``extra_store_layouts``: those of the
+      kernel's extra outputs);
     - ``inputs``: the tensors the kernel loads, in argument order, with their ranks;
     - ``relayouts``: ``(input, axis)``: inputs re-read by many programs whose
       innermost tile axis is strided; the launcher copies them with that axis
@@ -524,6 +597,12 @@ class TilePlan:
     store_layout: Layout  # the output tile's roles
     inputs: tuple[tuple[str, int], ...]
     relayouts: tuple[tuple[str, int], ...]
+    extra_store_layouts: tuple[Layout, ...] = ()  # the tile roles of each extra output
+
+    @property
+    def store_layouts(self) -> tuple[Layout, ...]:
+        """The tile roles of every output, in the kernel's output order."""
+        return (self.store_layout, *self.extra_store_layouts)
 
     def fma_dots(self, fp32_precision: str, interpret: bool = False) -> bool:
         """Whether some ``tl.dot`` multiplies IEEE float32 operands: it then runs on CUDA

@@ -12,6 +12,7 @@ from flashlight.ir import (
     Axis,
     Const,
     Expr,
+    Gather,
     Graph,
     Iota,
     Kernel,
@@ -79,6 +80,8 @@ class Printer:
             return f"{expr.base}[{fmt_index(expr.index)}]"
         if isinstance(expr, Ref):
             return f"%{expr.nest}[{fmt_index(expr.index)}]"
+        if isinstance(expr, Gather):
+            return f"{expr.base}@[{', '.join(sub(p) for p in expr.positions)}]"
         if isinstance(expr, Iota):
             return f"iota({fmt_axis(expr.axis)})"
         if isinstance(expr, Const):
@@ -122,7 +125,7 @@ def format_graph(graph: Graph) -> str:
 
 def kernel_roots(kernel: Kernel) -> list[Expr]:
     """Every expression :func:`format_kernel` prints, in order."""
-    roots = [e for red in kernel.loop for e in red.exprs()] + [kernel.epilogue]
+    roots = [e for red in kernel.loop for e in red.exprs()] + [*kernel.epilogues()]
     roots += [e for e in (kernel.live, kernel.full) if e is not None]
     return roots + [red.body for red in kernel.unmasked or ()]
 
@@ -138,6 +141,9 @@ def format_kernel(kernel: Kernel, p: Printer | None = None) -> str:
             return f"loop{k} = {red.op}[{red.dim.name}]({p.expr(red.body)}){scale}"
         p.line(lines, "  ", loop_line)
     p.line(lines, "  ", lambda: f"out = {p.expr(kernel.epilogue)}")
+    for k, out in enumerate(kernel.extra_outputs, start=1):
+        axes = ", ".join(fmt_axis(a) for a in out.axes)
+        p.line(lines, "  ", lambda k=k, out=out, axes=axes: f"out{k} {out.name}[{axes}] = {p.expr(out.epilogue)}")
     if kernel.live is not None:
         p.line(lines, "  ", lambda: f"live = {p.expr(kernel.live)}")
     if kernel.full is not None:
@@ -167,7 +173,8 @@ def format_tiled(tiled: TiledKernel) -> str:
         dtype = str(dot.dtype).replace("torch.", "")
         p.line(lines, "  ", lambda: f"dot over {dot.reduced}: {list(a)} x {list(b)} -> {list(dot.out)} "
                                     f"as {dtype}: {p.expr(body)}")
-    lines.append(f"  accumulators {[list(lay) for lay in plan.loop_layouts]}, store {list(plan.store_layout)}")
+    stores = ", ".join(str(list(lay)) for lay in plan.store_layouts)
+    lines.append(f"  accumulators {[list(lay) for lay in plan.loop_layouts]}, store {stores}")
     lines.append(f"  inputs {', '.join(f'{n}/{r}' for n, r in plan.inputs)}"
                  + (f"; relayout {', '.join(f'{n} axis {a}' for n, a in plan.relayouts)}" if plan.relayouts else ""))
     hoisted = sum(1 for e in plan.layouts if e not in plan.in_loop and not isinstance(e, (Const, LoopResult)))

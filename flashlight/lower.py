@@ -43,10 +43,12 @@ from flashlight.ir import (
     Pointwise,
     Reduce,
     dim_names,
+    walk,
 )
-from flashlight.lower_context import LowerContext
+from flashlight.lower_context import LowerContext, compared
+from flashlight.lower_gather import GATHER_LOWERINGS
 from flashlight.lower_reductions import REDUCTION_LOWERINGS, reduce_over
-from flashlight.vocabulary import COMPARISONS, INTEGER_EXACT, OPS
+from flashlight.vocabulary import COMPARISONS, INTEGER_EXACT, KERNEL_DTYPES, OPS
 
 aten = torch.ops.aten
 
@@ -57,6 +59,7 @@ class Lowered:
     opaque: dict[str, str]  # FX node name -> why it was not lowered
     nest_of_node: dict[str, str]  # FX node name -> the nest computing it
     next_dim_id: int = 0  # the passes number the dims they make from here (ir.dim_names)
+    order: dict[str, int] = dataclasses.field(default_factory=dict)  # FX node name -> its place in the graph
 
 
 # ------------------------------------------------------------------------- the lowerer
@@ -78,6 +81,8 @@ class _Lowerer:
             if node.op == "placeholder":
                 if isinstance(meta_val(node), torch.Tensor):
                     lw.env[node.name] = lw.input_access(node)
+                elif isinstance(meta_val(node), torch.SymInt) and meta_val(node).node.expr.is_number:
+                    lw.env[node.name] = Const(int(meta_val(node).node.expr), torch.int64)  # a size fixed by a guard
                 continue
             if node.op == "output":
                 for arg in fx.graph.map_arg(node.args, lambda n: n).__iter__():
@@ -104,8 +109,10 @@ class _Lowerer:
                 del lw.nests[before:]  # what the rule built before it gave up
                 lw.tuple_values.pop(node.name, None)
                 self._make_opaque(node, f"{_op_name(node)}: {why}")
-        graph = Graph(tuple(lw.nests), tuple(lw.inputs), frozenset(self.materialized))
-        return Lowered(graph, self.opaque, lw.nest_of_node)
+        outside = frozenset(self.materialized)  # needed outside Flashlight; kernels may recompute them
+        graph = Graph(tuple(lw.nests), tuple(lw.inputs), outside, recomputed=outside)
+        order = {node.name: k for k, node in enumerate(self.gm.graph.nodes)}
+        return Lowered(graph, self.opaque, lw.nest_of_node, order=order)
 
     def _use_outside(self, arg: Any) -> None:
         """``arg`` is consumed outside Flashlight: its base nest must be materialized."""
@@ -147,6 +154,9 @@ def inexact_reason(nest: Nest) -> str | None:
     in its dtype, or None when it would."""
     if nest.dtype == torch.float64:
         return "float64 values (Flashlight kernels compute in float32)"
+    for node in walk(nest.body):
+        if node.dtype not in KERNEL_DTYPES and node.dtype != torch.float64:
+            return f"{_dtype_name(node.dtype)} values (no Flashlight kernel type)"
     return _inexact_expr(nest.body)
 
 
@@ -194,10 +204,10 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _view_like(fn: Callable[[Access, fx.Node], Access]):
-    def rule(lw: LowerContext, node: fx.Node) -> Access:
+    def rule(lw: LowerContext, node: fx.Node) -> Access | Const:
         src = lw.value(node.args[0], meta_val(node).dtype)
         if not isinstance(src, Access):
-            raise Unsupported("view of a constant")
+            return src  # every element of a view of a constant is that constant
         return fn(src, node)
 
     return rule
@@ -214,26 +224,75 @@ def _pointwise(op: str, nargs: int | None = None):
             raise Unsupported("alpha != 1")
         if op == "div" and node.kwargs.get("rounding_mode") is not None:
             raise Unsupported("rounding division")
-        operands = [lw.value(a, _operand_dtype(a, dtype)) for a in args]
+        if op in COMPARISONS:
+            common = _common_dtype(args)
+            operands = [compared(lw.value(a, _operand_dtype(a, common))) for a in args]
+        else:
+            operands = [lw.value(a, _operand_dtype(a, dtype)) for a in args]
         if op in ("floor", "ceil") and not dtype.is_floating_point and isinstance(operands[0], Access):
             return operands[0]  # integers are their own floor and ceiling
         axes = lw.result_axes(node, operands)
         reads = [lw.read(v, axes) for v in operands]
         if op == "relu" and not dtype.is_floating_point:
-            return lw.add_nest(axes, Pointwise("maximum", (reads[0], Const(0, dtype)), dtype), dtype, op)
+            return lw.add_nest(axes, eager_arithmetic("maximum", (reads[0], Const(0, dtype)), dtype), dtype, op)
         if (nargs == 1 or op == "pow") and dtype.is_floating_point and not reads[0].dtype.is_floating_point:
             reads[0] = Pointwise("cast", (reads[0],), dtype)  # exp(int), int ** 0.5: eager's promotion
-        return lw.add_nest(axes, Pointwise(op, tuple(reads), dtype), dtype, op)
+        return lw.add_nest(axes, eager_arithmetic(op, tuple(reads), dtype), dtype, op)
 
     return rule
 
 
 def _operand_dtype(arg: Any, default: torch.dtype) -> torch.dtype:
+    """The dtype of a scalar operand of an op computed in ``default``."""
     if isinstance(arg, bool):
         return torch.bool
     if isinstance(arg, int) and not default.is_floating_point:
-        return torch.int64
+        return default if default != torch.bool else torch.int64
     return default
+
+
+def _common_dtype(args) -> torch.dtype:
+    """The dtype PyTorch computes a comparison of ``args`` in (``torch.result_type``): a
+    scalar compared with a tensor takes the tensor's dtype (an integer tensor compared
+    with a float scalar, the default float dtype)."""
+    values = [meta_val(a) if isinstance(a, fx.Node) else a for a in args]
+    if len(values) != 2 or not all(isinstance(v, (torch.Tensor, bool, int, float)) for v in values):
+        return torch.bool  # a size compared: its scalars keep their own dtypes
+    return torch.result_type(*values)
+
+
+# [Note: integer and boolean arithmetic]
+# PyTorch computes integer arithmetic in the result's dtype, wrapping modulo its width
+# (a uint8 ``x - 100`` is ``x + 156``; a scalar out of range wraps too), and bool ``+``
+# and ``*`` as logical or / and (``True + True`` is ``True``). Triton's integer literals
+# are int32 and its int1 arithmetic wraps, so the lowering spells eager's meaning out:
+# arithmetic on 8- and 16-bit integers is computed in int32 and cast back to the
+# result's dtype (exact: the low bits of a sum, difference or product do not depend on
+# the high ones; a quotient or remainder of operands already wrapped fits), the scalars
+# of an integer op are wrapped into its dtype (``LowerContext.value``), and bool sums
+# and products are ``or`` and ``and``.
+NARROW_INTEGERS = (torch.int8, torch.uint8, torch.int16)
+_WRAPPING = frozenset({"add", "sub", "mul", "neg", "abs", "pow", "floordiv", "truncdiv", "remainder"})
+_LOGICAL = {"add": "or", "maximum": "or", "mul": "and", "minimum": "and"}
+
+
+def eager_arithmetic(op: str, args: tuple[Expr, ...], dtype: torch.dtype) -> Expr:
+    """``op`` of ``args`` with PyTorch's meaning in ``dtype`` ([Note: integer and boolean
+    arithmetic])."""
+    if dtype == torch.bool and op in _LOGICAL:
+        return Pointwise(_LOGICAL[op], args, dtype)
+    if dtype in NARROW_INTEGERS and op in _WRAPPING:
+        wide = tuple(_as_int32(a) for a in args)
+        return Pointwise("cast", (Pointwise(op, wide, torch.int32),), dtype)
+    return Pointwise(op, args, dtype)
+
+
+def _as_int32(expr: Expr) -> Expr:
+    if expr.dtype not in (*NARROW_INTEGERS, torch.bool):
+        return expr
+    if isinstance(expr, Const):
+        return Const(int(expr.value), torch.int32)
+    return Pointwise("cast", (expr,), torch.int32)
 
 
 def _where_scalar_fill(lw: LowerContext, node: fx.Node) -> Access:
@@ -313,9 +372,12 @@ def _full(lw: LowerContext, node: fx.Node) -> Access:
     return lw.add_nest(axes, Const(fill, dtype), dtype, "full")
 
 
-def _scalar_tensor(lw: LowerContext, node: fx.Node) -> Access:
+def _scalar_tensor(lw: LowerContext, node: fx.Node) -> Access | Const:
     dtype = meta_val(node).dtype
-    return lw.add_nest((), Const(node.args[0], dtype), dtype, "scalar")
+    value = lw.value(node.args[0], dtype)
+    if not isinstance(value, Const):
+        raise Unsupported("a scalar tensor of a tensor")
+    return lw.add_nest((), Const(value.value, dtype), dtype, "scalar")
 
 
 def _arange(lw: LowerContext, node: fx.Node) -> Access:
@@ -387,6 +449,7 @@ LOWERINGS: dict[Any, Callable[[LowerContext, fx.Node], Access]] = {
     aten.detach.default: _view_like(view_identity),
     aten.lift_fresh_copy.default: _view_like(view_identity),
     aten._to_copy.default: _to_copy,
+    torch.ops.prims.convert_element_type.default: _to_copy,
     aten.masked_fill.Scalar: _where_scalar_fill,
     aten.masked_fill.Tensor: _where_scalar_fill,
     aten.clamp.default: _clamp,
@@ -411,6 +474,7 @@ LOWERINGS: dict[Any, Callable[[LowerContext, fx.Node], Access]] = {
     aten.baddbmm.default: _baddbmm,
     aten.mm.default: _contraction,
     **REDUCTION_LOWERINGS,
+    **GATHER_LOWERINGS,
 }
 
 for _op, _info in OPS.items():  # the elementwise ops of the vocabulary

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from flashlight.constants import fold_constants, rounded
 from flashlight.indexing import Access, Unsupported, finest, match_axis, meta_val, node_shape
 from flashlight.ir import Axis, Const, Dim, Expr, Load, Nest, Ref, axis_dims
 
@@ -26,7 +27,7 @@ class LowerContext:
         self.nests: list[Nest] = []
         self.inputs: list[str] = []
         self.nest_of_node: dict[str, str] = {}  # FX node name -> the nest computing it
-        self.tuple_values: dict[str, Access] = {}  # tuple-valued node -> its lowered values
+        self.tuple_values: dict[str, tuple[Access | Const, ...]] = {}  # tuple-valued node -> its items
         self.origin = ""  # the FX node being lowered: the origin of the nests added
 
     # ---- values
@@ -36,7 +37,14 @@ class LowerContext:
         self.inputs.append(node.name)
         return Access("input", node.name, axes, axes, meta_val(node).dtype)
 
-    def add_nest(self, axes: tuple[Axis, ...], body: Expr, dtype: torch.dtype, hint: str) -> Access:
+    def add_nest(self, axes: tuple[Axis, ...], body: Expr, dtype: torch.dtype, hint: str) -> Access | Const:
+        """A nest computing ``body`` over ``axes``; a single value computed from constants
+        only (a scale ``1 / sqrt(d)`` of a head width) is computed now instead, as eager
+        PyTorch computes it, and is a constant of the IR."""
+        if not axis_dims(axes):
+            folded = fold_constants(body)
+            if folded is not None:
+                return folded
         name = f"n{len(self.nests)}_{hint}"
         self.nests.append(Nest(name, axes, body, dtype, (self.origin,)))
         return Access("nest", name, axes, axes, dtype)
@@ -84,18 +92,41 @@ class LowerContext:
                 raise Unsupported(f"operand {arg.name} has no lowering")
             return found
         if isinstance(arg, (bool, int, float)):
-            return Const(arg, dtype)
+            return scalar(arg, dtype)
         raise Unsupported(f"operand {arg!r}")
 
 
     # ---- tuple-valued nodes (max(dim), native_layer_norm)
-    def set_tuple(self, node: fx.Node, values: Access) -> None:
-        """``node``'s value is a tuple whose first element is ``values``."""
+    def set_tuple(self, node: fx.Node, *values: Access | Const) -> None:
+        """``node``'s value is a tuple whose first items are ``values`` (those lowered)."""
         self.tuple_values[node.name] = values
 
-    def first_of_tuple(self, node: fx.Node, source: Any) -> Access | None:
-        """The first element of tuple-valued ``source``, now computed by ``node``."""
-        values = self.tuple_values.get(getattr(source, "name", None))
-        if values is not None:
-            self.nest_of_node[node.name] = values.name
-        return values
+    def item_of_tuple(self, node: fx.Node, source: Any, index: int) -> Access | Const | None:
+        """Item ``index`` of tuple-valued ``source``, now computed by ``node``; None when
+        that item was not lowered."""
+        values = self.tuple_values.get(getattr(source, "name", None), ())
+        if not 0 <= index < len(values):
+            return None
+        value = values[index]
+        if isinstance(value, Access) and value.kind == "nest":
+            self.nest_of_node[node.name] = value.name
+        return value
+
+
+def scalar(value, dtype: torch.dtype) -> Const:
+    """A Python scalar as an operand of an op computed in ``dtype``: an integer wraps into
+    an integer dtype's range, as PyTorch wraps it ([Note: integer and boolean arithmetic]
+    in :mod:`flashlight.lower`)."""
+    if isinstance(value, int) and not isinstance(value, bool) and dtype != torch.bool \
+            and not dtype.is_floating_point:
+        value = rounded(value, dtype)
+    return Const(value, dtype)
+
+
+def compared(value: Access | Const) -> Access | Const:
+    """An operand of a comparison: a float scalar compared in a 16-bit float dtype is
+    rounded to it first, as PyTorch compares it (arithmetic keeps it whole: PyTorch
+    computes 16-bit floats with their scalars in float32)."""
+    if isinstance(value, Const) and isinstance(value.value, float) and value.dtype in (torch.float16, torch.bfloat16):
+        return Const(rounded(value.value, value.dtype), value.dtype)
+    return value

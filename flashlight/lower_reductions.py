@@ -161,7 +161,7 @@ def _max_dim(lw: LowerContext, node: fx.Node) -> Access:
 
 def _getitem(lw: LowerContext, node: fx.Node) -> Access:
     source, index = node.args
-    values = lw.first_of_tuple(node, source) if index == 0 else None
+    values = lw.item_of_tuple(node, source, index)
     if values is None:
         raise Unsupported("only the first output of max(dim) and native_layer_norm is lowered")
     return values

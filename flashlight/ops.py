@@ -1,7 +1,9 @@
 """Flashlight kernels as one PyTorch operator, so that other compilers schedule around them.
 
 ``torch.ops.flashlight.launch(kernel, inputs)`` runs the generated kernel named
-``kernel`` on ``inputs`` and returns its output, a new contiguous tensor. It is a
+``kernel`` on ``inputs`` and returns its output, a new contiguous tensor
+(``torch.ops.flashlight.launch_outputs``: the list of outputs of a kernel with several,
+each a new contiguous tensor). Each is a
 ``torch.library.custom_op`` with a fake (meta) implementation, so Inductor (and any
 tracer) sees an opaque op whose output shape, with symbolic sizes, dtype and strides it
 knows without running it: the shape is read off the inputs' shapes exactly as
@@ -29,9 +31,10 @@ def kernel_key(launcher: Launcher) -> str:
     """The registry key of ``launcher``'s kernel: its name and a digest of everything
     that decides what it computes and the shape it returns."""
     src = launcher.src
-    shape = [[str(d.size) for d in axis] for axis in launcher.out_axes]
+    shape = [[[str(d.size) for d in axis] for axis in out.axes] for out in launcher.kernel.outputs()]
+    dtypes = [str(out.dtype) for out in launcher.kernel.outputs()]
     sizes = sorted((text, s.tensor, s.axis) for text, s in launcher.sources.items())
-    text = repr((src.source, shape, sizes, str(launcher.kernel.dtype), tuple(src.inputs),
+    text = repr((src.source, shape, sizes, dtypes, tuple(src.inputs),
                  tuple(getattr(src, "fast_axes", ())), launcher.autotune))
     return f"{src.name}_{hashlib.sha1(text.encode()).hexdigest()[:12]}"
 
@@ -52,25 +55,43 @@ def launcher_of(kernel: str) -> Launcher:
                            "(compile the function that uses it first)") from None
 
 
-def output_shape(launcher: Launcher, inputs: Sequence[torch.Tensor]) -> list:
-    """The shape ``launcher`` returns for ``inputs`` (SymInts where the inputs' sizes are)."""
+def output_shape(launcher: Launcher, inputs: Sequence[torch.Tensor], k: int = 0) -> list:
+    """The shape of the ``k``-th output ``launcher`` returns for ``inputs`` (SymInts
+    where the inputs' sizes are)."""
     values = {text: inputs[s.tensor].shape[s.axis] for text, s in launcher.sources.items()}
     return [math.prod((int(d.size) if d.is_static else values[d.size]) for d in axis)
-            for axis in launcher.out_axes]
+            for axis in launcher.kernel.outputs()[k].axes]
+
+
+def _fresh(out: torch.Tensor, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``out`` as a new contiguous tensor, as the fake implementations promise (the
+    unfused graph may have run instead of the kernel: size 0, or faster)."""
+    if out._base is not None or not out.is_contiguous() or any(out is t for t in inputs):
+        out = out.clone(memory_format=torch.contiguous_format)
+    return out
 
 
 @torch.library.custom_op("flashlight::launch", mutates_args=())
 def launch(kernel: str, inputs: list[torch.Tensor]) -> torch.Tensor:
     """Run the Flashlight kernel registered as ``kernel`` on ``inputs``."""
-    out = launcher_of(kernel)(*inputs)
-    if out._base is not None or not out.is_contiguous() or any(out is t for t in inputs):
-        # the unfused graph ran instead of the kernel (size 0, or faster): a new
-        # contiguous tensor, as the fake implementation promises
-        out = out.clone(memory_format=torch.contiguous_format)
-    return out
+    return _fresh(launcher_of(kernel)(*inputs), inputs)
 
 
 @launch.register_fake
 def _launch_fake(kernel: str, inputs: list[torch.Tensor]) -> torch.Tensor:
     launcher = launcher_of(kernel)
     return inputs[0].new_empty(output_shape(launcher, inputs), dtype=launcher.kernel.dtype)
+
+
+@torch.library.custom_op("flashlight::launch_outputs", mutates_args=())
+def launch_outputs(kernel: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Run the Flashlight kernel with several outputs registered as ``kernel`` on ``inputs``."""
+    outs = [_fresh(out, inputs) for out in launcher_of(kernel)(*inputs)]
+    return [out.clone() if any(out is other for other in outs[:k]) else out for k, out in enumerate(outs)]
+
+
+@launch_outputs.register_fake
+def _launch_outputs_fake(kernel: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    launcher = launcher_of(kernel)
+    return [inputs[0].new_empty(output_shape(launcher, inputs, k), dtype=out.dtype)
+            for k, out in enumerate(launcher.kernel.outputs())]

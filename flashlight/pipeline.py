@@ -36,13 +36,14 @@ from flashlight.ir_print import format_graph, format_kernel, format_tiled
 from flashlight.lower import Lowered
 from flashlight.passes.base2 import check_base2, to_base2
 from flashlight.passes.fusion import fuse_elementwise, fuse_reductions
-from flashlight.passes.online import online_kernel
+from flashlight.passes.online import NotOnline, make_online, online_kernel
+from flashlight.passes.outputs import merge_outputs
 from flashlight.passes.skipping import find_live_tiles
 from flashlight.passes.tile_plan import check_plan
-from flashlight.passes.tiling import tile
+from flashlight.passes.tiling import sizes_to_fix, tile
 
 __all__ = ["GRAPH_PASSES", "KERNEL_PASSES", "Plan", "compile_graph", "recomputes_across_grid",
-           "repeats_loop_work"]
+           "repeats_loop_work", "tile_sizes_to_fix"]
 
 log = logging.getLogger("flashlight")
 
@@ -93,8 +94,18 @@ GRAPH_PASSES: tuple[Pass, ...] = (
     Pass("read_materialized", read_materialized, check_invariants, format_graph,
          "IR after read_materialized"),
 )
+
+
+def online_form(value: Nest | tuple[Nest, ...], context: Context):
+    """The online kernel of a nest; of a group of nests, one kernel storing each nest's
+    value from one loop ([Note: several outputs] in :mod:`flashlight.passes.outputs`)."""
+    if isinstance(value, Nest):
+        return online_kernel(value)
+    return merge_outputs([make_online(nest) for nest in value])
+
+
 KERNEL_PASSES: tuple[Pass, ...] = (
-    Pass("make_online", lambda n, _: online_kernel(n), check_kernel_invariants, format_kernel,
+    Pass("make_online", online_form, check_kernel_invariants, format_kernel,
          "online form of {node}"),
     Pass("find_live_tiles", lambda k, _: find_live_tiles(k), check_kernel_invariants, format_kernel,
          "tile liveness of {node}"),
@@ -131,7 +142,7 @@ class Pipeline:
             _debug("lowered IR", format_graph(base))
         return self.run(self.graph_passes, base, trace, self.context)
 
-    def kernel(self, nest: Nest, node: str, trace: bool = True) -> TiledKernel:
+    def kernel(self, nest: Nest | tuple[Nest, ...], node: str, trace: bool = True) -> TiledKernel:
         return self.run(self.kernel_passes, nest, trace, dataclasses.replace(self.context, node=node))
 
 
@@ -148,3 +159,20 @@ def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
     pipeline = pipeline_for(lowered, check)
     with dim_names(lowered.next_dim_id):
         return search(lowered, pipeline, _debug)
+
+
+def tile_sizes_to_fix(lowered: Lowered) -> frozenset[str]:
+    """The symbolic sizes the fused kernels of ``lowered`` need static to tile
+    ([Note: sizes a tile must know] in :mod:`flashlight.passes.tiling`)."""
+    pipeline = pipeline_for(lowered)
+    wanted: set[str] = set()
+    with dim_names(lowered.next_dim_id):
+        graph = pipeline.graph(lowered.graph, trace=False)
+        for nest in graph.nests:
+            if nest.name not in graph.materialized:
+                continue
+            try:
+                wanted |= sizes_to_fix(make_online(nest))
+            except NotOnline:
+                continue
+    return frozenset(wanted)

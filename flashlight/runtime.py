@@ -35,7 +35,7 @@ import torch
 
 from flashlight import settings, tuned_configs, tuning
 from flashlight.codegen import KernelSource
-from flashlight.ir import Dim, Kernel, Load, TiledKernel, walk
+from flashlight.ir import Dim, Gather, Iota, Kernel, Load, TiledKernel, walk
 
 log = logging.getLogger("flashlight")
 _MODULES: dict[str, object] = {}
@@ -147,12 +147,17 @@ class SizeSource:
 
 def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
     found: dict[str, SizeSource] = {}
-    for expr in [kernel.epilogue, *(e for r in kernel.loop for e in r.exprs())]:
+    for expr in [*kernel.epilogues(), *(e for r in kernel.loop for e in r.exprs())]:
         for node in walk(expr):
             if isinstance(node, Load) and node.base in src.inputs:
-                for a, axis in enumerate(node.index):
-                    if len(axis) == 1 and not axis[0].is_static:
-                        found.setdefault(axis[0].size, SizeSource(src.inputs.index(node.base), a))
+                axes = node.index
+            elif isinstance(node, Gather) and node.base in src.inputs:  # a position that is an index
+                axes = tuple(p.axis if isinstance(p, Iota) else () for p in node.positions)
+            else:
+                continue
+            for a, axis in enumerate(axes):
+                if len(axis) == 1 and not axis[0].is_static:
+                    found.setdefault(axis[0].size, SizeSource(src.inputs.index(node.base), a))
     missing = [s for s in src.size_args if s not in found]
     if missing:
         raise ValueError(f"sizes {missing} cannot be read from any kernel input")
@@ -160,7 +165,12 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
 
 
 class Launcher:
-    """Calls a generated kernel on real tensors; the FX graph calls this object."""
+    """Calls a generated kernel on real tensors; the FX graph calls this object.
+
+    It returns the kernel's output, or for a kernel with several outputs ([Note: several
+    outputs] in :mod:`flashlight.passes.outputs`) a tuple of them, each a new contiguous
+    tensor over its own axes.
+    """
 
     signature: str | None = None  # the kernel's structure, as the shipped tuned choices key it
 
@@ -175,6 +185,7 @@ class Launcher:
         self.src = src
         self.sources = size_sources(tiled.kernel, src)
         self.out_axes = tiled.kernel.axes
+        self.outputs = tiled.kernel.outputs()  # every output's axes and dtype, in order
         self.row: Dim | None = tiled.tiling.row
         self.grid_dims = tiled.tiling.grid
         self.autotune = settings.get("autotune") if autotune is None else autotune
@@ -287,9 +298,12 @@ class Launcher:
         """The size bucket of a launch at size arguments ``sizes``."""
         return tuning.size_bucket(*tuning.extents(self.tiled, dict(zip(self.src.size_args, sizes))))
 
-    def _run_eager(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    def _run_eager(self, tensors: Sequence[torch.Tensor]):
         """The unfused graph's value for the kernel's inputs, in the kernel's (contiguous) layout."""
-        return self.eager(*tensors).contiguous()
+        values = self.eager(*tensors)
+        if isinstance(values, (tuple, list)):
+            return tuple(v.contiguous() for v in values)
+        return values.contiguous()
 
     def _eager_launch(self, fn, args: tuple, grid, sizes: tuple[int, ...], device: torch.device,
                       tensors: Sequence[torch.Tensor], tune: bool) -> torch.Tensor | None:
@@ -341,15 +355,11 @@ class Launcher:
                 # [..., X, ...] with X strided -> same values, X contiguous
                 tensors[k] = t.movedim(axis, -1).contiguous().movedim(-1, axis)
         values = {text: tensors[s.tensor].shape[s.axis] for text, s in self.sources.items()}
-        shape = []
-        for axis in self.out_axes:
-            n = 1
-            for d in axis:
-                n *= self._size(d, values)
-            shape.append(n)
-        out = torch.empty(shape, dtype=self.kernel.dtype, device=tensors[0].device)
-        if out.numel() == 0:
-            return out
+        outs = [torch.empty(self._shape(output.axes, values), dtype=output.dtype, device=tensors[0].device)
+                for output in getattr(self, "outputs", self.kernel.outputs())]
+        out = outs[0]
+        if all(o.numel() == 0 for o in outs):
+            return self._result(outs)
         grid_size = 1
         for d in self.grid_dims:
             grid_size *= self._size(d, values)
@@ -361,9 +371,9 @@ class Launcher:
         grid = lambda meta: (triton.cdiv(rows, meta["BLOCK_M"]) * grid_size,)  # noqa: E731
         checks: list = []
         if self.src.check_bounds:
-            errors = torch.zeros(len(tensors) + 1, dtype=torch.int32, device=out.device)
-            checks = [_span(t) for t in (*tensors, out)] + [errors]
-        args = (*tensors, out, *size_args, *strides, *out.stride(), *checks)
+            errors = torch.zeros(len(tensors) + len(outs), dtype=torch.int32, device=out.device)
+            checks = [_span(t) for t in (*tensors, *outs)] + [errors]
+        args = (*tensors, *outs, *size_args, *strides, *(st for o in outs for st in o.stride()), *checks)
         sizes = tuple(size_args)
         chosen = self._chosen.get(sizes)
         tune = not interpret and bool(self.autotune)
@@ -377,10 +387,17 @@ class Launcher:
         if result is not None:
             return result  # the unfused graph ran instead of the kernel
         if checks and bool(errors.any()):
-            names = [*self.src.inputs, "the output"]
+            names = [*self.src.inputs, "the output", *(f"output {k}" for k in range(1, len(outs)))]
             bad = [f"{names[k]} ({int(n)} lanes)" for k, n in enumerate(errors.tolist()) if n]
             raise RuntimeError(f"{self.__name__}: memory access out of bounds in {', '.join(bad)}")
-        return out
+        return self._result(outs)
+
+    def _shape(self, axes, values: dict[str, int]) -> list[int]:
+        return [math.prod(self._size(d, values) for d in axis) for axis in axes]
+
+    def _result(self, outs: list[torch.Tensor]):
+        """The output, or the tuple of outputs of a kernel with several."""
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _call_empty(self, tensors: list[torch.Tensor]) -> torch.Tensor:
         """A launch where an input has a zero-size dim (a length Dynamo left symbolic is
@@ -388,11 +405,13 @@ class Launcher:
         if self.eager is not None:
             return self.eager(*tensors)
         values = {text: tensors[s.tensor].shape[s.axis] for text, s in self.sources.items()}
-        shape = [math.prod(self._size(d, values) for d in axis) for axis in self.out_axes]
-        if math.prod(shape) == 0:
-            return torch.empty(shape, dtype=self.kernel.dtype, device=tensors[0].device)
+        outputs = getattr(self, "outputs", self.kernel.outputs())
+        shapes = [self._shape(output.axes, values) for output in outputs]
+        if all(math.prod(shape) == 0 for shape in shapes):
+            return self._result([torch.empty(shape, dtype=output.dtype, device=tensors[0].device)
+                                 for shape, output in zip(shapes, outputs)])
         raise RuntimeError(f"{self.__name__}: an input has a zero-size dim and no PyTorch form of "
-                           f"this kernel is attached to compute its {shape} result")
+                           f"this kernel is attached to compute its {shapes[0]} result")
 
 
 def _tuning_file(src: KernelSource) -> str:
@@ -554,7 +573,7 @@ print(json.dumps([k.metadata.shared, regs, stack, k.metadata.num_warps]))
 """
 
 
-def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtype: torch.dtype,
+def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtype,
                 capability: int = 90, block_m: int = 64, block_n: int = 64, num_warps: int = 4,
                 num_stages: int = 2, specialize: dict[str, int] | None = None) -> AotResult:
     """Compile generated source ahead of time for an NVIDIA GPU (no GPU needed).
@@ -568,6 +587,7 @@ def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtyp
     what Triton's JIT builds for it: arguments equal to 1 become constants, those
     divisible by 16 are marked so, and tensor pointers are taken 16-byte aligned (as
     PyTorch's allocations are). Without it, nothing is assumed of the arguments.
+    ``out_dtype``: the output's dtype, or a sequence of every output's.
     """
     import json
     import subprocess
@@ -576,10 +596,13 @@ def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtyp
     path = os.path.join(settings.get("cache_dir"), "kernels",
                         f"{src.name}_{hashlib.sha1(src.source.encode()).hexdigest()[:16]}.py")
     signature: dict[str, str] = {f"in{k}": "*" + _sig(dtype) for k, dtype in enumerate(input_dtypes)}
-    signature["out"] = "*" + _sig(out_dtype)
+    out_dtypes = tuple(out_dtype) if isinstance(out_dtype, (tuple, list)) else (out_dtype,)
+    ranks = (src.out_rank, *getattr(src, "extra_out_ranks", ()))
+    outs = [f"out{k}" if k else "out" for k in range(len(ranks))]
+    signature.update({out: "*" + _sig(dtype) for out, dtype in zip(outs, out_dtypes)})
     signature.update({f"size{k}": "i32" for k in range(len(src.size_args))})
     signature.update({f"in{k}_s{a}": "i32" for k, rank in enumerate(src.input_ranks) for a in range(rank)})
-    signature.update({f"out_s{a}": "i32" for a in range(src.out_rank)})
+    signature.update({f"{out}_s{a}": "i32" for out, rank in zip(outs, ranks) for a in range(rank)})
     signature.update({"BLOCK_M": "constexpr", "BLOCK_N": "constexpr"})
     constexprs: dict[str, int] = {"BLOCK_M": block_m, "BLOCK_N": block_n}
     attrs: dict[str, list] = {}
@@ -608,13 +631,15 @@ def integer_arguments(launcher: Launcher, tensors: Sequence[torch.Tensor]) -> di
         if tensors[k].stride(axis) != 1 and tensors[k].shape[axis] > 1:
             tensors[k] = tensors[k].movedim(axis, -1).contiguous().movedim(-1, axis)
     values = {text: tensors[s.tensor].shape[s.axis] for text, s in launcher.sources.items()}
-    shape = [math.prod(launcher._size(d, values) for d in axis) for axis in launcher.out_axes]
     args = {f"size{k}": int(values[text]) for k, text in enumerate(launcher.src.size_args)}
     args.update({f"in{k}_s{a}": int(st) for k, t in enumerate(tensors) for a, st in enumerate(t.stride())})
-    args.update({f"out_s{a}": math.prod(shape[a + 1:]) for a in range(len(shape))})
+    for k, output in enumerate(launcher.kernel.outputs()):  # out, out1, ...: each contiguous
+        shape = [math.prod(launcher._size(d, values) for d in axis) for axis in output.axes]
+        args.update({f"out{k or ''}_s{a}": math.prod(shape[a + 1:]) for a in range(len(shape))})
     return args
 
 
 def _sig(dtype: torch.dtype) -> str:
     return {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
-            torch.int64: "i64", torch.int32: "i32", torch.bool: "i1", torch.int8: "i8", torch.uint8: "u8"}[dtype]
+            torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.bool: "i1", torch.int8: "i8",
+            torch.uint8: "u8"}[dtype]

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 
 @dataclasses.dataclass(frozen=True)
 class Op:
@@ -97,3 +99,6 @@ INTERVAL_OPS = frozenset(name for name, op in OPS.items() if op.bounds not in (N
 # monotone (or bounded, for the remainder) where the divisor is a positive constant
 DIVISION_OPS = frozenset(name for name, op in OPS.items() if op.bounds == "division")
 BOOLEAN_OPS = frozenset(name for name, op in OPS.items() if op.kind)  # never typed as float
+# the dtypes a kernel loads, computes on and stores (float64 values are left to PyTorch)
+KERNEL_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                           torch.int16, torch.int8, torch.uint8, torch.bool})

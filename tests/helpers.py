@@ -15,6 +15,10 @@ Tests by pipeline stage (see the README's compiler section for the stages):
 - the printed IR and source of a few variants: ``test_golden.py`` (``tests/golden/``,
   rewritten by ``python -m tests.golden --update``);
 - the whole compiler over the catalog: ``test_variants.py``, ``test_properties.py``;
+- generality: several outputs of one loop (``passes/outputs.py``): ``test_multi_output.py``;
+  gathers, slices and concatenations (``lower_gather.py``): ``test_gathers.py``,
+  ``test_reindexing.py``; eager's dtypes and errors: ``test_eager_semantics.py``; graphs
+  of symbolic sizes and constant folding: ``test_symbolic_sizes.py``;
 - backend, runtime and tuning: ``test_backend.py``, ``test_runtime*.py``.
 """
 from __future__ import annotations

@@ -131,8 +131,9 @@ def to_base2(kernel: Kernel, threshold: float | None = DEFAULT_THRESHOLD) -> Ker
     factors = {k: _common_factor([loop[k] for loop in loops]) for k in maxes}
     base2 = {k: _base2_of(kernel, k, factors[k][0], threshold) for k in maxes}
     rewritten = [_rewrite_loop(loop, factors, base2, form) for form, loop in enumerate(loops)]
-    epilogue = replace_nodes(kernel.epilogue, lambda n: _natural_max(n, factors))
-    return dataclasses.replace(kernel, loop=rewritten[0], epilogue=epilogue,
+    natural = lambda e: replace_nodes(e, lambda n: _natural_max(n, factors))  # noqa: E731
+    extra = tuple(dataclasses.replace(out, epilogue=natural(out.epilogue)) for out in kernel.extra_outputs)
+    return dataclasses.replace(kernel, loop=rewritten[0], epilogue=natural(kernel.epilogue), extra_outputs=extra,
                                unmasked=rewritten[1] if len(rewritten) > 1 else None)
 
 
@@ -204,7 +205,7 @@ def _common_factor(reds: list[LoopReduction]) -> tuple[Steps, list[Expr]]:
 def _base2_of(kernel: Kernel, k: int, steps: Steps, threshold: float | None) -> Base2Max:
     powers = [power for red in kernel.loop for j, power in red.rescaled_by if j == k]
     tau = None if threshold is None else threshold / max(powers)
-    settle = tau is not None and _degree(kernel.epilogue, k, kernel.loop) != 0
+    settle = tau is not None and any(_degree(e, k, kernel.loop) != 0 for e in kernel.epilogues())
     return Base2Max(_scale_of(steps) * LOG2E, tau, settle)
 
 

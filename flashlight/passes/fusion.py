@@ -63,7 +63,7 @@ def _inline_ref(ref: Ref, producer: Nest, body: Expr) -> Expr | None:
 def inline(graph: Graph, should_inline: Callable[[Nest], bool]) -> Graph:
     """Inline every nest accepted by ``should_inline`` into its consumers.
 
-    Nests that are materialized stay (their consumers still read them when they are
+    Nests that are materialized stay (their consumers still read them where they are
     not inlined); nests left without readers are dropped.
     """
     bodies: dict[str, Expr] = {}
@@ -107,7 +107,8 @@ def fuse_elementwise(graph: Graph) -> Graph:
 def fuse_reductions(graph: Graph) -> Graph:
     """Inline reduction producers into their consumers, demoting dims where they meet.
 
-    Producers marked materialized (by the backoff, or because something outside
-    Flashlight reads them) are kept; see [Note: demotion legality].
+    Producers kept separate (by the backoff) are read from memory; those materialized
+    because something outside Flashlight reads them are inlined too (and still
+    computed on their own); see [Note: demotion legality].
     """
-    return inline(graph, lambda nest: nest.name not in graph.materialized)
+    return inline(graph, lambda nest: nest.name not in graph.separate)

@@ -18,6 +18,7 @@ import torch
 from flashlight.ir import (
     DotPlan,
     Expr,
+    Gather,
     InvariantError,
     Iota,
     Kernel,
@@ -56,6 +57,10 @@ class _Recorder:
         self.layouts[expr] = layout
         if isinstance(expr, Load):
             self.load(expr, layout)
+        elif isinstance(expr, Gather):
+            self.inputs.setdefault(expr.base, len(expr.positions))
+            for position in expr.positions:
+                self.value(position)
         elif isinstance(expr, Reduce):
             role = self.roles[expr.dims[0]]
             if self.is_dot(expr.body, role):
@@ -125,7 +130,8 @@ class _Recorder:
         self.loop_step(kernel.loop)
         if kernel.unmasked is not None:
             self.loop_step(kernel.unmasked)
-        self.value(kernel.epilogue)
+        for epilogue in kernel.epilogues():
+            self.value(epilogue)
         for predicate in (kernel.live, kernel.full):
             if predicate is not None:
                 self.predicate(predicate, set())
@@ -133,9 +139,9 @@ class _Recorder:
             self.loop_value(expr)
         in_loop = frozenset(e for e, yes in self.in_loop.items() if yes)
         roles = tuple(self.roles.items())
-        store = canonical(self.roles[d] for d in kernel.dims if d in self.roles)
+        store, *extra = (canonical(self.roles[d] for d in out.dims if d in self.roles) for out in kernel.outputs())
         return TilePlan(roles, self.layouts, in_loop, self.dots, tuple(loop_layouts), store,
-                        tuple(self.inputs.items()), tuple(self.relayouts.items()))
+                        tuple(self.inputs.items()), tuple(self.relayouts.items()), tuple(extra))
 
     def predicate(self, expr: Expr, seen: set) -> None:
         """A liveness predicate: the scan bounds its loads' tiles ([Note: tile skipping])."""
@@ -171,7 +177,9 @@ def check_plan(tiled: TiledKernel) -> None:
     if set(tiling.grid) & set(roles) or not set(kernel.dims) <= set(tiling.grid) | set(roles):
         raise InvariantError(f"{name}: the grid and the tile roles do not partition the output dims")
     known = set(roles.values())
-    layouts = [*plan.layouts.values(), *plan.loop_layouts, plan.store_layout, *(d.out for d in plan.dots.values())]
+    layouts = [*plan.layouts.values(), *plan.loop_layouts, *plan.store_layouts, *(d.out for d in plan.dots.values())]
+    if len(plan.store_layouts) != len(kernel.outputs()):
+        raise InvariantError(f"{name}: {len(plan.store_layouts)} store layouts for {len(kernel.outputs())} outputs")
     for layout in layouts:
         if len(layout) > 2 or not set(layout) <= known or tuple(layout) != canonical(layout):
             raise InvariantError(f"{name}: layout {layout} is not a canonical tile over roles {sorted(known)}")
@@ -181,7 +189,7 @@ def check_plan(tiled: TiledKernel) -> None:
         sides = [plan.layouts.get(arg) for arg in body.args]
         if any(side is None or dot.reduced not in side or len(side) != 2 for side in sides) or dot.reduced in dot.out:
             raise InvariantError(f"{name}: a dot whose operands do not both span its contracted role")
-    loaded = {node.base for e in kernel_exprs(kernel) for node in walk(e) if isinstance(node, Load)}
+    loaded = {node.base for e in kernel_exprs(kernel) for node in walk(e) if isinstance(node, (Load, Gather))}
     inputs = {base for base, _ in plan.inputs}
     if inputs != loaded or not {base for base, _ in plan.relayouts} <= inputs:
         raise InvariantError(f"{name}: plan inputs {sorted(inputs)} differ from the loads {sorted(loaded)}")
@@ -190,4 +198,4 @@ def check_plan(tiled: TiledKernel) -> None:
 def kernel_exprs(kernel: Kernel) -> list[Expr]:
     """Every expression of ``kernel`` that codegen prints."""
     exprs = [e for red in (*kernel.loop, *(kernel.unmasked or ())) for e in red.exprs()]
-    return exprs + [e for e in (kernel.epilogue, kernel.live, kernel.full) if e is not None]
+    return exprs + [*kernel.epilogues()] + [e for e in (kernel.live, kernel.full) if e is not None]

@@ -22,6 +22,7 @@ from flashlight.ir import (
     Const,
     Dim,
     Expr,
+    Gather,
     Iota,
     Kernel,
     Layout,
@@ -37,6 +38,7 @@ from flashlight.ir import (
     free_dims,
     walk,
 )
+from flashlight.indexing import sizes_equal
 from flashlight.passes.contractions import group_dot_operands, splits_as_dot
 from flashlight.passes.tile_plan import record_plan
 
@@ -66,6 +68,8 @@ class Layouts:
         self._loop_results: dict[int, Layout] = {}
         self.loop_layouts = [self.loop_result(k) for k in range(len(kernel.loop))]
         self.epilogue = self.of(kernel.epilogue)
+        for out in kernel.extra_outputs:
+            self.of(out.epilogue)
 
     def loop_result(self, k: int) -> Layout:
         """Layout of the ``k``-th loop reduction's result (its body's, less the loop role)."""
@@ -109,6 +113,8 @@ class Layouts:
     def _compute(self, expr: Expr, allow_dot: bool, reduced: str | None) -> Layout:
         if isinstance(expr, (Load, Iota)):
             return self._dims_layout(free_dims(expr))
+        if isinstance(expr, Gather):
+            return canonical(r for p in expr.positions for r in self.of(p))
         if isinstance(expr, Const):
             return ()
         if isinstance(expr, (RunningMax, LoopResult)):
@@ -174,10 +180,25 @@ def _inner_reduce_dims(kernel: Kernel) -> list[Dim]:
         for node in walk(red.body):
             if isinstance(node, Reduce):
                 dims.extend(d for d in node.dims if d not in dims)
-    for node in walk(kernel.epilogue):
+    for node in (n for e in kernel.epilogues() for n in walk(e)):
         if isinstance(node, Reduce):
             raise NotTileable("a reduction left in the epilogue")
     return dims
+
+
+def sizes_to_fix(kernel: Kernel) -> frozenset[str]:
+    """The symbolic sizes a tile of ``kernel`` has to know when it is compiled
+    ([Note: sizes a tile must know]): of the dims contracted inside the loop's body (a
+    head width), and of the output dims some loop reduction does not vary along (the
+    value width of an attention), unless that size is the loop's extent."""
+    loop_dim = kernel.loop[0].dim
+    inner = {d for red in kernel.loop for e in red.exprs() for node in walk(e)
+             if isinstance(node, Reduce) for d in node.dims}
+    common = frozenset(kernel.dims)
+    for red in kernel.loop:
+        common &= free_dims(red.body)
+    features = {d for d in kernel.dims if d not in common and not sizes_equal(d.size, loop_dim.size)}
+    return frozenset(str(d.size) for d in inner | features if not d.is_static)
 
 
 def _rank(d: Dim | None) -> tuple[int, int]:

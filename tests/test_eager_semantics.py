@@ -1,0 +1,121 @@
+"""Semantics like eager: where eager PyTorch raises, the compiled function raises an
+error of the same type; mixed-dtype elementwise work in the scores has the dtypes and
+values PyTorch's promotion gives ([Note: integer and boolean arithmetic] in
+``flashlight/lower.py``): integer arithmetic wraps in its own width, scalars wrap into
+an integer dtype and round into a 16-bit float one where PyTorch compares in it, bool
+sums and products are logical."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import flashlight
+from flashlight.backend import make_backend
+from flashlight.report import ExplainReport
+
+L, D = 21, 16
+
+
+def _scores(q, k):
+    return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+
+
+def _attend(s, v):
+    return torch.softmax(s, -1) @ v.to(s.dtype)
+
+
+# ------------------------------------------------------------------------ errors
+
+RAISING = {
+    "fp32 scores @ bf16 values": lambda q, k, v, m: torch.softmax(_scores(q.float(), k.float()), -1) @ v.bfloat16(),
+    "where with an integer condition": lambda q, k, v, m: _attend(torch.where(m, _scores(q, k), -math.inf), v),
+    "masked_fill with a float mask": lambda q, k, v, m: _attend(_scores(q, k).masked_fill(m.float(), -math.inf), v),
+    "bmm of two dtypes": lambda q, k, v, m: torch.bmm(q, k.transpose(1, 2).bfloat16()),
+    "sdpa of two dtypes": lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v.bfloat16()),
+    "softmax of integers": lambda q, k, v, m: torch.softmax(m * 2, -1),
+    "bool minus bool": lambda q, k, v, m: _attend(_scores(q, k) + ((m > 0) - (m > 1)), v),
+}
+
+
+@pytest.mark.parametrize("name", list(RAISING))
+def test_compiled_raises_where_eager_raises(name, gen):
+    fn = RAISING[name]
+    args = (*[torch.randn(2, L, D, generator=gen) for _ in range(3)], torch.randint(0, 3, (L, L), generator=gen))
+    with pytest.raises(Exception) as eager:
+        fn(*args)
+    torch.compiler.reset()
+    with pytest.raises(type(eager.value)):
+        flashlight.compile(fn)(*args)
+    torch.compiler.reset()
+
+
+# --------------------------------------------------------------------- promotion
+
+
+def _bias_cases():
+    """(bias of the integer tensor m and the float scores s, extra args' dtypes)."""
+    return {
+        "bf16 scores + fp32 bias": lambda s, m, b: s + b,
+        "fp16 bias + bf16 scores": lambda s, m, b: s + b.half(),
+        "int mask * float scores": lambda s, m, b: s * (m % 3),
+        "int / int is a true division": lambda s, m, b: s + m / (m.abs() + 2),
+        "int // int": lambda s, m, b: s + (m * 7) // 3 * 0.05,
+        "bool + int": lambda s, m, b: s + ((m > 0) + m) * 0.05,
+        "bool + bool is or": lambda s, m, b: s + ((m > 0) + (m > 10)).to(s.dtype),
+        "bool * bool is and": lambda s, m, b: s + ((m > 0) * (m < 10)).to(s.dtype),
+        "int32 + python float": lambda s, m, b: s + (m.int() + 3) * 0.05,
+        "uint8 wraps": lambda s, m, b: s + (m.abs().to(torch.uint8) - 100).to(s.dtype) * 0.05,
+        "int8 wraps": lambda s, m, b: s + (m.to(torch.int8) * 3).to(s.dtype) * 0.05,
+        "int8 scalar out of range": lambda s, m, b: s + (m.to(torch.int8) - 200).to(s.dtype) * 0.05,
+        "abs of int8 -128": lambda s, m, b: s + (m.to(torch.int8) * 0 - 128).abs().to(s.dtype) * 0.01,
+        "int16 wraps": lambda s, m, b: s + (m.to(torch.int16) * 1000).to(s.dtype) * 1e-4,
+        "int32 wraps": lambda s, m, b: s + ((m.int() * 1073741824) % 7).to(s.dtype),
+        "uint8 floor division of a wrapped value": lambda s, m, b: s + ((m.abs().to(torch.uint8) - 5) // 2).to(s.dtype) * 0.05,
+        "int compared with a float scalar": lambda s, m, b: s + (m < 0.5).to(s.dtype),
+        "int8 compared with an out-of-range scalar": lambda s, m, b: s + (m.to(torch.int8) < 200).to(s.dtype),
+        "fp16 threshold rounds the scalar": lambda s, m, b: s.masked_fill(b.half() < 0.1, -1e4).float(),
+    }
+
+
+@pytest.mark.parametrize("name", list(_bias_cases()))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_mixed_dtypes_in_scores_promote_as_eager(name, dtype, gen):
+    bias = _bias_cases()[name]
+
+    def fn(q, k, v, m, b):
+        return _attend(bias(_scores(q, k), m, b), v)
+
+    q, k, v = (torch.randn(2, L, D, generator=gen).to(dtype) for _ in range(3))
+    m = torch.randint(-120, 120, (L, L), generator=gen)
+    b = torch.randn(L, L, generator=gen)
+    b[0, :3] = torch.tensor(0.1, dtype=torch.float16).float()  # 0.1 in fp16: whether the scalar is rounded decides
+    args = (q, k, v, m, b)
+    report = ExplainReport()
+    torch.compiler.reset()
+    with torch.no_grad():
+        out = torch.compile(fn, backend=make_backend(report=report))(*args)
+    torch.compiler.reset()
+    assert len(report.kernels) == 1 and not report.fallback_ops, str(report)
+    want = fn(*args)
+    assert out.dtype == want.dtype and out.shape == want.shape
+    ref = fn(q.double(), k.double(), v.double(), m, b.double())
+    # a kernel computes floats in float32: a 16-bit dtype anywhere (an input, a cast) bounds
+    # the agreement with float64 eager by its rounding
+    sixteen_bit = dtype != torch.float32 or want.dtype != torch.float32 or "fp16" in name or "bf16" in name
+    tol = 2e-2 if sixteen_bit else 1e-5
+    torch.testing.assert_close(out.double(), ref.to(torch.float64), rtol=tol, atol=tol)
+
+
+def test_dtypes_without_a_kernel_type_stay_with_pytorch():
+    from flashlight.codegen_text import TL_DTYPES
+    from flashlight.ir import Dim, Load, Nest
+    from flashlight.lower import inexact_reason
+    from flashlight.vocabulary import KERNEL_DTYPES
+
+    assert KERNEL_DTYPES <= set(TL_DTYPES)  # every dtype a kernel may use prints
+    i = Dim("i", 4)
+    nest = Nest("n", ((i,),), Load("x", ((i,),), torch.uint16), torch.float32, ("n",))
+    assert "uint16" in inexact_reason(nest)

@@ -1,0 +1,103 @@
+"""Loads through slices and concatenations ([Note: gathers] in ``flashlight/lower_gather.py``):
+rotary embeddings in rotate-half form, however the halves are taken (``chunk``, slices,
+``split``, ``narrow``), and keys read flipped or rolled, fuse into the attention kernel
+as loads at computed positions: one kernel, no ATen slicing, concatenation or
+arithmetic left (checked with the profiler), results matching float64."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from flashlight.backend import make_backend
+from flashlight.report import ExplainReport
+
+H, D = 2, 16
+
+
+def _attend(q, k, v):
+    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1) @ v
+
+
+def half_by_chunk(x):
+    x1, x2 = x.chunk(2, -1)
+    return torch.cat((-x2, x1), -1)
+
+
+def half_by_slices(x):
+    d = x.shape[-1] // 2
+    return torch.cat((-x[..., d:], x[..., :d]), -1)
+
+
+def half_by_split(x):
+    x1, x2 = x.split(x.shape[-1] // 2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def half_by_narrow(x):
+    d = x.shape[-1] // 2
+    return torch.cat((x.narrow(-1, d, d).neg(), x.narrow(-1, 0, d)), -1)
+
+
+def _rotary(rotate_half):
+    def fn(q, k, v, cos, sin):
+        return _attend(q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v)
+
+    fn.__name__ = f"rotary_{rotate_half.__name__}"
+    return fn
+
+
+def keys_flipped(q, k, v, cos, sin):
+    return _attend(q, k.flip(-2), v.flip(-2))
+
+
+def keys_rolled(q, k, v, cos, sin):
+    return _attend(q, torch.roll(k, 3, -2), v) + torch.roll(q, -2, -1)[..., :1]
+
+
+def uneven_split(q, k, v, cos, sin):  # three pieces, reassembled in another order
+    a, b, c = q.split([4, 4, 8], -1)
+    return _attend(torch.cat((c, 2 * a, b), -1), k, v)
+
+
+SPELLINGS = [_rotary(f) for f in (half_by_chunk, half_by_slices, half_by_split, half_by_narrow)]
+SPELLINGS += [keys_flipped, keys_rolled, uneven_split]
+MOVES = ("aten::cat", "aten::slice", "aten::split", "aten::split_with_sizes", "aten::narrow", "aten::flip",
+         "aten::roll", "aten::neg", "aten::mul", "aten::add", "aten::bmm", "aten::_softmax")
+
+
+def _inputs(gen, L):
+    q, k, v = (torch.randn(2, H, L, D, generator=gen) for _ in range(3))
+    angle = torch.arange(L)[:, None] * torch.rand(D // 2, generator=gen).repeat(2)[None, :]
+    return q, k, v, torch.cos(angle), torch.sin(angle)
+
+
+@pytest.mark.parametrize("fn", SPELLINGS, ids=lambda f: f.__name__)
+def test_slices_and_concatenations_fuse(fn, gen):
+    args = _inputs(gen, L=27)
+    report = ExplainReport()
+    compiled = torch.compile(fn, backend=make_backend(report=report))
+    torch.compiler.reset()
+    with torch.no_grad():
+        out = compiled(*args)
+        assert len(report.kernels) == 1 and not report.fallback_ops, str(report)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            compiled(*args)
+    torch.compiler.reset()
+    assert sorted({e.name for e in prof.events() if e.name in MOVES}) == []
+    torch.testing.assert_close(out.double(), fn(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
+
+
+def test_rotary_at_a_second_length(gen):
+    fn = SPELLINGS[0]
+    report = ExplainReport()
+    compiled = torch.compile(fn, backend=make_backend(report=report))
+    torch.compiler.reset()
+    for L in (19, 33):
+        args = _inputs(gen, L)
+        with torch.no_grad():
+            out = compiled(*args)
+        torch.testing.assert_close(out.double(), fn(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
+    torch.compiler.reset()
+    assert len(report.kernels) == 2 and not report.fallback_ops, str(report)

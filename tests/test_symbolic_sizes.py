@@ -1,0 +1,119 @@
+"""Graphs whose sizes are all symbolic: Dynamo makes every size of a tensor symbolic
+when its rank changes between calls (a batch dim added), head widths included.
+
+- sizes are products of positive integer symbols, so a reshape merging two symbolic
+  dims lines up (``indexing.sym``);
+- the sizes a tile must know (head widths) are fixed by a guard and the graph lowered
+  again ([Note: sizes a tile must know] in ``passes/tiling.py``);
+- a scale computed from a symbolic size (``1 / sqrt(d)``) is a constant of the kernel
+  once that size is fixed (``flashlight.constants``).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from flashlight.backend import compile_count, make_backend
+from flashlight.indexing import sizes_equal, sym
+from flashlight.integrations.openfold_core import attention_core
+from flashlight.constants import fold_constants
+from flashlight.ir import Const, Pointwise
+from flashlight.report import ExplainReport
+
+HEADS, WIDTH = 2, 16
+
+
+def _triangle_inputs(gen, batch, length, width=WIDTH):
+    """Triangle attention's core inputs: q, k, v ``[*, I, H, J, C]``, the mask bias
+    ``[*, I, 1, 1, J]``, the triangle bias ``[*, 1, H, J, J]`` and the gate ``[*, I, J, H, C]``."""
+    qkv = [torch.randn(*batch, length, HEADS, length, width, generator=gen) for _ in range(3)]
+    mask_bias = 1e9 * (torch.rand(*batch, length, 1, 1, length, generator=gen) < 0.2).float().neg()
+    triangle_bias = torch.randn(*batch, 1, HEADS, length, length, generator=gen)
+    gate = torch.randn(*batch, length, length, HEADS, width, generator=gen)
+    return (*qkv, mask_bias, triangle_bias, gate)
+
+
+def _compute_ops(report: ExplainReport) -> list[str]:
+    views = ("view", "transpose", "permute", "expand", "unsqueeze", "squeeze", "alias", "clone")
+    return [op.name for op in report.fallback_ops if not any(v in op.name for v in views)]
+
+
+def test_attention_core_stays_one_kernel_after_a_rank_change(gen):
+    """Shapes (), L 7; (), L 9 (the length symbolic); then batch (2,), L 11: every size
+    symbolic. Each compile is one kernel with nothing left outside it; a later call of the
+    new rank reuses it; another head width compiles again, correctly."""
+    fn = attention_core(2, True)
+    report = ExplainReport()
+    compiled = torch.compile(fn, backend=make_backend(report=report), dynamic=None)
+    torch.compiler.reset()
+    calls = [((), 7), ((), 9), ((2,), 11), ((3,), 6)]
+    kernels_before = []
+    for batch, length in calls:
+        args = _triangle_inputs(gen, batch, length)
+        kernels_before.append(compile_count())
+        report.fallback_ops.clear()
+        with torch.no_grad():
+            out = compiled(*args)
+        want = fn(*(a.double() for a in args))
+        torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+        assert not _compute_ops(report), str(report)
+    assert len(report.kernels) == 3, str(report)
+    assert all("bmm.default" in k.aten_ops and "sigmoid.default" in k.aten_ops for k in report.kernels)
+    assert compile_count() == kernels_before[-1]  # the last call launched the symbolic kernel
+    args = _triangle_inputs(gen, (2,), 5, width=8)  # another head width: a guard fails
+    with torch.no_grad():
+        out = compiled(*args)
+    torch.testing.assert_close(out.double(), fn(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
+    assert len(report.kernels) == 4, str(report)
+    torch.compiler.reset()
+
+
+def test_products_of_symbols_are_integers():
+    merged = sym("s0*s1*s2")
+    assert (merged / sym("s0")).is_integer
+    assert sizes_equal("s1*s0", "s0*s1")
+    assert not (sym("s1") / sym("s0")).is_integer
+    assert sym("s3").free_symbols.pop().is_positive
+
+
+def test_reshape_merging_symbolic_dims_fuses(gen):
+    """A view merging batch and heads, both symbolic, into the bmm's batch dim."""
+
+    def fn(q, k, v):
+        b, h, n, d = q.shape
+        s = torch.bmm(q.reshape(b * h, n, d), k.reshape(b * h, n, d).transpose(1, 2))
+        return torch.bmm(torch.softmax(s / math.sqrt(d), -1), v.reshape(b * h, n, d)).view(b, h, n, d)
+
+    report = ExplainReport()
+    compiled = torch.compile(fn, backend=make_backend(report=report), dynamic=True)
+    args = [torch.randn(2, 3, 9, 16, generator=gen) for _ in range(3)]
+    with torch.no_grad():
+        out = compiled(*args)
+    torch.compiler.reset()
+    torch.testing.assert_close(out.double(), fn(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
+    assert len(report.kernels) == 1 and not _compute_ops(report), str(report)
+
+
+@pytest.mark.parametrize("value, dtype", [(16, torch.float64), (7, torch.float32), (3, torch.bfloat16)])
+def test_constants_fold_as_eager_computes_them(value, dtype):
+    expr = Pointwise("cast", (Pointwise("sqrt", (Const(value, torch.float64),), torch.float64),), dtype)
+    folded = fold_constants(Pointwise("div", (Const(1.0, dtype), expr), dtype))
+    want = (1.0 / torch.tensor(value, dtype=torch.float64).sqrt().to(dtype)).to(dtype)
+    assert folded == Const(want.item(), dtype)
+    assert fold_constants(Pointwise("exp", (Pointwise("neg", (Const(2, torch.int64),), torch.int64),),
+                                    torch.float32)).value == pytest.approx(math.exp(-2))
+
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32])
+def test_constants_round_into_their_dtype_as_pytorch_does(dtype, gen):
+    from flashlight.constants import rounded
+
+    values = torch.randn(200, generator=gen, dtype=torch.float64) * 300
+    values[:4] = torch.tensor([0.1, 65519.0, 1e6, -2.5], dtype=torch.float64)
+    for value in values.tolist():
+        value = value if dtype.is_floating_point else int(value)
+        want = torch.tensor(value, dtype=torch.float64 if dtype.is_floating_point else torch.int64).to(dtype).item()
+        assert rounded(value, dtype) == want, (value, dtype)
