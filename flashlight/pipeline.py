@@ -40,7 +40,7 @@ from flashlight.passes.online import NotOnline, make_online, online_kernel
 from flashlight.passes.outputs import merge_outputs
 from flashlight.passes.skipping import find_live_tiles
 from flashlight.passes.tile_plan import check_plan
-from flashlight.passes.tiling import sizes_to_fix, tile
+from flashlight.passes.tiling import length_symbols, sizes_to_fix, tile
 
 __all__ = ["GRAPH_PASSES", "KERNEL_PASSES", "Plan", "compile_graph", "recomputes_across_grid",
            "repeats_loop_work", "tile_sizes_to_fix"]
@@ -166,13 +166,16 @@ def tile_sizes_to_fix(lowered: Lowered) -> frozenset[str]:
     ([Note: sizes a tile must know] in :mod:`flashlight.passes.tiling`)."""
     pipeline = pipeline_for(lowered)
     wanted: set[str] = set()
+    lengths: set[str] = set()
     with dim_names(lowered.next_dim_id):
         graph = pipeline.graph(lowered.graph, trace=False)
         for nest in graph.nests:
             if nest.name not in graph.materialized:
                 continue
             try:
-                wanted |= sizes_to_fix(make_online(nest))
+                kernel = make_online(nest)
             except NotOnline:
                 continue
-    return frozenset(wanted)
+            wanted |= sizes_to_fix(kernel)
+            lengths |= length_symbols(kernel)
+    return frozenset(wanted - lengths)

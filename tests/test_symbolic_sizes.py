@@ -117,3 +117,26 @@ def test_constants_round_into_their_dtype_as_pytorch_does(dtype, gen):
         value = value if dtype.is_floating_point else int(value)
         want = torch.tensor(value, dtype=torch.float64 if dtype.is_floating_point else torch.int64).to(dtype).item()
         assert rounded(value, dtype) == want, (value, dtype)
+
+
+def test_a_length_summed_inside_a_loop_is_not_fixed(gen):
+    """A query pooled over the sequences (a sum over a symbolic length, inside the
+    attention's loop once fused) leaves the length symbolic: the third length compiles
+    nothing, and the results match float64."""
+    from torch._dynamo.utils import counters
+
+    def fn(x, k, v):
+        q = x.sum(-2, keepdim=True) / x.shape[-1]
+        return torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+
+    compiled = torch.compile(fn, backend=make_backend())
+    torch.compiler.reset()
+    graphs = []
+    for n in (5, 7, 9):
+        args = [torch.randn(2, n, 16, generator=gen) for _ in range(3)]
+        with torch.no_grad():
+            out = compiled(*args)
+        graphs.append(int(counters["stats"]["unique_graphs"]))
+        torch.testing.assert_close(out.double(), fn(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
+    torch.compiler.reset()
+    assert graphs[2] == graphs[1], graphs

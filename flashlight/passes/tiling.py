@@ -11,6 +11,22 @@ most two over *roles*: ``m`` (the row dim, ``BLOCK_M``), ``n`` (the loop dim,
 The pass tries every (row, feature) choice over the output dims, keeps those whose
 every value has a legal tile layout, and picks the best by a small cost model: more
 contractions as ``tl.dot`` first, then a dynamic or large row dim, then a feature tile.
+
+[Note: sizes a tile must know]
+A dim eliminated into one tile, or a feature tile, has its padded size written into the
+kernel (``tl.arange`` needs a compile-time extent), so its size must be static. When
+Dynamo makes every size of a graph symbolic (it does so for a tensor whose rank
+changed between calls, say a batch dim added), the head width of an attention is
+symbolic too, and no tiling could fuse its scores. :func:`sizes_to_fix` names the
+symbolic sizes a kernel needs static: the dims a product is contracted over inside the
+loop (``q . k``; a plain sum, such as a pooled query, is left to the back-off) and the
+output dims the loop's statistics do not vary along. Never a length, though: a size
+that is some kernel's loop extent or row dim (:func:`length_symbols`: the key length,
+the number of sequences of an MSA) stays a runtime argument, even where a fused nest
+that the back-off will split contracts over it. The backend fixes the remaining sizes
+whose value fits one tile to the value of this call, with a guard, so a call with
+another head width compiles again (as Inductor specializes sizes it must know), and
+lowers the graph again.
 """
 from __future__ import annotations
 
@@ -38,7 +54,7 @@ from flashlight.ir import (
     free_dims,
     walk,
 )
-from flashlight.indexing import sizes_equal
+from flashlight.indexing import sizes_equal, sym
 from flashlight.passes.contractions import group_dot_operands, splits_as_dot
 from flashlight.passes.tile_plan import record_plan
 
@@ -188,17 +204,29 @@ def _inner_reduce_dims(kernel: Kernel) -> list[Dim]:
 
 def sizes_to_fix(kernel: Kernel) -> frozenset[str]:
     """The symbolic sizes a tile of ``kernel`` has to know when it is compiled
-    ([Note: sizes a tile must know]): of the dims contracted inside the loop's body (a
-    head width), and of the output dims some loop reduction does not vary along (the
-    value width of an attention), unless that size is the loop's extent."""
+    ([Note: sizes a tile must know]): of the dims a product is contracted over inside the
+    loop's body (a head width), and of the output dims some loop reduction does not vary
+    along (the value width of an attention), unless that size is the loop's extent."""
     loop_dim = kernel.loop[0].dim
     inner = {d for red in kernel.loop for e in red.exprs() for node in walk(e)
-             if isinstance(node, Reduce) for d in node.dims}
+             if isinstance(node, Reduce) and node.op == "sum" and isinstance(node.body, Pointwise)
+             and node.body.op == "mul" for d in node.dims}
     common = frozenset(kernel.dims)
     for red in kernel.loop:
         common &= free_dims(red.body)
     features = {d for d in kernel.dims if d not in common and not sizes_equal(d.size, loop_dim.size)}
     return frozenset(str(d.size) for d in inner | features if not d.is_static)
+
+
+def length_symbols(kernel: Kernel) -> frozenset[str]:
+    """The symbols of ``kernel``'s lengths: its loop's extent and the row dims every loop
+    reduction varies along (queries, batch, heads), never fixed ([Note: sizes a tile
+    must know])."""
+    common = frozenset(kernel.dims)
+    for red in kernel.loop:
+        common &= free_dims(red.body)
+    sizes = [kernel.loop[0].dim.size, *(d.size for d in common)]
+    return frozenset(s.name for size in sizes if not isinstance(size, int) for s in sym(size).free_symbols)
 
 
 def _rank(d: Dim | None) -> tuple[int, int]:
