@@ -290,8 +290,10 @@ def make_backend(report: ExplainReport | None = None, **options: Any):
             return compile_with_remainder(gm, example_inputs, report, options, kind)
         return compile_one
 
+    from flashlight.partition import partition
+
     captures = {inference: aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                                        inference_compiler=compiler("inference"),
+                                        inference_compiler=compiler("inference"), partition_fn=partition,
                                         decompositions=decompositions(inference=inference))
                 for inference in (False, True)}
 

@@ -28,6 +28,20 @@ DECOMPOSED = (
 )
 
 
+# in graphs with a backward, softmax arrives as its row max, exponentials, row sum and
+# quotient, so the backward can save the row statistics and recompute the rest
+# ([Note: what the backward saves] in :mod:`flashlight.partition`)
+TRAINING_DECOMPOSED = (
+    aten._softmax, aten._softmax_backward_data, aten._log_softmax, aten._log_softmax_backward_data,
+    # the derivatives of elementwise functions, as the elementwise maths they are, so a
+    # score gradient through a soft cap (``tanh``) or a gate fuses like the scores
+    aten.tanh_backward, aten.sigmoid_backward, aten.threshold_backward, aten.gelu_backward,
+    aten.silu_backward, aten.softplus_backward, aten.elu_backward, aten.hardtanh_backward,
+    aten.hardsigmoid_backward, aten.hardswish_backward, aten.leaky_relu_backward,
+    aten.log_sigmoid_backward, aten.mish_backward, aten.logit_backward,
+)
+
+
 def _reduced_dims(x: torch.Tensor, dim: int | Sequence[int] | None) -> list[int]:
     if dim is None:
         return list(range(x.dim()))
@@ -54,6 +68,27 @@ def _variance_all(x, unbiased: bool = True):
     return variance(x, None, correction=1 if unbiased else 0)
 
 
+def sum_over_several(x: torch.Tensor, dims, keepdim: bool = False, *, dtype=None):
+    """``sum`` over several dims as sums over one dim each, the longest dim first, so the
+    value between two sums is the smallest one can be (the gradient of a key mask
+    ``[N, 1, 1, L]`` sums the score gradients over queries, then over heads). A kernel
+    runs one loop; each sum then becomes a loop of its own, and the first, which reads
+    the most, can fuse with what produced its input. Over one dim or none: not rewritten."""
+    if dims is None or len(dims) < 2 or x.dim() == 0:
+        return NotImplemented
+    order = sorted({d % x.dim() for d in dims}, key=lambda d: (x.shape[d], d), reverse=True)
+    for k, d in enumerate(order):
+        # each later dim's position shifts down once an earlier one is gone (no keepdim)
+        shift = 0 if keepdim else sum(1 for e in order[:k] if e < d)
+        x = torch.sum(x, [d - shift], keepdim=keepdim, dtype=dtype if k == 0 else None)
+    return x
+
+
+def _sum_of_all(x: torch.Tensor, *, dtype=None):
+    """``sum`` of every element (the gradient of a learned scalar) as sums over one dim."""
+    return sum_over_several(x, list(range(x.dim())), dtype=dtype)
+
+
 def _root(var):
     return lambda *args, **kwargs: torch.sqrt(var(*args, **kwargs))
 
@@ -64,15 +99,34 @@ def decompositions(inference: bool = False) -> dict:
     and ours of ``var`` and ``std`` (PyTorch's go to ``prims.var``, which does not lower);
     for graphs that need no gradients (``inference``), also the SDPA kernels' math
     (:mod:`flashlight.sdpa`), so that attention written with
-    ``F.scaled_dot_product_attention`` fuses like attention written out."""
+    ``F.scaled_dot_product_attention`` fuses like attention written out; for graphs with
+    a backward, softmax and its backward (``TRAINING_DECOMPOSED``)."""
     from torch._decomp import get_decompositions
 
     table = get_decompositions(list(DECOMPOSED))
     for overload, var in (("correction", variance), ("dim", _variance_dim), ("default", _variance_all)):
         table[getattr(aten.var, overload)] = var
         table[getattr(aten.std, overload)] = _root(var)
+    table[aten.sum.dim_IntList] = sum_over_several
+    table[aten.sum.default] = _sum_of_all
     if inference:
         from flashlight.sdpa import SDPA_DECOMPOSITIONS
 
         table.update(SDPA_DECOMPOSITIONS)
+    else:
+        for op, rewrite in get_decompositions(list(TRAINING_DECOMPOSED)).items():
+            table[op] = _unless_empty(rewrite) if op in _ROW_STATISTICS else rewrite
     return table
+
+
+# softmax as a row max: not over an empty dim, where the max is undefined and PyTorch's
+# own kernel returns the empty result
+_ROW_STATISTICS = (aten._softmax.default, aten._log_softmax.default)
+
+
+def _unless_empty(rewrite):
+    def decompose(x, dim, half_to_float):
+        if x.shape[dim] == 0:  # sizes 0 and 1 are never symbolic
+            return NotImplemented
+        return rewrite(x, dim, half_to_float)
+    return decompose

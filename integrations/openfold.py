@@ -88,9 +88,11 @@ When the stock forward runs instead
 -----------------------------------
 The stock ``Attention.forward`` (or ``GlobalAttention.forward``) handles the call (with
 a one-time warning naming the reason) when: tensors are on the CPU and ``TRITON_INTERPRET`` is not set (or raise, with
-``fallback_on_cpu=False``); the dtype is neither float32 nor bfloat16; autograd is
-recording (Flashlight kernels are forward-only: wrap inference in ``torch.no_grad()``);
-more than two biases are passed. OpenFold's training-time ``_chunk_logits`` path of
+``fallback_on_cpu=False``); the dtype is neither float32 nor bfloat16; more than two
+biases are passed. Under autograd (training, fine-tuning) the patched modules run
+Flashlight's kernels forward and backward: the backward kernels are derived by the
+compiler from the same attention, and the forward saves no score-sized tensor for them
+(see [Note: what the backward saves] in :mod:`flashlight.partition`). OpenFold's training-time ``_chunk_logits`` path of
 ``MSAAttention`` never calls ``Attention.forward`` and is unaffected.
 """
 from __future__ import annotations

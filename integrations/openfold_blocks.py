@@ -66,8 +66,9 @@ The class's own forward (its attention still patched, and falling back by its ow
 runs when: a chunk size is set (above); ``_offload_inference`` is set (it moves tensors
 between devices and counts references); the attention would not run Flashlight's
 kernels (CPU tensors without ``TRITON_INTERPRET``, a dtype other than float32 and
-bfloat16, autograd recording: see :mod:`~flashlight.integrations.openfold`); the block
-has no compiled form for its class.
+bfloat16: see :mod:`~flashlight.integrations.openfold`); autograd is recording (a
+training step runs the eager block, whose patched attentions then run Flashlight's
+forward and backward kernels); the block has no compiled form for its class.
 
 Memory
 ------
@@ -92,6 +93,7 @@ from flashlight.integrations.openfold_forward import (
     _STATE_ATTR,
     PatchedForward,
     _fallback_reason,
+    records_grad,
     _Options,
     is_patched,
     _stock_params,
@@ -214,6 +216,8 @@ def _eager_reason(block, state: _BlockState, bound: dict[str, Any]) -> str | Non
     if not isinstance(x, torch.Tensor):
         return f"{first} is not a tensor"
     others = [v for v in bound.values() if isinstance(v, torch.Tensor) and v is not x]
+    if records_grad(block, [x, *others]):
+        return "grad"  # training runs the eager block; its attentions run Flashlight's kernels
     return _fallback_reason(block, state.options, [x], others)
 
 

@@ -72,7 +72,9 @@ class FusedProjections:
     the input once instead of once per layer, and issues one launch instead of several:
     at N_res 256 the patched attentions are bound by the host's launch rate.
 
-    The stacked weights are cached on the module's patch and rebuilt when any layer's
+    Under autograd (training) the stacked weights are built on every call, inside
+    autograd's graph, so gradients reach each layer's own parameters. Otherwise they
+    are cached on the module's patch and rebuilt when any layer's
     weight or bias changes (another tensor, or an in-place update, which bumps the
     tensor's version counter), so loading weights or fine-tuning keeps them right. The
     cache is not pickled or copied: a copy of the module builds its own.
@@ -92,20 +94,30 @@ class FusedProjections:
         ``[sum of outputs, C_in]``, ``bias`` ``[sum of outputs]`` or None."""
         layers = [getattr(attention, name) for name in names]
         params = [p for layer in layers for p in (layer.weight, layer.bias) if p is not None]
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            # training: the stacked weight is part of autograd's graph, built every call
+            return _stacked(layers)
         key = tuple((p.data_ptr(), p._version, p.dtype, p.device, tuple(p.shape)) for p in params)
         cached = self._cache.get(names)
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]
         with torch.no_grad():
-            weight = torch.cat([layer.weight for layer in layers], dim=0)
-            bias = None
-            if any(layer.bias is not None for layer in layers):
-                bias = torch.cat([
-                    layer.bias if layer.bias is not None else layer.weight.new_zeros(layer.weight.shape[0])
-                    for layer in layers
-                ])
+            weight, bias = _stacked(layers)
         self._cache[names] = (key, weight, bias)
         return weight, bias
+
+
+def _stacked(layers):
+    """The weights ``[sum of outputs, C_in]`` and biases ``[sum of outputs]`` (or None) of
+    ``layers`` stacked along their outputs; zeros for a layer without a bias."""
+    weight = torch.cat([layer.weight for layer in layers], dim=0)
+    bias = None
+    if any(layer.bias is not None for layer in layers):
+        bias = torch.cat([
+            layer.bias if layer.bias is not None else layer.weight.new_zeros(layer.weight.shape[0])
+            for layer in layers
+        ])
+    return weight, bias
 
 
 @dataclasses.dataclass
@@ -313,19 +325,20 @@ def _fallback_reason(module, options: _Options, inputs: list, others=()) -> str 
     dtype = inputs[0].dtype
     if dtype not in _SUPPORTED_DTYPES or any(t.dtype != dtype for t in inputs):
         return f"dtype:{dtype}"
-    if torch.is_grad_enabled() and (
-        any(t.requires_grad for t in (*inputs, *others))
-        or any(p.requires_grad for p in module.parameters())
-    ):
-        return "grad"
     return None
+
+
+def records_grad(module, tensors) -> bool:
+    """Whether autograd records a call of ``module`` on ``tensors``."""
+    return torch.is_grad_enabled() and (
+        any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+        or any(p.requires_grad for p in module.parameters())
+    )
 
 
 _FALLBACK_MESSAGES = {
     "cpu": "CPU tensors and TRITON_INTERPRET is not set: Flashlight kernels need a GPU or "
     "the Triton interpreter; running OpenFold's stock attention instead",
-    "grad": "autograd is recording and Flashlight's OpenFold kernels are forward-only: "
-    "running OpenFold's stock attention (wrap inference in torch.no_grad())",
     "biases": f"more than {openfold_core.MAX_BIASES} attention biases: running OpenFold's "
     "stock attention",
 }

@@ -46,7 +46,7 @@ def capture(fn, inputs) -> list:
         graphs.append(gm)
         return gm
 
-    backend = aot_autograd(fw_compiler=keep, inference_compiler=keep, decompositions=decompositions())
+    backend = aot_autograd(fw_compiler=keep, inference_compiler=keep, decompositions=decompositions(inference=True))
     torch.compiler.reset()
     with torch.no_grad():
         torch.compile(fn, backend=backend, dynamic=False)(*inputs)

@@ -103,7 +103,7 @@ def _close(out: torch.Tensor, ref: torch.Tensor, scores: float) -> bool:
 def _compiled(fn, args, threshold):
     """``fn``'s kernel with the base-2 pass at ``threshold`` (None: rescaling every step),
     the graph it came from and its input tensors in argument order."""
-    gm = make_fx(fn, decomposition_table=decompositions())(*args)
+    gm = make_fx(fn, decomposition_table=decompositions(inference=True))(*args)
     lowered = lower(gm)
     passes = tuple(dataclasses.replace(p, run=lambda k, _: to_base2(k, threshold)) if p.name == "to_base2" else p
                    for p in pipeline.KERNEL_PASSES)

@@ -273,7 +273,7 @@ def _dynamic_launcher(fn, *argsets):
         built.append(graph)
         return lambda *args: calls.append(args) or graph(*args)
 
-    compiled = torch.compile(fn, backend=aot_autograd(fw_compiler=fw, decompositions=decompositions()))
+    compiled = torch.compile(fn, backend=aot_autograd(fw_compiler=fw, decompositions=decompositions(inference=True)))
     with torch.no_grad():
         for args in argsets:
             compiled(*args)

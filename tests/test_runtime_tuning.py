@@ -36,7 +36,7 @@ def _built(fn, *inputs, tf32: bool = False):
     before = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
     try:
-        gm = backend.build(make_fx(fn, decomposition_table=decompositions())(*inputs), inputs, None, {})
+        gm = backend.build(make_fx(fn, decomposition_table=decompositions(inference=True))(*inputs), inputs, None, {})
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
     launchers = [n.target for n in gm.graph.nodes if isinstance(n.target, runtime.Launcher)]

@@ -1,0 +1,146 @@
+"""What a training forward saves for its backward.
+
+AOTAutograd traces one joint graph of a forward and its backward, then a partition
+function splits it and decides which forward values are saved. Left to its default,
+the forward saves the softmax of every attention: a tensor over queries and keys per
+head, the very tensor a fused kernel exists never to write. :func:`partition` asks
+Flashlight's own pipeline which values its forward kernels keep inside their loops,
+marks those to be recomputed in the backward (the policy tags of
+``torch.utils.checkpoint``, which AOTAutograd's partitioners read), and lets
+AOTAutograd's partitioner do the rest.
+
+[Note: what the backward saves]
+A forward kernel computes values of three kinds: its outputs, which go to memory
+anyway; values over the dims of its loop (the scores, their exponentials, the
+probabilities), which exist only as tiles; and values over its row dims that its loop
+reductions produce (the row max and the row sum of a softmax). The backward saves the
+first and the third (a few numbers per row) and recomputes the second tile by tile, as
+FlashAttention's backward does: with the row max ``m`` and sum ``l`` saved,
+``p = exp(s - m) / l`` is an elementwise function of recomputed scores, so the
+backward's kernels need no second pass over the keys to normalise.
+
+Which values are "over the loop's dims" is read off the lowered IR, not off shapes: a
+nest is loop-local when a reduction reads it with one of its own axes bound to the
+reduced dim, or when a loop-local nest reads it with one of its axes bound to an axis
+that is loop-local there (``exp(s - m)`` makes ``s`` loop-local through its key axis,
+and not ``m``, whose axes are row axes only). Only values that a kernel computes and
+does not store are marked: an attention that a later attention reads as its queries is
+a kernel's output, saved like any other.
+
+For softmax to expose ``m`` and ``l`` the training graphs decompose ``_softmax`` and
+its backward (:func:`flashlight.decompositions.decompositions`).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from flashlight.ir import Graph, Reduce, Ref
+from flashlight.lower import lower
+from flashlight.pipeline import compile_graph
+
+log = logging.getLogger("flashlight")
+
+__all__ = ["loop_local_nests", "partition", "recomputed_nodes"]
+
+RECOMPUTE_TAG = "recompute"
+
+
+def partition(joint: fx.GraphModule, joint_inputs, *, num_fwd_outputs: int, **kwargs: Any):
+    """AOTAutograd's default partition of ``joint``, after marking for recomputation
+    the forward values Flashlight's kernels keep in their loops ([Note: what the backward
+    saves])."""
+    from torch._functorch.partitioners import default_partition
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    try:
+        names = recomputed_nodes(_forward_module(joint, num_fwd_outputs))
+    except Exception as error:  # noqa: BLE001 - saving more is slower, never wrong
+        log.warning("[flashlight] the backward saves what AOTAutograd chooses: %s", error)
+        names = frozenset()
+    for node in joint.graph.nodes:  # topological order: a view's source is tagged first
+        if node.name in names or _view_of_recomputed(node):
+            node.meta[RECOMPUTE_TAG] = CheckpointPolicy.MUST_RECOMPUTE
+    return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+
+
+def _view_of_recomputed(node: fx.Node) -> bool:
+    """Whether ``node`` only re-indexes (or detaches) a value marked for recomputation:
+    saving the view would save the value."""
+    from torch._functorch.partitioners import must_recompute
+
+    source = node.args[0] if node.op == "call_function" and node.args else None
+    schema = getattr(node.target, "_schema", None)
+    reindexes = schema is not None and (node.target in _COPIES or any(
+        a.alias_info is not None and not a.alias_info.is_write for a in schema.arguments[:1]))
+    return reindexes and isinstance(source, fx.Node) and must_recompute(source)
+
+
+_COPIES = {torch.ops.aten.clone.default, torch.ops.aten.detach.default, torch.ops.aten._unsafe_view.default}
+
+
+def _forward_module(joint: fx.GraphModule, num_fwd_outputs: int) -> fx.GraphModule:
+    """The nodes of ``joint`` that its first ``num_fwd_outputs`` outputs need, as a
+    graph returning those outputs (node names kept)."""
+    output = next(n for n in joint.graph.nodes if n.op == "output")
+    results = [r for r in output.args[0][:num_fwd_outputs] if isinstance(r, fx.Node)]
+    needed, stack = set(), list(results)
+    while stack:
+        node = stack.pop()
+        if node not in needed:
+            needed.add(node)
+            stack.extend(node.all_input_nodes)
+    graph, env = fx.Graph(), {}
+    for node in joint.graph.nodes:  # topological order
+        if node in needed:
+            env[node] = graph.node_copy(node, lambda n: env[n])
+            env[node].name = node.name
+    graph.output(tuple(env[r] for r in results))
+    return fx.GraphModule(joint, graph)
+
+
+def recomputed_nodes(forward: fx.GraphModule) -> frozenset[str]:
+    """The FX nodes of ``forward`` that Flashlight's kernels compute inside their loops
+    and do not store: what the backward computes again."""
+    lowered = lower(forward)
+    plan = compile_graph(lowered)
+    local = loop_local_nests(lowered.graph)
+    stored = {name for node in plan.kernels for name in plan.nodes_of(node)}
+    inside = {origin for tiled in plan.kernels.values() for origin in tiled.kernel.origins}
+    return frozenset(name for name, nest in lowered.nest_of_node.items()
+                     if nest in local and name in inside and name not in stored)
+
+
+def loop_local_nests(graph: Graph) -> frozenset[str]:
+    """The nests of ``graph`` read along the dim of a reduction that reads them, directly
+    or through other loop-local nests ([Note: what the backward saves])."""
+    loop_axes: dict[str, set[int]] = {}
+    for consumer in reversed(graph.nests):  # every reader before what it reads
+        own = consumer.axes
+        looped = {d for k in loop_axes.get(consumer.name, ()) for d in own[k]}
+        _mark_reads(consumer.body, frozenset(looped), loop_axes)
+    return frozenset(name for name, axes in loop_axes.items() if axes)
+
+
+def _mark_reads(expr, looped: frozenset, loop_axes: dict[str, set[int]]) -> None:
+    """Record, for each nest ``expr`` reads, which of its axes are bound to ``looped``
+    dims (the reduced dims around the read, and the loop-local axes of the reader)."""
+    if isinstance(expr, Reduce):
+        _mark_reads(expr.body, looped | frozenset(expr.dims), loop_axes)
+        return
+    if isinstance(expr, Ref):
+        axes = loop_axes.setdefault(expr.nest, set())
+        axes.update(k for k, axis in enumerate(expr.index) if any(d in looped for d in axis))
+    for child in expr.children():
+        _mark_reads(child, looped, loop_axes)
+
+
+def saved_tensors(forward: fx.GraphModule, num_outputs: int) -> list[torch.Tensor]:
+    """The (fake) tensors a partitioned ``forward`` returns for its backward beyond its
+    ``num_outputs`` own outputs."""
+    output = next(n for n in forward.graph.nodes if n.op == "output")
+    values = [getattr(r, "meta", {}).get("val") for r in output.args[0][num_outputs:]]
+    return [v for v in values if isinstance(v, torch.Tensor)]

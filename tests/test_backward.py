@@ -1,0 +1,185 @@
+"""Training: gradients through Flashlight-compiled attention, against float64 eager.
+
+The backward graph AOTAutograd derives is compiled by the same pipeline as the forward;
+the forward saves no tensor over queries and keys for it ([Note: what the backward
+saves] in ``flashlight/partition.py``). Every test draws fresh random inputs and a fresh
+random output gradient. Tolerances, relative to the largest magnitude of each gradient:
+float32 1e-4, bfloat16 2e-2. Kernels run through the Triton interpreter.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import flashlight
+from bench.variants import VARIANTS
+from flashlight.report import ExplainReport
+
+TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+
+# interpreter-sized lengths (not multiples of a tile) longer than the head widths, so the
+# scores outnumber every input (what the saved-tensor check relies on)
+_SMALL = {"L": 13, "Lq": 11, "Lkv": 14, "S": 3, "N": 9, "B": 1, "D": 8, "Dv": 8, "c": 8}
+
+
+def _small_shape(name: str) -> dict:
+    shape = dict(VARIANTS[name].default_shape)
+    shape.update({k: min(v, _SMALL[k]) for k, v in shape.items() if k in _SMALL})
+    if "P" in shape:
+        shape["P"] = shape["L"] // 2
+    if "n_docs" in shape:
+        shape["n_docs"] = 2
+    return shape
+
+
+def _leaves(inputs, dtype=None):
+    """Copies of ``inputs`` whose floating tensors require gradients (in ``dtype`` if given)."""
+    out = []
+    for x in inputs:
+        if torch.is_tensor(x) and x.is_floating_point():
+            x = x.detach().to(dtype or x.dtype).requires_grad_()
+        out.append(x)
+    return out
+
+
+def _differentiable(args):
+    return [x for x in args if torch.is_tensor(x) and x.requires_grad]
+
+
+def _gradients(fn, args, grad_out, compiled: bool, report: ExplainReport | None = None):
+    """``fn(*args)`` and the gradients of ``(fn(*args) * grad_out).sum()`` for every
+    input that requires them, and the numbers of elements autograd saved."""
+    saved: list[int] = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    run = torch.compile(fn, backend=flashlight.backend.make_backend(report=report)) if compiled else fn
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = run(*args)
+    grads = torch.autograd.grad(out, _differentiable(args), grad_out.to(out.dtype))
+    return out, grads, saved
+
+
+def _assert_close(got, want, dtype, what):
+    assert torch.isfinite(got).all(), f"{what}: non-finite gradient values"
+    scale = want.abs().max().item()
+    err = (got.double() - want).abs().max().item()
+    assert err <= TOL[dtype] * scale + 1e-12, f"{what}: error {err:.3g} against a largest value of {scale:.3g}"
+
+
+def _check_variant(name, gen, dtype=torch.float32):
+    v = VARIANTS[name]
+    inputs = v.make_inputs(_small_shape(name), torch.float32, "cpu", gen)
+    args = _leaves(inputs, dtype)
+    reference = [x.detach().double().requires_grad_() if torch.is_tensor(x) and x.requires_grad else x for x in args]
+    want_out = v.fn(*reference)
+    grad_out = torch.randn(want_out.shape, generator=gen, dtype=torch.float64)
+    torch.compiler.reset()
+    report = ExplainReport()
+    out, grads, saved = _gradients(v.fn, args, grad_out, compiled=True, report=report)
+    want = torch.autograd.grad(want_out, _differentiable(reference), grad_out)
+    _assert_close(out, want_out, dtype, f"{name} output")
+    for k, (got, exact) in enumerate(zip(grads, want)):
+        _assert_close(got, exact, dtype, f"{name} gradient of input {k}")
+    torch.compiler.reset()
+    return args, out, saved, report
+
+
+def _largest_input_or_output(args, out) -> int:
+    return max([out.numel()] + [x.numel() for x in args if torch.is_tensor(x)])
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_gradients_match_float64_and_nothing_score_sized_is_saved(name, gen):
+    args, out, saved, report = _check_variant(name, gen)
+    assert report.kernels, f"{name}: no Flashlight kernel ran\n{report}"
+    # the scores (a value per query and key, per head and batch) outnumber every input
+    assert max(saved) <= _largest_input_or_output(args, out), (
+        f"{name}: autograd saved a tensor of {max(saved)} elements; inputs and output have at most "
+        f"{_largest_input_or_output(args, out)}"
+    )
+
+
+def test_the_saved_tensor_check_can_fail(gen):
+    """AOTAutograd's own partition saves the probabilities: the check above catches it."""
+    v = VARIANTS["msa_row_pair_bias"]
+    args = _leaves(v.make_inputs(_small_shape("msa_row_pair_bias"), torch.float32, "cpu", gen))
+    out = v.fn(*args)
+    saved = []
+    torch.compiler.reset()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        out = torch.compile(v.fn, backend="aot_eager")(*args)
+    torch.compiler.reset()
+    assert max(saved) > _largest_input_or_output(args, out)
+
+
+def test_bfloat16_gradients(gen):
+    _check_variant("msa_row_pair_bias", gen, torch.bfloat16)
+
+
+def test_plain_attention_backward_is_flashlight_kernels_only(gen):
+    """Forward and backward of softmax attention run as Flashlight kernels alone."""
+    _, _, _, report = _check_variant("vanilla", gen)
+    assert report.fallback_ops == [], str(report)
+    assert len(report.kernels) >= 2  # the forward and at least one backward kernel
+
+
+def test_gradients_are_deterministic(gen):
+    v = VARIANTS["msa_row_pair_bias"]
+    args = _leaves(v.make_inputs(_small_shape("msa_row_pair_bias"), torch.float32, "cpu", gen))
+    grad_out = torch.randn(v.fn(*args).shape, generator=gen)
+    torch.compiler.reset()
+    compiled = torch.compile(v.fn, backend="flashlight")
+    first = torch.autograd.grad(compiled(*args), _differentiable(args), grad_out)
+    again = torch.autograd.grad(compiled(*args), _differentiable(args), grad_out)
+    torch.compiler.reset()
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+def test_changing_lengths_and_strided_inputs(gen):
+    def attention(q, k, v, bias):  # [B, L, H, D] inputs, read through transposes
+        s = q.transpose(1, 2) @ k.transpose(1, 2).transpose(-1, -2) * 0.25 + bias
+        return (torch.softmax(s, -1) @ v.transpose(1, 2)).transpose(1, 2)
+
+    torch.compiler.reset()
+    compiled = torch.compile(attention, backend="flashlight")
+    for length in (11, 14, 17):
+        args = [torch.randn(2, length, 3, 16, generator=gen) for _ in range(3)]
+        args.append(torch.randn(3, length, length, generator=gen))  # broadcast over the batch
+        args = _leaves(args)
+        reference = [x.detach().double().requires_grad_() for x in args]
+        grad_out = torch.randn(2, length, 3, 16, generator=gen, dtype=torch.float64)
+        got = torch.autograd.grad(compiled(*args), args, grad_out.float())
+        want = torch.autograd.grad(attention(*reference), reference, grad_out)
+        for k, (g, w) in enumerate(zip(got, want)):
+            _assert_close(g, w, torch.float32, f"length {length}, input {k}")
+    torch.compiler.reset()
+
+
+def test_no_grad_compiles_an_inference_graph(gen):
+    """Without gradients nothing is saved and the forward is one kernel, as before."""
+    v = VARIANTS["msa_row_pair_bias"]
+    inputs = v.make_inputs(_small_shape("msa_row_pair_bias"), torch.float32, "cpu", gen)
+    report = flashlight.explain(v.fn, *inputs)
+    assert len(report.kernels) == 1, str(report)
+
+
+def test_inductor_remainder_trains(gen):
+    """The graph around the kernels through Inductor (its C++ backend on the CPU)."""
+    def gated(q, k, v, bias, g):  # [B, H, L, D]; the gate outside the attention kernel's loop
+        o = torch.softmax(q @ k.transpose(-1, -2) * 0.25 + bias, -1) @ v
+        return torch.nn.functional.layer_norm(o * torch.sigmoid(g), (o.shape[-1],))
+
+    args = _leaves([torch.randn(1, 2, 12, 16, generator=gen) for _ in range(3)]
+                   + [torch.randn(2, 12, 12, generator=gen), torch.randn(1, 2, 12, 16, generator=gen)])
+    reference = [x.detach().double().requires_grad_() for x in args]
+    grad_out = torch.randn(1, 2, 12, 16, generator=gen, dtype=torch.float64)
+    torch.compiler.reset()
+    compiled = flashlight.compile(gated, remainder="inductor")
+    got = torch.autograd.grad(compiled(*args), args, grad_out.float())
+    torch.compiler.reset()
+    want = torch.autograd.grad(gated(*reference), reference, grad_out)
+    for k, (g, w) in enumerate(zip(got, want)):
+        _assert_close(g, w, torch.float32, f"input {k}")
