@@ -196,8 +196,10 @@ def _inputs_precede(s: _Search, kernels: list[Kernel], nodes: tuple[str, ...]) -
 
 
 def _spread_grid(tiled: TiledKernel) -> set[Dim]:
-    """The grid dims of ``tiled`` with more than one program along them."""
-    return {d for d in tiled.tiling.grid if not (d.is_static and d.size == 1)}
+    """The grid dims of ``tiled`` with more than one program along them (the column of a
+    serial loop too: its tiles are programs of the grid)."""
+    spread = [*tiled.tiling.grid, *([tiled.tiling.column] if tiled.tiling.serial else [])]
+    return {d for d in spread if not (d.is_static and d.size == 1)}
 
 
 def _repeated(tiled: TiledKernel, exprs, only_along_loop: bool) -> bool:

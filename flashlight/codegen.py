@@ -187,7 +187,8 @@ class _Printer(TileText):
         if mask_n:
             a = self.mask_loop(a, la, body.args[0], "0.0")
             b = self.mask_loop(b, lb, body.args[1], "0.0")
-        a = self.pad_to_zero(a, la, dot.reduced, body.args)
+        a = self.pad_to_zero(a, la, dot.reduced, body.args[0])
+        b = self.pad_to_zero(b, lb, dot.reduced, body.args[1])
         dtype = TL_DTYPES[dot.operand_dtype(self.interpret)]
         # a loaded 16-bit operand goes in as loaded, not converted to float32 and back
         a, b = (self.stored_as[v][0] if self.stored_as.get(v, ("", ""))[1] == dtype else v for v in (a, b))
@@ -199,12 +200,13 @@ class _Printer(TileText):
             var = self.assign(scope, "dot", f"tl.trans({var})")
         return var, dot.out
 
-    def pad_to_zero(self, var: str, layout, reduced: str, operands) -> str:
-        """A contraction over a padded tile dim adds the product of the padding lanes:
-        zero when an operand is loaded (masked loads read 0 there), else ``var`` (the
-        first operand, computed) gets 0 on those lanes."""
+    def pad_to_zero(self, var: str, layout, reduced: str, operand: Expr) -> str:
+        """A contraction over a padded tile dim adds the product of the padding lanes: a
+        loaded operand reads 0 there (masked loads), a computed one (``var``) gets 0 on
+        those lanes, since what it computes from padding need not be finite (a
+        probability divided by a row sum loaded as 0), and 0 times NaN is NaN."""
         dims = [d for d, role in self.roles.items() if role == reduced and self.padded.get(d, d.size) != d.size]
-        if not dims or any(isinstance(x, Load) for x in operands):
+        if not dims or isinstance(operand, Load):
             return var
         return f"tl.where({self.offs(reduced, layout)} < {self.size(dims[0])}, {var}, 0.0)"
 
@@ -215,8 +217,9 @@ class _Printer(TileText):
         return self.in_loop_range(var, layout, neutral)
 
     def in_loop_range(self, var: str, layout, neutral: str) -> str:
-        """``var`` with loop positions past the end set to ``neutral`` (none on full tiles)."""
-        if self.full_tiles:
+        """``var`` with loop positions past the end set to ``neutral`` (none on full tiles,
+        nor in a serial loop, whose every step is in range)."""
+        if self.full_tiles or self.tiling.serial:
             return var
         return f"tl.where({self.offs('n', layout)} < N_SIZE, {var}, {neutral})"
 
@@ -241,7 +244,8 @@ class _Printer(TileText):
         (``TilePlan.fma_dots``), operand tiles fill the registers, and ptxas spills several
         times more in both loops of a kernel with two (sm_90 builds at head width 128). The
         interpreter's source has the GPU's loops."""
-        return self.kernel.live is None and not self.plan.fma_dots(self.fp32_precision, interpret=False)
+        return (self.kernel.live is None and not self.tiling.serial
+                and not self.plan.fma_dots(self.fp32_precision, interpret=False))
 
     def lazy(self, k: int) -> bool:
         """Whether loop max ``k`` rescales its sums lazily ([Note: lazy rescaling])."""
@@ -303,7 +307,8 @@ class _Printer(TileText):
         for k in maxes:
             var, lay = self.emit(loop[k].body, "loop")
             var = self.in_loop_range(var, lay, 'float("-inf")')
-            block = self.assign("loop", "bmax", f"tl.max({var}, axis={lay.index('n')})")
+            # a serial loop's step is one position: its tile is the running max's shape
+            block = var if self.tiling.serial else self.assign("loop", "bmax", f"tl.max({var}, axis={lay.index('n')})")
             if self.lazy(k):
                 self.emit_lazy_max(k, block, loop)
                 continue
@@ -315,6 +320,8 @@ class _Printer(TileText):
             acc_lay = self.plan.loop_layouts[k]
             if red.body in self.plan.dots:
                 part, lay = self.emit_dot(red.body, "loop", mask_n=True)
+            elif self.tiling.serial:
+                part, lay = self.emit(red.body, "loop")
             else:
                 var, lay = self.emit(red.body, "loop")
                 var = self.in_loop_range(var, lay, "0.0")
@@ -392,6 +399,11 @@ class _Printer(TileText):
         head.append(f"num_m = tl.cdiv({self.size(row)}, BLOCK_M)" if row is not None else "num_m = 1")
         head.append("pid_m = pid % num_m")
         head.append("rest = pid // num_m")
+        if self.tiling.serial:  # the column's tiles across the grid ([Note: serial loops])
+            head.append(f"num_n = tl.cdiv({self.size(self.tiling.column)}, BLOCK_N)")
+            head.append("pid_n = rest % num_n")
+            head.append("rest = rest // num_n")
+            head.append("offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
         for d in reversed(self.tiling.grid):
             head.append(f"{self.grid_var(d)} = rest % {self.size(d)}")
             head.append(f"rest = rest // {self.size(d)}")
@@ -427,8 +439,11 @@ class _Printer(TileText):
                          (full_end, end, self.loop)]
         body = head + self.pre
         for start, stop, steps in loops:
-            body.append(f"for start_n in range({start}, {stop}, BLOCK_N):")
-            body.append("    offs_n = start_n + tl.arange(0, BLOCK_N)")
+            if self.tiling.serial:
+                body.append(f"for start_n in range({start}, {stop}):")
+            else:
+                body.append(f"for start_n in range({start}, {stop}, BLOCK_N):")
+                body.append("    offs_n = start_n + tl.arange(0, BLOCK_N)")
             body += ["    " + line for line in steps]
         body += self.post
         text = f"({', '.join(params)}):\n" + "\n".join("    " + line for line in body) + "\n"

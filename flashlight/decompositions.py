@@ -100,20 +100,23 @@ def decompositions(inference: bool = False) -> dict:
     for graphs that need no gradients (``inference``), also the SDPA kernels' math
     (:mod:`flashlight.sdpa`), so that attention written with
     ``F.scaled_dot_product_attention`` fuses like attention written out; for graphs with
-    a backward, softmax and its backward (``TRAINING_DECOMPOSED``)."""
+    a backward, softmax and its backward (``TRAINING_DECOMPOSED``) and sums over several
+    dims (:func:`sum_over_several`)."""
     from torch._decomp import get_decompositions
 
     table = get_decompositions(list(DECOMPOSED))
     for overload, var in (("correction", variance), ("dim", _variance_dim), ("default", _variance_all)):
         table[getattr(aten.var, overload)] = var
         table[getattr(aten.std, overload)] = _root(var)
-    table[aten.sum.dim_IntList] = sum_over_several
-    table[aten.sum.default] = _sum_of_all
     if inference:
         from flashlight.sdpa import SDPA_DECOMPOSITIONS
 
         table.update(SDPA_DECOMPOSITIONS)
     else:
+        # the gradient of an input broadcast over several dims (a key mask over heads and
+        # queries, a learned scalar over everything) sums over them: one dim at a time
+        table[aten.sum.dim_IntList] = sum_over_several
+        table[aten.sum.default] = _sum_of_all
         for op, rewrite in get_decompositions(list(TRAINING_DECOMPOSED)).items():
             table[op] = _unless_empty(rewrite) if op in _ROW_STATISTICS else rewrite
     return table

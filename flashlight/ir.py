@@ -526,6 +526,10 @@ class Tiling:
     disappear as loops; ``grid`` dims are the logical launch grid, one program each.
     ``scan_tiles``: key tiles bounded at once by the coarse step of the tile-liveness
     scan (1: no coarse step; [Note: tile skipping]).
+
+    ``column``: an output dim tiled by ``BLOCK_N`` across the grid, set when the loop is
+    *serial*: one loop position per step, the loop dim in no tile ([Note: serial
+    loops] in :mod:`flashlight.passes.tiling`). None: the loop dim is the ``n`` role.
     """
 
     row: Dim | None
@@ -535,6 +539,16 @@ class Tiling:
     padded: tuple[tuple[Dim, int], ...]
     dots: int  # how many contractions map to tl.dot
     scan_tiles: int = 1
+    column: Dim | None = None
+
+    @property
+    def serial(self) -> bool:
+        """Whether the loop runs one position per step ([Note: serial loops])."""
+        return self.column is not None
+
+    def tiled_by_block_n(self, loop_dim: Dim) -> Dim:
+        """The dim ``BLOCK_N`` tiles: the column of a serial loop, else the loop dim."""
+        return self.column if self.column is not None else loop_dim
 
 
 Layout = tuple  # tuple[str, ...]: the roles a tile value spans, in canonical order

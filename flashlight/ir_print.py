@@ -166,7 +166,8 @@ def format_tiled(tiled: TiledKernel) -> str:
     padded = dict(tiling.padded)
     roles = ", ".join(f"{d.name}={r}" + (f"({padded[d]})" if d in padded else "") for d, r in plan.roles)
     lines = [f"tiled {tiled.kernel.name}: {roles}; grid [{', '.join(d.name for d in tiling.grid)}]"
-             + (f"; scan {tiling.scan_tiles} tiles" if tiling.scan_tiles > 1 else "")]
+             + (f"; scan {tiling.scan_tiles} tiles" if tiling.scan_tiles > 1 else "")
+             + (f"; serial loop, column {tiling.column.name}" if tiling.serial else "")]
     p = Printer(list(plan.dots))
     for body, dot in plan.dots.items():
         a, b = (plan.layouts[x] for x in body.args)

@@ -188,6 +188,7 @@ class Launcher:
         self.outputs = tiled.kernel.outputs()  # every output's axes and dtype, in order
         self.row: Dim | None = tiled.tiling.row
         self.grid_dims = tiled.tiling.grid
+        self.column: Dim | None = tiled.tiling.column  # tiled by BLOCK_N across the grid
         self.autotune = settings.get("autotune") if autotune is None else autotune
         self.signature = tuning.kernel_signature(tiled, src.fp32_precision, src.fma_dots)
         self._fn = None  # the autotuning wrapper
@@ -368,7 +369,10 @@ class Launcher:
         strides = [st for t in tensors for st in t.stride()]
         interpret = tensors[0].device.type == "cpu"
         fn = self._jit(interpret)
-        grid = lambda meta: (triton.cdiv(rows, meta["BLOCK_M"]) * grid_size,)  # noqa: E731
+        column = getattr(self, "column", None)
+        columns = self._size(column, values) if column is not None else 1
+        grid = lambda meta: (triton.cdiv(rows, meta["BLOCK_M"]) * grid_size  # noqa: E731
+                             * (triton.cdiv(columns, meta["BLOCK_N"]) if column is not None else 1),)
         checks: list = []
         if self.src.check_bounds:
             errors = torch.zeros(len(tensors) + len(outs), dtype=torch.int32, device=out.device)

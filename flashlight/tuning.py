@@ -84,8 +84,8 @@ class _Footprint:
     def __init__(self, tiled: TiledKernel):
         kernel, tiling = tiled.kernel, tiled.tiling
         padded = dict(tiling.padded)
-        loop_dim = kernel.loop[0].dim
-        # per load: (reads the row dim, reads the loop dim, padded width, bytes per element)
+        loop_dim = tiling.tiled_by_block_n(kernel.loop[0].dim)
+        # per load: (reads the row dim, reads the BLOCK_N dim, padded width, bytes per element)
         self.loads: list[tuple[bool, bool, int, int]] = []
         for load in _loads(tiled):
             dims = {d for axis in load.index for d in axis}
@@ -218,7 +218,8 @@ def extents(tiled: TiledKernel, values: dict[str, int]) -> tuple[int, int, int]:
             return 1
         return int(d.size) if d.is_static else int(values[d.size])
 
-    return size(tiling.row), size(tiled.kernel.loop[0].dim), math.prod(size(d) for d in tiling.grid)
+    return (size(tiling.row), size(tiling.tiled_by_block_n(tiled.kernel.loop[0].dim)),
+            math.prod(size(d) for d in tiling.grid))
 
 
 # ------------------------------------------------------------------ the kernel or the graph

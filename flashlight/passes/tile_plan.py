@@ -117,7 +117,7 @@ class _Recorder:
                 self.value(red.body)
         for red in loop:
             if red.op == "sum":
-                if self.is_dot(red.body, "n"):
+                if not self.tiling.serial and self.is_dot(red.body, "n"):
                     self.dot(red.body, "n")
                 else:
                     self.value(red.body)
@@ -170,11 +170,13 @@ def check_plan(tiled: TiledKernel) -> None:
     kernel, tiling, plan = tiled.kernel, tiled.tiling, tiled.plan
     name, roles = kernel.name, dict(plan.roles)
     expected = {d: f"e{k}" for k, d in enumerate(tiling.eliminated)}
-    expected.update({red.dim: "n" for red in kernel.loop})
     expected.update({d: r for d, r in ((tiling.row, "m"), (tiling.feature, "f")) if d is not None})
+    # the dim BLOCK_N tiles: the loop's, or the column of a serial loop ([Note: serial loops])
+    expected.update({tiling.tiled_by_block_n(red.dim): "n" for red in kernel.loop})
     if roles != expected:
         raise InvariantError(f"{name}: plan roles {roles} differ from the tiling's {expected}")
-    if set(tiling.grid) & set(roles) or not set(kernel.dims) <= set(tiling.grid) | set(roles):
+    if set(tiling.grid) & set(roles) or not set(kernel.dims) <= set(tiling.grid) | set(roles) \
+            or (tiling.serial and (tiling.column not in kernel.dims or kernel.loop[0].dim in roles)):
         raise InvariantError(f"{name}: the grid and the tile roles do not partition the output dims")
     known = set(roles.values())
     layouts = [*plan.layouts.values(), *plan.loop_layouts, *plan.store_layouts, *(d.out for d in plan.dots.values())]
@@ -183,7 +185,8 @@ def check_plan(tiled: TiledKernel) -> None:
     for layout in layouts:
         if len(layout) > 2 or not set(layout) <= known or tuple(layout) != canonical(layout):
             raise InvariantError(f"{name}: layout {layout} is not a canonical tile over roles {sorted(known)}")
-    if len(plan.loop_layouts) != len(kernel.loop) or any("n" in lay for lay in plan.loop_layouts):
+    if len(plan.loop_layouts) != len(kernel.loop) or (
+            not tiling.serial and any("n" in lay for lay in plan.loop_layouts)):
         raise InvariantError(f"{name}: loop accumulators must not span the loop role")
     for body, dot in plan.dots.items():
         sides = [plan.layouts.get(arg) for arg in body.args]

@@ -27,6 +27,23 @@ that the back-off will split contracts over it. The backend fixes the remaining 
 whose value fits one tile to the value of this call, with a guard, so a call with
 another head width compiles again (as Inductor specializes sizes it must know), and
 lowers the graph again.
+
+[Note: serial loops]
+Some loops carry no contraction along their own dim: the gradient of a pair bias
+broadcast over the rows of an MSA sums, over those rows, a score gradient that is
+itself two contractions over the head width per (query, key) pair. Tiled the usual
+way, the rows' dim is the ``n`` role and the queries and keys cannot both be tiles (a
+value would span three roles), so each program would compute one (query, key) pair
+with vector sums. A *serial* loop runs one position of its dim per step instead: the
+loop dim takes no role (it indexes like a grid dim, by the loop counter), and a second
+output dim, the ``column``, is tiled by ``BLOCK_N`` across the grid. Each step's
+values are then ``[BLOCK_M, BLOCK_N]`` tiles with ``tl.dot`` over the head width, and
+the loop's sums and maxes accumulate elementwise, deterministically (no atomics).
+The tiling takes a serial loop only where it makes more contractions ``tl.dot`` than
+every ordinary tiling, so attention's own kernels never change, and only where every
+reduction computed at each step varies along the column: one that does not (a softmax
+over keys eliminated into a tile, in an attention averaged over a serial loop of heads)
+would be computed again by every column tile.
 """
 from __future__ import annotations
 
@@ -75,10 +92,11 @@ def padded_size(size: int) -> int:
 class Layouts:
     """Tile layouts of every value of a kernel under one role assignment."""
 
-    def __init__(self, kernel: Kernel, roles: dict[Dim, str], grid: set[Dim]):
+    def __init__(self, kernel: Kernel, roles: dict[Dim, str], grid: set[Dim], serial: bool = False):
         self.kernel = kernel
         self.roles = roles
-        self.grid = grid
+        self.serial = serial  # the loop dim indexes like a grid dim ([Note: serial loops])
+        self.grid = grid | ({red.dim for red in kernel.loop} if serial else set())
         self.memo: dict[Expr, Layout] = {}
         self.dots = 0
         self._loop_results: dict[int, Layout] = {}
@@ -95,6 +113,11 @@ class Layouts:
 
     def reduction_layout(self, red: LoopReduction) -> Layout:
         """Layout of a loop reduction's result: its body's, less the loop role."""
+        if self.serial:  # one loop position per step: the accumulator is the body's tile
+            body = self.of(red.body)
+            if red.init is not None and not set(self.of(red.init)) <= set(body):
+                raise NotTileable("a running max starts from a value wider than its result")
+            return body
         body = self.of(red.body, allow_dot=red.op == "sum", reduced="n")
         if "n" not in body:
             raise NotTileable("a loop reduction does not depend on the loop dim")
@@ -162,6 +185,9 @@ class Layouts:
         if "n" in result and "m" not in result and "m" in self.roles.values():
             # the same contraction for every row block: fusing it would recompute it
             raise NotTileable("a row-independent contraction inside the loop")
+        if self.serial and "n" not in result and any(red.dim in free_dims(expr) for red in self.kernel.loop):
+            # every column tile would compute it again at every step ([Note: serial loops])
+            raise NotTileable("a reduction in a serial loop that does not vary along the column")
         return result
 
     # -- contractions
@@ -266,6 +292,9 @@ def tile(kernel: Kernel) -> TiledKernel:
             padded = tuple((d, padded_size(int(d.size))) for d in [*inner, *([feature] if feature else [])])
             best = Tiling(row, feature, tuple(grid), tuple(inner), padded, layouts.dots)
             best_score, best_layouts, best_kernel = score, layouts, candidate
+    serial = _serial_tiling(kernel, inner, eliminated, best_score)
+    if serial is not None:
+        return serial
     if best is None:
         raise NotTileable(last_error)
     kernel = best_kernel
@@ -273,6 +302,28 @@ def tile(kernel: Kernel) -> TiledKernel:
         kernel = dataclasses.replace(kernel, full=None, unmasked=None)
     best = dataclasses.replace(best, scan_tiles=_scan_tiles(kernel, best_layouts))
     return TiledKernel(kernel, best, record_plan(kernel, best, best_layouts))
+
+
+def _serial_tiling(kernel: Kernel, inner: list[Dim], eliminated: dict[Dim, str], best_score) -> TiledKernel | None:
+    """The best serial-loop tiling of ``kernel`` ([Note: serial loops]) if it makes more
+    contractions ``tl.dot`` than the ordinary tiling's score ``best_score``, else None."""
+    # skipping tiles of (rows, loop positions) does not apply to a loop of single positions
+    kernel = dataclasses.replace(kernel, live=None, full=None, unmasked=None)
+    out = kernel.dims
+    best, best_dots = None, best_score[0] if best_score is not None else -1
+    for row, column in itertools.permutations(out, 2):
+        roles = {**eliminated, row: "m", column: "n"}
+        grid = [d for d in out if d not in (row, column)]
+        candidate = group_dot_operands(kernel, roles)
+        try:
+            layouts = Layouts(candidate, roles, set(grid), serial=True)
+        except NotTileable:
+            continue
+        if layouts.dots > best_dots:
+            padded = tuple((d, padded_size(int(d.size))) for d in inner)
+            tiling = Tiling(row, None, tuple(grid), tuple(inner), padded, layouts.dots, column=column)
+            best, best_dots = TiledKernel(candidate, tiling, record_plan(candidate, tiling, layouts)), layouts.dots
+    return best
 
 
 def _scan_tiles(kernel: Kernel, layouts: Layouts) -> int:
