@@ -452,7 +452,8 @@ def per_module_lines(cells: list[dict]) -> list[str]:
 # ---------------------------------------------------------------------------- report
 
 
-def build_report(latest: dict, kruns: list[dict], evo: list[dict], eruns: list[dict], plots: list[str]) -> str:
+def build_report(latest: dict, kruns: list[dict], evo: list[dict], eruns: list[dict], plots: list[str],
+                 training: list[str] = ()) -> str:
     """``REPORT.md``: the summary, then every table and loss; ``plots`` are image paths
     relative to it."""
     from bench import report_summary  # it builds on this module's tables
@@ -492,7 +493,7 @@ def build_report(latest: dict, kruns: list[dict], evo: list[dict], eruns: list[d
                   "first call: the untimed first call of a fresh compilation (Dynamo, lowering, Triton "
                   "compilation and autotuning included).", ""]
         lines += cost_table(case_map, evo_keys + lm_keys) + [""]
-    lines += _end_to_end_lines(evo) + _loss_table_lines(case_map) + _absent_lines(latest, kruns)
+    lines += _end_to_end_lines(evo) + list(training) + _loss_table_lines(case_map) + _absent_lines(latest, kruns)
     lines += [f"![{pathlib.PurePosixPath(rel).stem}]({rel})" for rel in plots] + ([""] if plots else [])
     return "\n".join(lines)
 
@@ -591,7 +592,10 @@ def main(argv: list[str] | None = None) -> int:
         plots_dir.mkdir(parents=True, exist_ok=True)
         plots = plot_kernels(cases(latest), plots_dir) + plot_evoformer(evo, plots_dir)
         rel = [os.path.relpath(p.resolve(), results.resolve()).replace(os.sep, "/") for p in plots]
-        (results / "REPORT.md").write_text(build_report(latest, kruns, evo, eruns, rel).rstrip() + "\n")
+        from bench.report_training import training_lines
+
+        report = build_report(latest, kruns, evo, eruns, rel, training_lines(results))
+        (results / "REPORT.md").write_text(report.rstrip() + "\n")
     if not args.no_readme:
         from bench.report_summary import readme_section
 

@@ -19,7 +19,8 @@ Tests by pipeline stage (see the README's compiler section for the stages):
   gathers, slices and concatenations (``lower_gather.py``): ``test_gathers.py``,
   ``test_reindexing.py``; eager's dtypes and errors: ``test_eager_semantics.py``; graphs
   of symbolic sizes and constant folding: ``test_symbolic_sizes.py``;
-- backend, runtime and tuning: ``test_backend.py``, ``test_runtime*.py``.
+- backend, runtime and tuning: ``test_backend.py``, ``test_runtime*.py``;
+- training (the backward graph, what the forward saves, serial loops): ``test_backward.py``.
 """
 from __future__ import annotations
 

@@ -126,6 +126,15 @@ def test_plain_attention_backward_is_flashlight_kernels_only(gen):
     assert len(report.kernels) >= 2  # the forward and at least one backward kernel
 
 
+def test_a_broadcast_bias_gradient_is_a_serial_loop_of_dots(gen):
+    """The pair bias ``[1, H, L, L]`` is shared by every MSA row: its gradient sums the
+    score gradients over the rows, as a serial loop over them whose steps are query x key
+    tiles with ``tl.dot`` ([Note: serial loops] in ``flashlight/passes/tiling.py``)."""
+    _, _, _, report = _check_variant("evoformer_core", gen)
+    serial = [k for k in report.kernels if "num_n = tl.cdiv" in k.source]
+    assert len(serial) == 1 and serial[0].source.count("tl.dot(") == 2, str(report)
+
+
 def test_gradients_are_deterministic(gen):
     v = VARIANTS["msa_row_pair_bias"]
     args = _leaves(v.make_inputs(_small_shape("msa_row_pair_bias"), torch.float32, "cpu", gen))
