@@ -58,6 +58,19 @@ def step_lines(data: dict) -> list[str]:
             f"{fl['peak_gib'] / stock['peak_gib']:.2f}× its peak memory."]
 
 
+def profile_lines(data: dict) -> list[str]:
+    families = ("flashlight", "softmax_extension", "gemm", "copy_elementwise", "other")
+    lines = ["Where one training step's GPU time goes (`bench/training_profile.py`, seconds; \"GPU busy\": the "
+             "profiled device time, the rest of the wall time the GPU waits for the host):", "",
+             "| | wall | GPU busy | " + " | ".join(f.replace("_", " ") for f in families) + " |",
+             "|" + "---|" * (len(families) + 3)]
+    for name, row in data["results"].items():
+        by = row["by_family_s"]
+        lines.append(f"| {name} | {row['wall_s']:.2f} | {row['gpu_busy_s']:.2f} | "
+                     + " | ".join(f"{by.get(f, 0.0):.2f}" for f in families) + " |")
+    return lines
+
+
 def training_lines(results: pathlib.Path) -> list[str]:
     """The section's lines, or none when neither result file exists."""
     kernels, step = results / "training.json", results / "training_step.json"
@@ -73,4 +86,7 @@ def training_lines(results: pathlib.Path) -> list[str]:
         lines += kernel_lines(data) + [""]
     if step.exists():
         lines += step_lines(json.loads(step.read_text())) + [""]
+    profile = results / "training_step_profile.json"
+    if profile.exists():
+        lines += profile_lines(json.loads(profile.read_text())) + [""]
     return lines

@@ -45,6 +45,7 @@ PARTS=(
     "fold-product|$PY -m bench.fold_product --max-minutes 9 --out $R/fold_product.json"
     "training-kernels|$PY -m bench.training --dtypes bf16 --out $R/training.json"
     "training-step|$PY -m bench.training_step --out $R/training_step.json"
+    "training-profile|$PY -m bench.training_profile --out $R/training_step_profile.json"
     "tune-configs|$PY -m bench.tune_configs --max-minutes 9"
     "kernels-core|$K --variants core --shapes all --dtypes bf16,tf32 --impls flashlight,flex,sdpa,cuequivariance,trifast --out $R/kernels_core.json"
     "ds4sci-build|$PY -m bench.ds4sci --build --max-minutes 9.5"
