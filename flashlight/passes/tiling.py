@@ -307,10 +307,13 @@ def tile(kernel: Kernel) -> TiledKernel:
 def _serial_tiling(kernel: Kernel, inner: list[Dim], eliminated: dict[Dim, str], best_score) -> TiledKernel | None:
     """The best serial-loop tiling of ``kernel`` ([Note: serial loops]) if it makes more
     contractions ``tl.dot`` than the ordinary tiling's score ``best_score``, else None."""
+    best_dots = best_score[0] if best_score is not None else -1
+    if best_dots >= _sums_of_products(kernel):
+        return None  # every product summed is a tl.dot already: a serial loop cannot do better
     # skipping tiles of (rows, loop positions) does not apply to a loop of single positions
     kernel = dataclasses.replace(kernel, live=None, full=None, unmasked=None)
     out = kernel.dims
-    best, best_dots = None, best_score[0] if best_score is not None else -1
+    best = None
     for row, column in itertools.permutations(out, 2):
         roles = {**eliminated, row: "m", column: "n"}
         grid = [d for d in out if d not in (row, column)]
@@ -324,6 +327,17 @@ def _serial_tiling(kernel: Kernel, inner: list[Dim], eliminated: dict[Dim, str],
             tiling = Tiling(row, None, tuple(grid), tuple(inner), padded, layouts.dots, column=column)
             best, best_dots = TiledKernel(candidate, tiling, record_plan(candidate, tiling, layouts)), layouts.dots
     return best
+
+
+def _sums_of_products(kernel: Kernel) -> int:
+    """How many sums of products the kernel's loop computes (its loop sums and the sums
+    inside them): the most contractions that could become ``tl.dot``."""
+    def product(body: Expr) -> bool:
+        return isinstance(body, Pointwise) and body.op == "mul"
+
+    inner = {node for red in kernel.loop for e in red.exprs() for node in walk(e)
+             if isinstance(node, Reduce) and node.op == "sum" and product(node.body)}
+    return len(inner) + sum(1 for red in kernel.loop if red.op == "sum" and product(red.body))
 
 
 def _scan_tiles(kernel: Kernel, layouts: Layouts) -> int:
