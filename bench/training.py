@@ -38,27 +38,12 @@ def learned(variant, args) -> list[int]:
             if torch.is_tensor(x) and x.is_floating_point() and "mask" not in name]
 
 
-def make_fn(variant, impl: str):
-    import flashlight
-    from bench import peers
-
-    if impl == "eager":
-        return variant.fn
-    if impl == "torch_compile":
-        return torch.compile(variant.fn)
-    if impl == "flex":
-        return torch.compile(variant.flex) if variant.flex is not None else None
-    if impl == "flashlight":
-        return flashlight.compile(variant.fn)
-    if peers.availability(impl) is not None:
-        raise RuntimeError(peers.availability(impl))
-    return peers.adapter(impl, variant.name)
-
-
 def one_cell(variant, shape, dtype, impl, inputs, grad_out, want) -> dict:
-    fn = make_fn(variant, impl)
-    if fn is None:
+    from bench.kernels import applicable, make_impl
+
+    if not applicable(variant, impl):
         return {"status": "n/a"}
+    fn = make_impl(variant, impl, "cuda", None)
     positions = learned(variant, inputs)
     args = [x.detach().to(dtype).requires_grad_() if k in positions else
             (x.to(dtype) if torch.is_tensor(x) and x.is_floating_point() else x) for k, x in enumerate(inputs)]

@@ -20,7 +20,7 @@ import time
 import torch
 
 from bench.common import atomic_write_json, environment
-from bench.training_step import OUTPUTS, build, step
+from bench.training_step import build, loss_weights, step
 
 
 def family(name: str) -> str:
@@ -37,13 +37,7 @@ def family(name: str) -> str:
 
 
 def profile_step(model, batch) -> dict:
-    model.cuda().train()
-    with torch.no_grad():
-        model.eval()
-        probe = model(batch)
-        model.train()
-    weights = {k: torch.randn(probe[k].shape, device="cuda") / probe[k].numel() for k in OUTPUTS}
-    del probe
+    weights = loss_weights(model, batch)
     step(model, batch, weights)
     model.zero_grad(set_to_none=True)
     torch.cuda.synchronize()

@@ -55,16 +55,19 @@ def step(model, batch, weights):
     return loss.detach()
 
 
-def measure(model, batch, steps: int) -> dict:
-    model.cuda().train()
+def loss_weights(model, batch) -> dict[str, torch.Tensor]:
+    """The loss's fixed random weight of each output, shaped like it (one pass of
+    ``model``, on the GPU, in eval mode, to learn the shapes); leaves it in train mode."""
     gen = torch.Generator(device="cuda").manual_seed(2)
-    probe = None
+    model.cuda().eval()
     with torch.no_grad():
-        model.eval()
         probe = model(batch)
-        model.train()
-    weights = {k: torch.randn(probe[k].shape, generator=gen, device="cuda") / probe[k].numel() for k in OUTPUTS}
-    del probe
+    model.train()
+    return {k: torch.randn(probe[k].shape, generator=gen, device="cuda") / probe[k].numel() for k in OUTPUTS}
+
+
+def measure(model, batch, steps: int) -> dict:
+    weights = loss_weights(model, batch)
     torch.cuda.synchronize()
     start = time.perf_counter()
     loss = step(model, batch, weights)

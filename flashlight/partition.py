@@ -137,10 +137,3 @@ def _mark_reads(expr, looped: frozenset, loop_axes: dict[str, set[int]]) -> None
     for child in expr.children():
         _mark_reads(child, looped, loop_axes)
 
-
-def saved_tensors(forward: fx.GraphModule, num_outputs: int) -> list[torch.Tensor]:
-    """The (fake) tensors a partitioned ``forward`` returns for its backward beyond its
-    ``num_outputs`` own outputs."""
-    output = next(n for n in forward.graph.nodes if n.op == "output")
-    values = [getattr(r, "meta", {}).get("val") for r in output.args[0][num_outputs:]]
-    return [v for v in values if isinstance(v, torch.Tensor)]
