@@ -111,12 +111,63 @@ def _index(path: str) -> dict:
 def lookup(gpu: str, triton: str, signature: str, bucket: str, path: str | None = None) -> dict | str | None:
     """The shipped choice for this GPU model, Triton ``major.minor``, kernel signature and
     size bucket: a configuration dict, ``"eager"``, or None (no entry, no file, or the
-    lookup switched off). ``path`` overrides :func:`data_path`."""
+    lookup switched off). Where no entry has this bucket, the configuration of the
+    nearest one (:func:`nearest_bucket`). ``path`` overrides :func:`data_path`."""
     path = path or data_path()
     if path is None:
         return None
-    choice = _index(path).get((gpu, triton, signature, bucket))
+    index = _index(path)
+    choice = index.get((gpu, triton, signature, bucket))
+    if choice is None:
+        measured = {key[3]: value for key, value in index.items()
+                    if key[:3] == (gpu, triton, signature) and isinstance(value, dict)}
+        near = nearest_bucket(bucket, list(measured))
+        choice = measured[near] if near is not None else None
     return dict(choice) if isinstance(choice, dict) else choice
+
+
+# [Note: the nearest tuned bucket]
+# A kernel's first launch at a size bucket with no shipped entry would autotune: compile
+# three or four candidates, time each and the unfused graph, about a second per kernel on
+# an H200, which a short fold pays in full. The configurations measured for one kernel
+# signature at neighbouring sizes are mostly the same: on the H200, of the signatures
+# measured at both 256 and 512 residues with comparable grids, all but two chose the
+# same tile, and those two differ by one pipeline stage or the key tile's width. Where
+# the grid is small (a single-sequence fold), smaller row tiles won, so the grid counts
+# as much as the rows and keys. A miss therefore takes the configuration of the measured
+# bucket fewest powers of two away in rows, keys and grid together, provided its rows
+# and keys are within a factor of two of this launch's; every configuration computes
+# the same values. Farther away, or where the nearest entry chose the unfused graph
+# (whose memory grows with the scores), the kernel is autotuned as before.
+NEAREST_STEPS = 1  # powers of two that the rows and keys of a nearest bucket may differ by
+
+
+def _bucket_extents(bucket: str) -> tuple[int, int, int] | None:
+    """(rows, keys, grid) of a bucket written by :func:`flashlight.tuning.size_bucket`."""
+    try:
+        parts = dict(part.strip().split(" ", 1) for part in bucket.split("|"))
+        return int(parts["rows"]), int(parts["keys"]), int(parts["grid"])
+    except (KeyError, ValueError):
+        return None
+
+
+def nearest_bucket(bucket: str, measured: list[str]) -> str | None:
+    """Of the ``measured`` buckets, the one fewest powers of two from ``bucket`` in rows,
+    keys and grid together whose rows and keys are within :data:`NEAREST_STEPS` powers of
+    two of its own, else None ([Note: the nearest tuned bucket])."""
+    target = _bucket_extents(bucket)
+    if target is None:
+        return None
+    steps = lambda a, b: abs(a.bit_length() - b.bit_length())  # noqa: E731 - powers of two apart
+    ranked = []
+    for other in measured:
+        extents = _bucket_extents(other)
+        if extents is None:
+            continue
+        rows, keys, grid = (steps(a, b) for a, b in zip(target, extents))
+        if rows <= NEAREST_STEPS and keys <= NEAREST_STEPS:
+            ranked.append((rows + keys + grid, rows + keys, other))
+    return min(ranked)[2] if ranked else None
 
 
 def entry_from_event(event: dict, **notes) -> dict:

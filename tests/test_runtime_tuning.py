@@ -288,8 +288,13 @@ def test_the_shipped_lookup_hits_misses_and_survives_bad_files(tmp_path):
     assert tuned_configs.lookup("NVIDIA H200", "3.6", "sig", bucket, path=path) == config
     assert tuned_configs.lookup("NVIDIA H200", "3.6", "other", bucket, path=path) == "eager"
     for gpu, version, other_bucket in (("NVIDIA B200", "3.6", bucket), ("NVIDIA H200", "3.5", bucket),
-                                       ("NVIDIA H200", "3.6", "rows 512 | keys 512 | grid 1024")):
+                                       ("NVIDIA H200", "3.6", "rows 1024 | keys 1024 | grid 1024"),
+                                       ("NVIDIA H200", "3.6", "rows 256 | keys 64 | grid 1024")):
         assert tuned_configs.lookup(gpu, version, "sig", other_bucket, path=path) is None
+    # a bucket within a factor of two in rows and keys takes the nearest measured
+    # configuration; the unfused graph's choice is never carried to other sizes
+    assert tuned_configs.lookup("NVIDIA H200", "3.6", "sig", "rows 512 | keys 512 | grid 4096", path=path) == config
+    assert tuned_configs.lookup("NVIDIA H200", "3.6", "other", "rows 512 | keys 512 | grid 1024", path=path) is None
     # the setting names the file; 0 switches the lookup off
     with settings.override(tuned_configs=path):
         assert tuned_configs.lookup("NVIDIA H200", "3.6", "sig", bucket) == config
@@ -308,11 +313,22 @@ def test_the_shipped_lookup_hits_misses_and_survives_bad_files(tmp_path):
         assert tuned_configs.lookup("NVIDIA H200", "3.6", "sig", bucket, path=path) is None
 
 
-def test_the_shipped_file_is_empty_of_entries_and_of_the_schema():
+def test_the_shipped_file_is_of_the_schema_with_valid_entries():
     with open(tuned_configs.SHIPPED) as f:
         shipped = json.load(f)
     assert shipped["schema"] == tuned_configs.SCHEMA and isinstance(shipped["entries"], list)
     assert all(tuned_configs.parse_choice(e.get("choice")) is not None for e in shipped["entries"])
+    assert all(tuned_configs._bucket_extents(e["bucket"]) is not None for e in shipped["entries"])
+
+
+def test_the_nearest_bucket_weighs_rows_keys_and_grid_alike():
+    measured = ["rows 256 | keys 256 | grid 8", "rows 512 | keys 512 | grid 2048", "rows 256 | keys 256 | grid 4096"]
+    nearest = lambda bucket: tuned_configs.nearest_bucket(bucket, measured)  # noqa: E731
+    assert nearest("rows 512 | keys 512 | grid 8") == measured[0]  # a small grid keeps small-grid tiles
+    assert nearest("rows 1024 | keys 1024 | grid 8192") == measured[1]
+    assert nearest("rows 128 | keys 128 | grid 4096") == measured[2]
+    assert nearest("rows 2048 | keys 2048 | grid 2048") is None  # rows and keys 4x away: autotuned
+    assert nearest("not a bucket") is None
 
 
 def test_a_first_launch_takes_the_tuning_cache_then_the_shipped_choice_then_autotunes(tmp_path, monkeypatch):
