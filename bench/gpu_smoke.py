@@ -23,6 +23,7 @@ from triton.testing import do_bench
 
 import flashlight
 from bench.variants import VARIANTS
+from bench.variants_base import as_outputs
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "tf32": torch.float32}
 
@@ -55,10 +56,10 @@ def run_case(variant, shape, dtype_name, peers: bool = True) -> dict:
     row["kernels"] = len(report.kernels)
     row["fallback_ops"] = [f"{op.name}: {op.reason}" for op in report.fallback_ops]
     compiled = flashlight.compile(variant.fn)
-    out = compiled(*args)
-    ref = variant.fn(*[a.double() if a.is_floating_point() else a for a in args])
-    row["max_abs_err"] = (out.double() - ref).abs().max().item()
-    row["finite"] = bool(torch.isfinite(out).all())
+    outs = as_outputs(compiled(*args))
+    refs = as_outputs(variant.fn(*[a.double() if a.is_floating_point() else a for a in args]))
+    row["max_abs_err"] = max((o.double() - r).abs().max().item() for o, r in zip(outs, refs, strict=True))
+    row["finite"] = all(bool(torch.isfinite(o).all()) for o in outs)
     row["flashlight_ms"] = _time(compiled, *args)
     row["tflops"] = variant.flops(shape) / row["flashlight_ms"] / 1e9
     if not peers:

@@ -1,6 +1,6 @@
 """Kernel benchmarks: every catalog variant, forward, Flashlight against its peers.
 
-    python -m bench.kernels [--variants all|evoformer|lm|a,b] [--dtypes bf16,tf32,fp32]
+    python -m bench.kernels [--variants all|evoformer|lm|general|a,b] [--dtypes bf16,tf32,fp32]
                             [--shapes all|default|0,2] [--impls ...] [--max-minutes 9]
                             [--out bench/results/kernels_<part>.json]
 
@@ -70,7 +70,8 @@ CSV_FIELDS = (
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--variants", default="all", help="all, evoformer, core, lm, or names separated by commas")
+    p.add_argument("--variants", default="all",
+                   help="all, evoformer, core, lm, general, or names separated by commas")
     p.add_argument("--dtypes", default=None, help="bf16,tf32,fp32 (default: all three; fp32 with --smoke)")
     p.add_argument("--shapes", default=None,
                    help="all (bench_shapes), default (the small default_shape), or indices into bench_shapes: 0,2")
@@ -214,12 +215,22 @@ def reference(variant, args):
 # ---------------------------------------------------------------------------- one cell
 
 
+def _errors(out, ref) -> tuple[float, float, int]:
+    """Max abs error of ``out`` against ``ref`` (float64), relative to max |ref|, and the
+    count of non-finite values of ``out``."""
+    import torch
+
+    diff = (out.double() - ref).abs().max()
+    return float(diff), float(diff / ref.abs().max().clamp_min(1e-300)), int((~torch.isfinite(out)).sum())
+
+
 def run_cell(fn: Callable, args: tuple, ref, ctx: dict, deadline, timeout_s: float, report=None) -> dict:
     """Measure ``fn(*args)``; returns the cell's measured fields (status included)."""
     import torch
 
     from bench.common import (TimeUp, bench_ms, is_fatal_cuda_error, is_oom, roofline_floor_ms,
                               short_error, synchronize, tensor_bytes)
+    from bench.variants_base import as_outputs
 
     device = ctx["device"]
     cuda = device == "cuda"
@@ -238,19 +249,17 @@ def run_cell(fn: Callable, args: tuple, ref, ctx: dict, deadline, timeout_s: flo
             out = fn(*args)
             synchronize(device)
             rec["first_call_s"] = round(time.perf_counter() - t0, 3)
-            if isinstance(out, (tuple, list)):
-                out = out[0]
+            outs = as_outputs(out)  # every output (an attention and its row log-sum-exp)
             if report is not None:
                 rec["kernels"] = len(report.kernels) - n_kernels
                 rec["fallback_ops"] = sorted({op.name for op in report.fallback_ops[n_fallback:]})
             if ref is not None:
-                diff = (out.double() - ref).abs()
-                rec["max_abs_err"] = float(diff.max())
-                rec["max_rel_err"] = float(diff.max() / ref.abs().max().clamp_min(1e-300))
-                rec["nonfinite"] = int((~torch.isfinite(out)).sum())
-                del diff
-            out_bytes = out.numel() * out.element_size()
-            del out
+                errors = [_errors(o, r) for o, r in zip(outs, as_outputs(ref), strict=True)]
+                rec["max_abs_err"] = max(e[0] for e in errors)
+                rec["max_rel_err"] = max(e[1] for e in errors)  # each output against its own scale
+                rec["nonfinite"] = sum(e[2] for e in errors)
+            out_bytes = sum(o.numel() * o.element_size() for o in outs)
+            del out, outs
             if cuda:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
@@ -325,7 +334,9 @@ def _configs_label(configs: list | None) -> str:
 
 def _select(args, variants_all: dict) -> tuple[list, list[str], list[str]]:
     from bench.common import DTYPES
+    from bench.variants_general import GENERAL_VARIANTS  # imported after TRITON_INTERPRET is set
 
+    general = tuple(v.name for v in GENERAL_VARIANTS)
     spec = args.variants
     if spec == "all":
         names = list(variants_all)
@@ -333,8 +344,10 @@ def _select(args, variants_all: dict) -> tuple[list, list[str], list[str]]:
         names = [n for n in variants_all if n in EVOFORMER]
     elif spec == "core":
         names = [n for n in variants_all if n in CORE]
+    elif spec == "general":
+        names = [n for n in variants_all if n in general]
     elif spec == "lm":
-        names = [n for n in variants_all if n not in EVOFORMER + CORE]
+        names = [n for n in variants_all if n not in EVOFORMER + CORE + general]
     else:
         names = [n.strip() for n in spec.split(",") if n.strip()]
     unknown = [n for n in names if n not in variants_all]

@@ -465,7 +465,7 @@ def build_report(latest: dict, kruns: list[dict], evo: list[dict], eruns: list[d
               "Forward pass only, median milliseconds of `triton.testing.do_bench`; **bold**: fastest; "
               "\"FL vs best peer\" > 1 means Flashlight is faster than every other implementation measured. "
               "Each implementation computes the whole variant as written in the catalog (`bench/variants_lm.py`, "
-              "`bench/variants_lm_masked.py`, `bench/variants_evoformer.py`) "
+              "`bench/variants_lm_masked.py`, `bench/variants_evoformer.py`, `bench/variants_general.py`) "
               "(for the Evoformer attentions: both biases, softmax, `@ v` and the sigmoid gate). "
               "\"floor\": the roofline lower bound from the measured copy bandwidth and matmul rate; "
               "errors are against float64 eager; \"–\": not measured or not applicable; \"absent\": "

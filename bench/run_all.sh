@@ -31,10 +31,11 @@ mkdir -p "$R"
 K="$PY -m bench.kernels --max-minutes 9"
 E="$PY -m bench.evoformer --max-minutes 9"
 # name | command. Ordered by what matters most if GPU time runs short: the product path
-# of the fold-speed claims (flashlight-fold --compare, cold and warm caches), the shipped
-# tuned choices, the like-for-like attention core, DeepSpeed's DS4Sci (its op's build is
-# a part of its own: about 9 minutes), then the rest; below them, the parts measured
-# before (done).
+# of the fold-speed claims (flashlight-fold --compare, cold and warm caches), the variants
+# of bench/variants_general.py (several outputs, rotary, a relative-position table, global
+# column attention) against their peers, the shipped tuned choices, the like-for-like
+# attention core, DeepSpeed's DS4Sci (its op's build is a part of its own: about 9
+# minutes), then the rest; below them, the parts measured before (done).
 # Parts writing to their own file re-measure cells of an earlier part after a compiler
 # change (the report keeps the newest cell of each implementation): the masked LM
 # variants after full-tile loops (and ALiBi's tile skipping) and again after the coarse
@@ -43,6 +44,7 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # cell, torch.compile's the longest), so Flashlight's is measured before torch.compile's.
 PARTS=(
     "fold-product|$PY -m bench.fold_product --max-minutes 9 --out $R/fold_product.json"
+    "kernels-general|$K --variants attention_lse,rotary,relative_bias,global_column --shapes all --dtypes bf16 --impls flashlight,eager,torch_compile,flex,sdpa --out $R/kernels_general.json"
     "training-kernels|$PY -m bench.training --dtypes bf16 --out $R/training.json"
     "training-step|$PY -m bench.training_step --out $R/training_step.json"
     "training-profile|$PY -m bench.training_profile --out $R/training_step_profile.json"

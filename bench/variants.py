@@ -21,7 +21,11 @@ Each :class:`Variant` bundles
 Shape dict keys: ``B`` batch, ``H`` heads (``Hkv`` key/value heads), ``L`` sequence length,
 ``Lq``/``Lkv`` query/key lengths, ``D`` query/key head dim, ``Dv`` value head dim,
 ``P`` prefix length, ``n_docs`` documents per packed sequence; Evoformer: ``S`` MSA
-sequences, ``L`` residues, ``N`` residues of the pair representation, ``c`` head dim.
+sequences, ``L`` residues, ``N`` residues of the pair representation, ``c`` head dim;
+global column attention: ``R`` residues (columns), ``C`` the MSA channels.
+
+A variant may return several tensors (``attention_lse``: the output and the row
+log-sum-exp); :func:`bench.variants_base.as_outputs` gives any result as a tuple.
 
 Tensor shapes are noted as ``# [B, H, L, D]``. ``fn`` must accept inputs in any dtype
 (the tests evaluate it in float64 as the reference), so constants it creates either
@@ -32,8 +36,11 @@ from __future__ import annotations
 from bench.variants_base import Variant, sdpa_any_batch
 from bench.variants_core import CORE_VARIANTS
 from bench.variants_evoformer import EVOFORMER_VARIANTS
+from bench.variants_general import GENERAL_VARIANTS
 from bench.variants_lm import LM_VARIANTS
 
 __all__ = ["VARIANTS", "Variant", "sdpa_any_batch"]
 
-VARIANTS: dict[str, Variant] = {v.name: v for v in (*LM_VARIANTS, *EVOFORMER_VARIANTS, *CORE_VARIANTS)}
+VARIANTS: dict[str, Variant] = {
+    v.name: v for v in (*LM_VARIANTS, *EVOFORMER_VARIANTS, *CORE_VARIANTS, *GENERAL_VARIANTS)
+}

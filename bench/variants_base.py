@@ -23,6 +23,12 @@ class Variant:
     sdpa: Callable | None = None
 
 
+def as_outputs(result) -> tuple[torch.Tensor, ...]:
+    """A variant's result as a tuple of tensors (one, or several: an output and its
+    row log-sum-exp)."""
+    return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+
 # ----------------------------------------------------------------------------------------
 # Random inputs
 # ----------------------------------------------------------------------------------------

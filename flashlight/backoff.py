@@ -1,13 +1,13 @@
 """The back-off search: which fused producers to keep separate so every kernel compiles.
 
 Fusion inlines every producer it can; a fused nest may then fail to become one online
-kernel, fail to tile, or compile into a kernel that repeats its loop's work in every
-program along a grid dim. :func:`search` then keeps producers separate (materialized),
-one decision per round, and compiles again, until every fused nest is a kernel or is
-left to PyTorch with the reason (see [Note: demotion legality] in
-:mod:`flashlight.passes.fusion`). Kernels whose loops then coincide (the attention output
-and its row log-sum-exp) become one kernel with several outputs ([Note: several outputs]
-in :mod:`flashlight.passes.outputs`).
+kernel, fail to tile, or compile into a kernel that repeats its loop's work, or computes
+a reduction again, in every program along a grid dim. :func:`search` then keeps
+producers separate (materialized), one decision per round, and compiles again, until
+every fused nest is a kernel or is left to PyTorch with the reason (see [Note: demotion
+legality] in :mod:`flashlight.passes.fusion`). Kernels whose loops then coincide (the
+attention output and its row log-sum-exp) become one kernel with several outputs
+([Note: several outputs] in :mod:`flashlight.passes.outputs`).
 
 Inputs: the lowered graph and a :class:`Compiler` that runs the pipeline's passes (the
 graph passes on a whole graph, the kernel passes on one nest); trials run it quietly
@@ -119,6 +119,11 @@ def _round(s: _Search, base: Graph, graph: Graph) -> tuple[Plan, frozenset[str]]
         cuts = _relieving_cuts(s, base, nest, kernels[node])
         if cuts:
             s.log("backoff", f"{node}: repeats its loop's work across its grid; "
+                             f"keeping {', '.join(sorted(cuts))} separate")
+            return Plan(kernels, rejected, graph), cuts
+        cuts = _sharing_cut(s, base, nest, kernels[node])
+        if cuts:
+            s.log("backoff", f"{node}: computes a reduction again in every program along a grid dim; "
                              f"keeping {', '.join(sorted(cuts))} separate")
             return Plan(kernels, rejected, graph), cuts
     return Plan(kernels, rejected, graph), frozenset()
@@ -249,22 +254,28 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str]) 
     earliest candidate that becomes a kernel itself: an output projection after the
     attention then runs as PyTorch's matmul on the attention kernel's output (the rest
     is examined again on the next round). Last, a rescue whose kernel recomputes
-    reductions across its grid (:func:`recomputes_across_grid`). See
-    [Note: demotion legality] in :mod:`flashlight.passes.fusion`.
+    reductions across its grid (:func:`recomputes_across_grid`), which the next round
+    may relieve (:func:`_relieving_cuts`), and after it a rescue that materializes a
+    matrix over the kernel's rows and keys (:func:`_rows_by_keys`): the scores of an
+    attention whose query is itself a reduction over the keys (a masked mean over the
+    sequences, as global attention pools it) are never the cut while cutting the pooled
+    query is possible. See [Note: demotion legality] in :mod:`flashlight.passes.fusion`.
     """
-    trials, wasteful = [], []
+    trials, wasteful, matrices = [], [], []
     for candidate in candidates:
         graph = s.trial(base, {candidate})
         rescued = s.attempt(graph, failed.name)
-        if rescued and not recomputes_across_grid(rescued):
+        if rescued and _rows_by_keys(rescued.kernel, s.node_of_nest[candidate]):
+            matrices.append(candidate)
+        elif rescued and not recomputes_across_grid(rescued):
             return candidate
-        if rescued:
+        elif rescued:
             wasteful.append(candidate)
         trials.append((candidate, graph))
     for candidate, graph in trials:
-        if s.attempt(graph, candidate):
+        if candidate not in matrices and s.attempt(graph, candidate):
             return candidate
-    return wasteful[0] if wasteful else None
+    return next(iter(wasteful + matrices), None)
 
 
 def _row_dims(kernel: Kernel) -> list[Dim]:
@@ -288,6 +299,18 @@ def _read_along_loop_only(kernel: Kernel, tensor: str, row: Dim) -> bool:
     return bool(reads) and all(read & loop_dims and row not in read for read in reads)
 
 
+def _rows_by_keys(kernel: Kernel, tensor: str) -> bool:
+    """Whether ``kernel`` reads ``tensor`` inside its loop along the loop dim and along
+    every row dim its loop reductions share: a matrix over rows and keys (the scores, a
+    distance matrix), which a fused kernel keeps in registers, not a key-side value or
+    a bias shared by some rows (a mask per batch row, a pair bias shared by MSA rows)."""
+    loop_dims = {red.dim for red in kernel.loop}
+    rows = set(_row_dims(kernel))
+    reads = [free_dims(node) for red in kernel.loop for e in red.exprs() for node in walk(e)
+             if isinstance(node, Load) and node.base == tensor]
+    return bool(rows) and any(read & loop_dims and rows <= read for read in reads)
+
+
 def _online_with(s: _Search, base: Graph, cut: str, name: str) -> Kernel | None:
     """The online form of nest ``name`` once ``cut`` is kept separate too, or None."""
     nest = next((n for n in s.trial(base, {cut}).nests if n.name == name), None)
@@ -309,6 +332,9 @@ def _relieving_cuts(s: _Search, base: Graph, nest: Nest, tiled: TiledKernel) -> 
     together; they are taken if the kernel then repeats nothing. A producer read along
     both the row and the loop (the scores, a distance matrix) is never one of them, so no
     ``rows x keys`` matrix is materialized that the kernel kept in registers.
+
+    Else, where the loop itself is free of a grid dim (:func:`_broadcast_loop_cut`),
+    the producer computing the loop's value is kept separate.
     """
     if not repeats_loop_work(tiled):
         return frozenset()
@@ -321,6 +347,55 @@ def _relieving_cuts(s: _Search, base: Graph, nest: Nest, tiled: TiledKernel) -> 
         relieved = s.attempt(s.trial(base, cuts), nest.name)
         if relieved and not repeats_loop_work(relieved):
             return cuts
+    return _broadcast_loop_cut(s, base, nest, tiled)
+
+
+def _broadcast_loop_cut(s: _Search, base: Graph, nest: Nest, tiled: TiledKernel) -> frozenset[str]:
+    """For a kernel whose loop reductions are free of one of its grid dims with several
+    programs: its epilogue broadcasts the loop's value along that dim (an attention
+    output, per column, times a gate per sequence of the column), so every program
+    along it runs the whole loop again. The latest reduction producer that the fused
+    nest then reads outside its reductions only, free of those dims, and whose cut
+    leaves a nest that repeats nothing (or only elementwise work, left to PyTorch), is
+    kept separate: the loop runs once per value, as its own kernel, and the broadcast
+    reads its result. A value read inside a reduction (the scores, a distance matrix
+    the loop runs over) is never the cut."""
+    grid = _spread_grid(tiled)
+    repeated = frozenset(d for loop in tiled.kernel.loop for d in grid - free_dims(loop.body))
+    if not repeated:
+        return frozenset()
+    for candidate in reversed(s.candidates(nest, base.separate)):
+        graph = s.trial(base, {candidate})
+        fused = next((n for n in graph.nests if n.name == nest.name), None)
+        if fused is None:
+            continue
+        tensor = s.node_of_nest[candidate]
+        reads = [free_dims(node) for node in walk(fused.body) if isinstance(node, Load) and node.base == tensor]
+        inside = [node for red in walk(fused.body) if isinstance(red, Reduce) for node in walk(red.body)
+                  if isinstance(node, Load) and node.base == tensor]
+        if not reads or inside or any(read & repeated for read in reads):
+            continue
+        relieved = s.attempt(graph, nest.name)
+        if relieved is None or (relieved and not repeats_loop_work(relieved)) or (
+                relieved is False and not contains(fused.body, Reduce)):
+            return frozenset({candidate})
+    return frozenset()
+
+
+def _sharing_cut(s: _Search, base: Graph, nest: Nest, tiled: TiledKernel) -> frozenset[str]:
+    """For a kernel that computes a reduction again in every program along a grid dim
+    (:func:`recomputes_across_grid`) but repeats no loop work: the earliest reduction
+    producer whose cut leaves a kernel that computes nothing again, or nothing. A masked
+    mean over the sequences, pooled into the query of every head in a kernel with a
+    program per head, is then computed once per column and read by each head. A cut read
+    inside the loop along its rows and keys (:func:`_rows_by_keys`) is never taken."""
+    if not recomputes_across_grid(tiled) or repeats_loop_work(tiled):
+        return frozenset()
+    for candidate in s.candidates(nest, base.separate):
+        relieved = s.attempt(s.trial(base, {candidate}), nest.name)
+        if (relieved and not recomputes_across_grid(relieved) and not repeats_loop_work(relieved)
+                and not _rows_by_keys(relieved.kernel, s.node_of_nest[candidate])):
+            return frozenset({candidate})
     return frozenset()
 
 

@@ -1,7 +1,8 @@
 """Helpers shared by the compiler's test files (import them from here, not from another
 test file): capturing the ATen graph the backend sees, seeded random inputs, the
-attention every stage is tested on, checks against float64 eager, and the plan the
-pipeline makes for a function.
+attention every stage is tested on, checks against float64 eager, the plan the
+pipeline makes for a function, and the ATen operations a compiled function still runs
+outside its kernels (the profiler's view).
 
 Tests by pipeline stage (see the README's compiler section for the stages):
 
@@ -17,7 +18,8 @@ Tests by pipeline stage (see the README's compiler section for the stages):
 - the whole compiler over the catalog: ``test_variants.py``, ``test_properties.py``;
 - generality: several outputs of one loop (``passes/outputs.py``): ``test_multi_output.py``;
   gathers, slices and concatenations (``lower_gather.py``): ``test_gathers.py``,
-  ``test_reindexing.py``; eager's dtypes and errors: ``test_eager_semantics.py``; graphs
+  ``test_reindexing.py``; reductions over other dims feeding the attention (a pooled
+  query, OpenFold's global attention written whole): ``test_global_pooled_query.py``; eager's dtypes and errors: ``test_eager_semantics.py``; graphs
   of symbolic sizes and constant folding: ``test_symbolic_sizes.py``;
 - backend, runtime and tuning: ``test_backend.py``, ``test_runtime*.py``;
 - training (the backward graph, what the forward saves, serial loops): ``test_backward.py``.
@@ -68,6 +70,25 @@ def matches_float64(fn, args):
     ref = fn(*(a.double() for a in args))
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+# ATen operations that only allocate, copy or view memory: all that calling compiled
+# Flashlight kernels may run besides them (the Triton interpreter copies its arguments)
+LAYOUT_OPS = frozenset(f"aten::{op}" for op in (
+    "empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "set_", "copy_", "clone",
+    "contiguous", "lift_fresh", "detach", "alias", "view", "_unsafe_view", "reshape", "_reshape_alias",
+    "as_strided", "expand", "permute", "transpose", "t", "unsqueeze", "squeeze", "resolve_conj", "resolve_neg",
+))  # not casts (``_to_copy``): a dtype conversion left outside is work the kernel should do
+
+
+def aten_outside_kernels(fn, args) -> list[str]:
+    """The ATen operations other than allocations, copies and views (:data:`LAYOUT_OPS`)
+    that one call ``fn(*args)`` runs, seen by the profiler (independently of
+    ``explain()``): arithmetic, lookups, slicing or concatenation left outside the
+    kernels. Call it after a first call, so that compiling is not profiled."""
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn(*args)
+    return sorted({e.name for e in prof.events() if e.name.startswith("aten::") and e.name not in LAYOUT_OPS})
 
 
 def plan_of(fn, args):

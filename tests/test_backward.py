@@ -13,6 +13,7 @@ import torch
 
 import flashlight
 from bench.variants import VARIANTS
+from bench.variants_base import as_outputs
 from flashlight.report import ExplainReport
 
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
@@ -48,7 +49,8 @@ def _differentiable(args):
 
 def _gradients(fn, args, grad_out, compiled: bool, report: ExplainReport | None = None):
     """``fn(*args)`` and the gradients of ``(fn(*args) * grad_out).sum()`` for every
-    input that requires them, and the numbers of elements autograd saved."""
+    input that requires them (summed over the outputs, with a gradient each, where ``fn``
+    returns several), and the numbers of elements autograd saved."""
     saved: list[int] = []
 
     def pack(t):
@@ -58,7 +60,8 @@ def _gradients(fn, args, grad_out, compiled: bool, report: ExplainReport | None 
     run = torch.compile(fn, backend=flashlight.backend.make_backend(report=report)) if compiled else fn
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = run(*args)
-    grads = torch.autograd.grad(out, _differentiable(args), grad_out.to(out.dtype))
+    grads = torch.autograd.grad(as_outputs(out), _differentiable(args),
+                                [g.to(o.dtype) for o, g in zip(as_outputs(out), as_outputs(grad_out), strict=True)])
     return out, grads, saved
 
 
@@ -74,13 +77,14 @@ def _check_variant(name, gen, dtype=torch.float32):
     inputs = v.make_inputs(_small_shape(name), torch.float32, "cpu", gen)
     args = _leaves(inputs, dtype)
     reference = [x.detach().double().requires_grad_() if torch.is_tensor(x) and x.requires_grad else x for x in args]
-    want_out = v.fn(*reference)
-    grad_out = torch.randn(want_out.shape, generator=gen, dtype=torch.float64)
+    want_out = as_outputs(v.fn(*reference))
+    grad_out = tuple(torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in want_out)
     torch.compiler.reset()
     report = ExplainReport()
     out, grads, saved = _gradients(v.fn, args, grad_out, compiled=True, report=report)
     want = torch.autograd.grad(want_out, _differentiable(reference), grad_out)
-    _assert_close(out, want_out, dtype, f"{name} output")
+    for n, (got, exact) in enumerate(zip(as_outputs(out), want_out, strict=True)):
+        _assert_close(got, exact, dtype, f"{name} output {n}")
     for k, (got, exact) in enumerate(zip(grads, want)):
         _assert_close(got, exact, dtype, f"{name} gradient of input {k}")
     torch.compiler.reset()
@@ -88,7 +92,7 @@ def _check_variant(name, gen, dtype=torch.float32):
 
 
 def _largest_input_or_output(args, out) -> int:
-    return max([out.numel()] + [x.numel() for x in args if torch.is_tensor(x)])
+    return max([o.numel() for o in as_outputs(out)] + [x.numel() for x in args if torch.is_tensor(x)])
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))

@@ -346,8 +346,8 @@ def test_run_all_lists_the_new_parts_first():
     listed = subprocess.run(["bash", "bench/run_all.sh", "--list"], cwd=root, capture_output=True, text=True,
                             check=True).stdout.split("\n")
     names = [line.split()[0] for line in listed if line.strip()]
-    assert names[:7] == ["fold-product", "training-kernels", "training-step", "training-profile", "tune-configs",
-                         "kernels-core", "ds4sci-build"]
+    assert names[:8] == ["fold-product", "kernels-general", "training-kernels", "training-step", "training-profile",
+                         "tune-configs", "kernels-core", "ds4sci-build"]
     for part in ("kernels-ds4sci", "fold-noise", "evoformer-peers-256", "fidelity", "long-chain",
                  "kernels-flex-flash"):
         assert part in names

@@ -72,6 +72,31 @@ def test_kernels_smoke_records_resumes_and_reports(tmp_path):
     assert readme.read_text().count(report.BEGIN) == 1
 
 
+def test_kernels_measures_several_outputs_and_whole_modules(tmp_path):
+    """A variant returning its output and log-sum-exp is checked on both against float64;
+    the global column attention (a module with projections) runs with its attention in a
+    Flashlight kernel; ``--variants general`` names the variants of bench/variants_general.py."""
+    from bench.variants_general import GENERAL_VARIANTS
+
+    out = tmp_path / "kernels_general_smoke.json"
+    assert kernels.main(["--device", "cpu", "--smoke", "--quiet", "--variants", "attention_lse,global_column",
+                         "--impls", "eager,flashlight", "--out", str(out)]) == kernels.EXIT_COMPLETE
+    cells = {(c["variant"], c["impl"]): c for c in json.loads(out.read_text())["cells"]}
+    assert len(cells) == 4
+    for cell in cells.values():
+        assert cell["status"] == "ok", cell
+        assert cell["max_rel_err"] < 1e-4 and cell["nonfinite"] == 0, cell
+    assert cells[("attention_lse", "flashlight")]["kernels"] == 1
+    assert cells[("global_column", "flashlight")]["kernels"] >= 1
+    args = kernels.parse_args(["--variants", "general"])
+    from bench.variants import VARIANTS
+
+    names = [v.name for v in kernels._select(args, VARIANTS)[0]]
+    assert names == [v.name for v in GENERAL_VARIANTS]
+    lm = [v.name for v in kernels._select(kernels.parse_args(["--variants", "lm"]), VARIANTS)[0]]
+    assert not set(lm) & set(names)
+
+
 def test_kernels_stops_on_time_budget(tmp_path):
     # no time for any cell: the run records itself, measures nothing and says "incomplete"
     assert _kernels(tmp_path, "--max-minutes", "0.01", "--impls", "eager") == kernels.EXIT_INCOMPLETE
@@ -121,6 +146,7 @@ def test_peer_formulations_compute_the_variant(impl):
     import torch
 
     from bench.variants import VARIANTS
+    from bench.variants_base import as_outputs
 
     checked = 0
     for name, v in VARIANTS.items():
@@ -129,11 +155,13 @@ def test_peer_formulations_compute_the_variant(impl):
             continue
         gen = torch.Generator().manual_seed(1)
         args = v.make_inputs(v.default_shape, torch.float32, "cpu", gen)
-        ref = kernels.reference(v, args)
-        got = peer(*args)
-        assert got.shape == ref.shape, name
-        assert torch.isfinite(got).all(), name
-        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+        refs = as_outputs(kernels.reference(v, args))
+        gots = as_outputs(peer(*args))  # every output: an attention and its log-sum-exp too
+        assert len(gots) == len(refs), name
+        for got, ref in zip(gots, refs):
+            assert got.shape == ref.shape, name
+            assert torch.isfinite(got).all(), name
+            torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
         checked += 1
     assert checked >= 12
 
