@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from flashlight.integrations import openfold_core
+from flashlight.integrations import openfold_choice, openfold_core
 
 _STATE_ATTR = "_flashlight_openfold"
 
@@ -386,13 +386,21 @@ def _patched_forward(self, q_x, kv_x, biases=None, *args, **kwargs):
             _warn_once("fallback:biases", _FALLBACK_MESSAGES["biases"])
             return _stock_forward(self, q_x, kv_x, biases[:-1] or None, flags=flags)
 
-    fn, core_args = core_call(self, q_x, kv_x, biases, compiled=not tracing)
-    # [*, Q, H, C]
-    o = fn(*core_args)
-    # [*, Q, H * C]
-    o = o.reshape(o.shape[:-2] + (-1,))
-    # [*, Q, C_q]
-    return self.linear_o(o)
+    def patched():
+        fn, core_args = core_call(self, q_x, kv_x, biases, compiled=not tracing)
+        # [*, Q, H, C]
+        o = fn(*core_args)
+        # [*, Q, C_q] from [*, Q, H * C]
+        return self.linear_o(o.reshape(o.shape[:-2] + (-1,)))
+
+    if tracing or use_flash or q_x.device.type not in openfold_choice.TIMED_DEVICES \
+            or records_grad(self, [q_x, kv_x, *biases]):
+        return patched()
+    # [Note: the faster of stock and patched attention] in openfold_choice
+    key = (state.kind, self.no_heads, getattr(self, "c_hidden", None), q_x.dtype, q_x.device, q_x.is_contiguous(),
+           tuple(q_x.shape), tuple(kv_x.shape), q_x is kv_x, tuple((tuple(b.shape), b.stride()) for b in biases))
+    return openfold_choice.run(key, openfold_choice.scores(q_x, kv_x, self.no_heads), patched,
+                               lambda: _stock_forward(self, q_x, kv_x, biases or None, flags=flags))
 
 
 def core_call(attention, q_x, kv_x, biases, *, compiled: bool = False):

@@ -104,6 +104,15 @@ def _environment(device: torch.device, tf32: bool) -> dict:
     }
 
 
+def _attention_choices() -> list:
+    """The patched attention calls timed against stock so far (their keys, seconds per
+    call and the variant kept), or [] where OpenFold's patch was never imported."""
+    import sys
+
+    choice = sys.modules.get("flashlight.integrations.openfold_choice")
+    return [dict(t) for t in choice.TIMINGS] if choice is not None else []
+
+
 def _flashlight_unusable(device: torch.device) -> Optional[str]:
     """Why Flashlight kernels cannot run on ``device``, or None when they can."""
     if device.type == "cuda":
@@ -434,6 +443,9 @@ class Folder:
             },
             "model": {**self.info.to_json(), "label": self.info.label()},
             "flashlight": self.status.to_json(),
+            # small attention calls timed against stock in this process, and what each kept
+            # ([Note: the faster of stock and patched attention])
+            "attention_choices": _attention_choices(),
             "timer": timer_method,
             "environment": self.environment,
             "warmup_runs": self._warmup_plan()[0],

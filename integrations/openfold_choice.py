@@ -1,0 +1,94 @@
+"""Stock or kernel for one patched OpenFold attention call, chosen by measurement.
+
+[Note: the faster of stock and patched attention]
+A patched attention call costs the host a fixed amount more than OpenFold's own: its
+compiled core goes through Dynamo's guard, AOTAutograd's wrapper, the launcher and
+Triton's launch, where stock makes a few ATen calls. When a call computes few scores,
+both are bound by the host, and that fixed cost decides: on an H200 the MSA row attention
+of a single-sequence record (one sequence, 256 residues, 8 heads) took 0.70 ms per call
+patched against 0.50 ms stock, while its column and triangle attentions were faster
+patched (``bench/results/module_host_single_sequence.json``). A kernel that loses to the
+code it replaces is a bug, and a threshold on sizes would be a guess per GPU and host, so
+small calls are measured instead: the first call of each shape whose scores
+(batch x heads x queries x keys) number at most :data:`SMALL_SCORES` times the patched and
+the stock call back to back between two synchronisations (the cost of a call in a
+pipelined pass, whichever of host or device bounds it) and keeps stock for that shape
+only when it is clearly faster (:data:`MARGIN`). The choice is shared by every module
+of the same signature (the 48 Evoformer blocks time once). Larger calls always run the
+kernel: stock would materialize their scores, and there the kernel is several times
+faster. Only CUDA calls outside autograd are timed; elsewhere the kernel runs as before.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Hashable
+
+import torch
+
+SMALL_SCORES = 1 << 22  # batch x heads x queries x keys up to which a call is timed
+MARGIN = 0.9  # stock is kept where it takes at most this fraction of the patched call's time
+CALLS, ROUNDS = 5, 3  # back-to-back calls per timing, timings per variant (the best counts)
+TIMED_DEVICES = ("cuda",)  # device types whose small calls are timed
+
+_choices: dict[Hashable, str] = {}  # call key -> "stock" or "kernel"
+_lock = threading.Lock()
+TIMINGS: list[dict] = []  # every measurement made, for reports and tests
+
+
+def per_call_s(fn: Callable[[], object]) -> float:
+    """Seconds per call of ``fn`` in back-to-back calls on the current CUDA device (best
+    of :data:`ROUNDS` runs of :data:`CALLS` calls)."""
+    best = float("inf")
+    for _ in range(ROUNDS):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - start) / CALLS)
+    return best
+
+
+def scores(q_x: torch.Tensor, kv_x: torch.Tensor, heads: int) -> int:
+    """Scores one call computes: batch x heads x queries x keys (``q_x``: ``[*, Q, C]``)."""
+    batch = 1
+    for size in q_x.shape[:-2]:
+        batch *= int(size)
+    return batch * heads * int(q_x.shape[-2]) * int(kv_x.shape[-2])
+
+
+def run(key: Hashable, n_scores: int, patched: Callable[[], torch.Tensor],
+        stock: Callable[[], torch.Tensor], timer: Callable | None = None) -> torch.Tensor:
+    """The output of ``patched()`` or ``stock()`` for a call of ``key`` (its signature and
+    shapes), whichever was measured faster for it ([Note: the faster of stock and patched
+    attention]); calls with more than :data:`SMALL_SCORES` scores run ``patched``."""
+    if n_scores > SMALL_SCORES:
+        return patched()
+    choice = _choices.get(key)
+    if choice == "stock":
+        return stock()
+    if choice == "kernel":
+        return patched()
+    out = patched()  # compiles the kernel, so the timing below is of a warm call
+    timer = timer or per_call_s
+    kernel_s, stock_s = timer(patched), timer(stock)
+    choice = "stock" if stock_s <= MARGIN * kernel_s else "kernel"
+    with _lock:
+        _choices[key] = choice
+        TIMINGS.append({"key": repr(key), "scores": n_scores, "kernel_s": kernel_s, "stock_s": stock_s,
+                        "choice": choice})
+    return out
+
+
+def choices() -> dict[Hashable, str]:
+    """Call key -> the variant chosen for it so far."""
+    with _lock:
+        return dict(_choices)
+
+
+def clear() -> None:
+    """Forget every choice (the next small call of each shape is timed again)."""
+    with _lock:
+        _choices.clear()
+        TIMINGS.clear()
