@@ -71,13 +71,15 @@ def _attention_lse_flex(q, k, v):
 ROPE_BASE = 10000.0
 
 
+def rotate_half(x):
+    # [..., D] -> [..., D]: the halves of the last dim swapped, the new first half negated
+    x1, x2 = x.chunk(2, dim=-1)  # [..., D / 2] each
+    return torch.cat((-x2, x1), dim=-1)
+
+
 def rotary(q, k, v, cos, sin):
     # q, k, v: [B, H, L, D]; cos, sin: [L, D], the angle of each position and frequency,
     # each frequency twice (both halves), as LLaMA's rotary embedding module returns them
-    def rotate_half(x):
-        x1, x2 = x.chunk(2, dim=-1)  # [B, H, L, D / 2] each
-        return torch.cat((-x2, x1), dim=-1)
-
     q = q * cos + rotate_half(q) * sin
     k = k * cos + rotate_half(k) * sin
     L = q.shape[-2]
@@ -98,10 +100,7 @@ def _rotary_inputs(shape, dtype, device, generator):
 
 def _rotated(q, k, cos, sin):
     """q and k rotated in PyTorch (what a Flex or SDPA user runs before the call)."""
-    half = q.shape[-1] // 2
-    q_rot = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
-    k_rot = torch.cat((-k[..., half:], k[..., :half]), dim=-1)
-    return q * cos + q_rot * sin, k * cos + k_rot * sin
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
 def _rotary_flex(q, k, v, cos, sin):
@@ -120,14 +119,16 @@ def _rotary_sdpa(q, k, v, cos, sin):
 MAX_DISTANCE = 32  # distances beyond it share the last bucket on their side
 
 
+def clamped_distance(L: int, max_distance: int, device):
+    # [L, L]: key position minus query position, clamped to +-max_distance, as a table index
+    pos = torch.arange(L, device=device)
+    return (pos[None, :] - pos[:, None]).clamp(-max_distance, max_distance) + max_distance
+
+
 def relative_bias(q, k, v, table):
     # q, k, v: [B, H, L, D]; table: [H, 2 * 32 + 1], a learned bias per head and clamped
     # distance (key position minus query position), bidirectional
-    max_distance = (table.shape[-1] - 1) // 2
-    L = q.shape[-2]
-    pos = torch.arange(L, device=q.device)
-    bucket = (pos[None, :] - pos[:, None]).clamp(-max_distance, max_distance) + max_distance  # [L, L]
-    bias = table[:, bucket]  # [H, L, L]
+    bias = table[:, clamped_distance(q.shape[-2], (table.shape[-1] - 1) // 2, q.device)]  # [H, L, L]
     s = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5 + bias
     return torch.softmax(s, dim=-1) @ v
 
@@ -147,9 +148,7 @@ def _relative_flex(q, k, v, table):
 
 
 def _relative_sdpa(q, k, v, table):
-    L = q.shape[-2]
-    pos = torch.arange(L, device=q.device)
-    bucket = (pos[None, :] - pos[:, None]).clamp(-MAX_DISTANCE, MAX_DISTANCE) + MAX_DISTANCE  # [L, L]
+    bucket = clamped_distance(q.shape[-2], MAX_DISTANCE, q.device)  # [L, L]
     return sdpa_any_batch(q, k, v, attn_mask=table[:, bucket])  # bias [H, L, L]
 
 
@@ -166,12 +165,12 @@ def global_column(m, mask, w_q, w_k, w_v, w_g, b_g, w_o, b_o):
     # w_o [C, H * c], b_o [C]
     c = w_k.shape[0]
     H = w_q.shape[0] // c
-    q = torch.sum(m * mask.unsqueeze(-1), dim=-2) / (torch.sum(mask, dim=-1)[..., None] + 1e-10)  # [B, R, C]
+    q = torch.sum(m * mask.unsqueeze(-1), dim=-2) / (torch.sum(mask, dim=-1)[..., None] + GLOBAL_EPS)  # [B, R, C]
     q = F.linear(q, w_q) * c ** -0.5  # [B, R, H * c]
     q = q.view(q.shape[:-1] + (H, c))  # [B, R, H, c]
     k = F.linear(m, w_k)  # [B, R, S, c]
     v = F.linear(m, w_v)
-    bias = (1e9 * (mask - 1))[..., :, None, :]  # [B, R, 1, S]
+    bias = (GLOBAL_INF * (mask - 1))[..., :, None, :]  # [B, R, 1, S]
     a = torch.matmul(q, k.transpose(-1, -2)) + bias  # [B, R, H, S]
     a = torch.softmax(a, dim=-1)
     o = torch.matmul(a, v)  # [B, R, H, c]

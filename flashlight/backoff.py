@@ -294,8 +294,7 @@ def _read_along_loop_only(kernel: Kernel, tensor: str, row: Dim) -> bool:
     never along ``row``: a key-side value (key norms, a key or value projection), not a
     matrix over rows and keys."""
     loop_dims = {red.dim for red in kernel.loop}
-    reads = [free_dims(node) for red in kernel.loop for e in red.exprs() for node in walk(e)
-             if isinstance(node, Load) and node.base == tensor]
+    reads = _loop_reads(kernel, tensor)
     return bool(reads) and all(read & loop_dims and row not in read for read in reads)
 
 
@@ -306,9 +305,13 @@ def _rows_by_keys(kernel: Kernel, tensor: str) -> bool:
     a bias shared by some rows (a mask per batch row, a pair bias shared by MSA rows)."""
     loop_dims = {red.dim for red in kernel.loop}
     rows = set(_row_dims(kernel))
-    reads = [free_dims(node) for red in kernel.loop for e in red.exprs() for node in walk(e)
-             if isinstance(node, Load) and node.base == tensor]
-    return bool(rows) and any(read & loop_dims and rows <= read for read in reads)
+    return bool(rows) and any(read & loop_dims and rows <= read for read in _loop_reads(kernel, tensor))
+
+
+def _loop_reads(kernel: Kernel, tensor: str) -> list[frozenset[Dim]]:
+    """The dims of each load of ``tensor`` inside ``kernel``'s loop reductions."""
+    return [free_dims(node) for red in kernel.loop for e in red.exprs() for node in walk(e)
+            if isinstance(node, Load) and node.base == tensor]
 
 
 def _online_with(s: _Search, base: Graph, cut: str, name: str) -> Kernel | None:

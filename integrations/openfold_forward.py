@@ -396,10 +396,13 @@ def _patched_forward(self, q_x, kv_x, biases=None, *args, **kwargs):
     if tracing or use_flash or q_x.device.type not in openfold_choice.TIMED_DEVICES \
             or records_grad(self, [q_x, kv_x, *biases]):
         return patched()
-    # [Note: the faster of stock and patched attention] in openfold_choice
-    key = (state.kind, self.no_heads, getattr(self, "c_hidden", None), q_x.dtype, q_x.device, q_x.is_contiguous(),
-           tuple(q_x.shape), tuple(kv_x.shape), q_x is kv_x, tuple((tuple(b.shape), b.stride()) for b in biases))
-    return openfold_choice.run(key, openfold_choice.scores(q_x, kv_x, self.no_heads), patched,
+    # [Note: the faster of stock and patched attention] in openfold_choice; the key is
+    # built only for the small calls that use it
+    n_scores = openfold_choice.scores(q_x, kv_x, self.no_heads)
+    key = None if n_scores > openfold_choice.SMALL_SCORES else (
+        state.kind, self.no_heads, getattr(self, "c_hidden", None), q_x.dtype, q_x.device, q_x.is_contiguous(),
+        tuple(q_x.shape), tuple(kv_x.shape), q_x is kv_x, tuple((tuple(b.shape), b.stride()) for b in biases))
+    return openfold_choice.run(key, n_scores, patched,
                                lambda: _stock_forward(self, q_x, kv_x, biases or None, flags=flags))
 
 

@@ -19,8 +19,9 @@ Tests by pipeline stage (see the README's compiler section for the stages):
 - generality: several outputs of one loop (``passes/outputs.py``): ``test_multi_output.py``;
   gathers, slices and concatenations (``lower_gather.py``): ``test_gathers.py``,
   ``test_reindexing.py``; reductions over other dims feeding the attention (a pooled
-  query, OpenFold's global attention written whole): ``test_global_pooled_query.py``; eager's dtypes and errors: ``test_eager_semantics.py``; graphs
-  of symbolic sizes and constant folding: ``test_symbolic_sizes.py``;
+  query, OpenFold's global attention written whole): ``test_global_pooled_query.py``;
+  eager's dtypes and errors: ``test_eager_semantics.py``; graphs of symbolic sizes and
+  constant folding: ``test_symbolic_sizes.py``;
 - backend, runtime and tuning: ``test_backend.py``, ``test_runtime*.py``;
 - training (the backward graph, what the forward saves, serial loops): ``test_backward.py``.
 """
