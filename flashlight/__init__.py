@@ -8,12 +8,15 @@ Public API (everything a user needs is here):
   operations left outside them (with reasons).
 - :func:`patch_openfold` / :func:`unpatch_openfold`: swap OpenFold's Evoformer attention
   modules for Flashlight-compiled ones, reversibly.
+- :func:`compiling_in_background`: a context in which new kernels compile on threads
+  while their unfused graphs answer (for a warm-up pass).
 - :mod:`flashlight.settings`: every environment variable, with a scoped override.
 """
 from __future__ import annotations
 
 from flashlight import settings
 from flashlight.api import ExplainReport, FallbackOp, KernelReport, compile, explain
+from flashlight.background import compiling_in_background
 
 
 def _register_backend() -> None:
@@ -32,6 +35,7 @@ __all__ = [
     "FallbackOp",
     "KernelReport",
     "compile",
+    "compiling_in_background",
     "explain",
     "patch_openfold",
     "settings",

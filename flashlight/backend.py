@@ -28,7 +28,8 @@ from flashlight.lower import lower
 from flashlight.passes.tiling import MAX_TILE
 from flashlight.pipeline import Plan, compile_graph, tile_sizes_to_fix
 from flashlight.report import ExplainReport, FallbackOp, KernelReport
-from flashlight.runtime import COMPILE_EVENTS, Launcher, aot_compile, config_space
+from flashlight.aot import aot_compile
+from flashlight.runtime import COMPILE_EVENTS, Launcher, config_space
 
 log = logging.getLogger("flashlight")
 aten = torch.ops.aten

@@ -32,7 +32,7 @@ class KernelReport:
         """Compile this kernel ahead of time for an NVIDIA GPU of ``capability`` (no GPU needed).
 
         ``config``: ``block_m``, ``block_n``, ``num_warps``, ``num_stages``. Returns a
-        ``flashlight.runtime.AotResult``: shared memory, and registers and spill stack
+        ``flashlight.aot.AotResult``: shared memory, and registers and spill stack
         per thread where Triton's ``cuobjdump`` is installed.
         """
         if self._aot is None:

@@ -38,6 +38,10 @@ FLASHLIGHT_REMAINDER   inductor    what runs the graph's ops outside Flashlight
 FLASHLIGHT_ON_ERROR    fallback    an unexpected error inside Flashlight's compile
                                    steps: fallback (warn, and the graph runs without
                                    Flashlight kernels) or raise
+FLASHLIGHT_WARMUP_     background  how a fold's warm-up pass compiles new kernels:
+COMPILE                            background (on threads, while their unfused
+                                   graphs answer) or inline (each where it is
+                                   first launched)
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
                                    on CPU tensors through the Triton interpreter
 =====================  ==========  ==================================================
@@ -91,6 +95,7 @@ _KNOBS: dict[str, _Knob] = {
     "tuned_configs": _Knob("FLASHLIGHT_TUNED_CONFIGS", "", str),
     "remainder": _Knob("FLASHLIGHT_REMAINDER", "inductor", _choice("inductor", "eager")),
     "on_error": _Knob("FLASHLIGHT_ON_ERROR", "fallback", _choice("fallback", "raise")),
+    "warmup_compile": _Knob("FLASHLIGHT_WARMUP_COMPILE", "background", _choice("background", "inline")),
 }
 
 _overrides: dict[str, Any] = {}

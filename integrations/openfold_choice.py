@@ -13,7 +13,9 @@ small calls are measured instead: the first call of each shape whose scores
 (batch x heads x queries x keys) number at most :data:`SMALL_SCORES` times the patched and
 the stock call back to back between two synchronisations (the cost of a call in a
 pipelined pass, whichever of host or device bounds it) and keeps stock for that shape
-only when it is clearly faster (:data:`MARGIN`). The choice is shared by every module
+only when it is clearly faster (:data:`MARGIN`); inside
+``flashlight.background.compiling_in_background`` the timing waits for the context's end,
+when the kernel is compiled. The choice is shared by every module
 of the same signature (the 48 Evoformer blocks time once). Larger calls always run the
 kernel: stock would materialize their scores, and there the kernel is several times
 faster. Only CUDA calls outside autograd are timed; elsewhere the kernel runs as before.
@@ -25,6 +27,8 @@ import time
 from typing import Callable, Hashable
 
 import torch
+
+from flashlight import background
 
 SMALL_SCORES = 1 << 22  # batch x heads x queries x keys up to which a call is timed
 MARGIN = 0.9  # stock is kept where it takes at most this fraction of the patched call's time
@@ -70,6 +74,18 @@ def run(key: Hashable, n_scores: int, patched: Callable[[], torch.Tensor],
         return stock()
     if choice == "kernel":
         return patched()
+    compiles = background.active()
+    if compiles is not None:
+        # the kernel may still be compiling ([Note: compiling in the background]): time
+        # both once every compile is done
+        compiles.after(("openfold_choice", key), lambda: _choose(key, n_scores, patched, stock, timer))
+        return patched()
+    return _choose(key, n_scores, patched, stock, timer)
+
+
+def _choose(key: Hashable, n_scores: int, patched: Callable[[], torch.Tensor],
+            stock: Callable[[], torch.Tensor], timer: Callable | None) -> torch.Tensor:
+    """Time ``patched`` and ``stock`` for ``key`` and keep the faster; returns ``patched()``."""
     out = patched()  # compiles the kernel, so the timing below is of a warm call
     timer = timer or per_call_s
     kernel_s, stock_s = timer(patched), timer(stock)

@@ -113,6 +113,24 @@ def _attention_choices() -> list:
     return [dict(t) for t in choice.TIMINGS] if choice is not None else []
 
 
+def _compiling_in_background(first: bool):
+    """The first warm-up pass compiles new kernels on threads while their unfused graphs
+    answer ([Note: compiling in the background] in ``flashlight.background``;
+    ``FLASHLIGHT_WARMUP_COMPILE=inline`` compiles each where it is first launched); its
+    timing includes waiting for the last compile."""
+    from flashlight import background, settings
+
+    if not first or settings.get("warmup_compile") != "background":
+        return contextlib.nullcontext()
+    return background.compiling_in_background()
+
+
+def _run_within(context, model, batch):
+    """``model(batch)`` inside ``context`` (whose exit the caller's timing includes)."""
+    with context:
+        return model(batch)
+
+
 def _flashlight_unusable(device: torch.device) -> Optional[str]:
     """Why Flashlight kernels cannot run on ``device``, or None when they can."""
     if device.type == "cuda":
@@ -354,7 +372,8 @@ class Folder:
             with torch.no_grad(), self._compat(), _without_empty_templates(model, batch, opts.pad_msa), \
                     LayerTimer(model, self.device, on_recycle, opts.sync_modules) as timer:
                 for _ in range(warmups):
-                    out, timing = timer.run(lambda: model(warm_batch))
+                    compiling = _compiling_in_background(first=not warm)
+                    out, timing = timer.run(lambda: _run_within(compiling, model, warm_batch))
                     warm.append(timing)
                 for _ in range(opts.repeats):
                     out, timing = timer.run(lambda: model(batch))

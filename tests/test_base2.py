@@ -26,7 +26,8 @@ from flashlight.decompositions import decompositions
 from flashlight.ir import Const, LoopResult, Pointwise, dim_names, walk
 from flashlight.lower import lower
 from flashlight.passes.base2 import DEFAULT_THRESHOLD, LOG2E, RESCALE_THRESHOLD, to_base2
-from flashlight.runtime import Launcher, aot_compile
+from flashlight.aot import aot_compile
+from flashlight.runtime import Launcher
 from tests.helpers import plan_of
 
 KEYS = 80  # five key tiles of the interpreter's 16

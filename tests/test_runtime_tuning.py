@@ -9,7 +9,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from flashlight import backend, runtime, settings, tuned_configs, tuning  # noqa: E402
+from flashlight import aot, backend, runtime, settings, tuned_configs, tuning  # noqa: E402
 from flashlight.codegen import generate  # noqa: E402
 from flashlight.decompositions import decompositions  # noqa: E402
 from tests.helpers import FakeJit, FakeTuner  # noqa: E402
@@ -239,7 +239,7 @@ def test_every_pruned_candidate_builds_for_sm90():
     src = _gpu_source(launcher)
     for config in runtime.candidate_space(src, launcher.tiled):
         m, n, w, s = config
-        built = runtime.aot_compile(src, list(launcher.input_dtypes), launcher.kernel.dtype, 90,
+        built = aot.aot_compile(src, list(launcher.input_dtypes), launcher.kernel.dtype, 90,
                                     block_m=m, block_n=n, num_warps=w, num_stages=s)
         assert built.num_warps == w
         assert tuning.estimates(launcher.tiled, src.fma_dots, config)[0] >= 0.75 * built.shared, (config, built)

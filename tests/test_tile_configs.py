@@ -9,7 +9,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from bench.variants import VARIANTS
-from flashlight import runtime, tuning
+from flashlight import aot, runtime, tuning
 from flashlight.codegen import generate
 from flashlight.decompositions import decompositions
 from flashlight.lower import lower
@@ -41,8 +41,8 @@ def _core(dtype: torch.dtype, c: int, tf32: bool = False, L: int = 256):
 
 def _built_shared(launcher, src, tensors, config) -> int:
     m, n, w, s = config
-    built = runtime.aot_compile(src, list(launcher.input_dtypes), launcher.kernel.dtype, 90, block_m=m, block_n=n,
-                                num_warps=w, num_stages=s, specialize=runtime.integer_arguments(launcher, tensors))
+    built = aot.aot_compile(src, list(launcher.input_dtypes), launcher.kernel.dtype, 90, block_m=m, block_n=n,
+                                num_warps=w, num_stages=s, specialize=aot.integer_arguments(launcher, tensors))
     return built.shared
 
 

@@ -1,0 +1,119 @@
+"""Compiling kernels on threads while their unfused graphs answer.
+
+[Note: compiling in the background]
+With empty caches, most of a first call is Triton compiling each new kernel (its MLIR
+passes and ``ptxas``, a second or so per kernel), one after another where the program
+first launches each. Inside :func:`compiling_in_background`, the first launch of a kernel
+whose launch configuration is already known (recorded by an earlier process or shipped
+for this GPU, :mod:`flashlight.tuned_configs`) hands Triton's compile of that one
+configuration to a thread pool and computes its value with the kernel's unfused graph
+(the PyTorch operations it replaces) instead; later launches at those sizes do the same
+until the compile is done, then launch the kernel. Several kernels thus compile at once,
+beside the program's own work, and on leaving the context every compile has finished, so
+the calls after it launch compiled kernels only. Capture (Dynamo, AOTAutograd and
+Flashlight's passes) still runs on the caller's thread: it holds the GIL, and on another
+thread it would only slow the caller down.
+
+Where nothing is known yet (autotuning times candidates on the GPU, which other work would
+disturb), where the kernel has no unfused graph, or where that graph's scores would take
+more than :data:`MEMORY_SHARE` of the free GPU memory, the launch compiles in place as
+outside the context. Work that must see compiled kernels (a timing of kernel against
+another implementation) can be deferred to the context's end with
+:meth:`Compiles.after`. The context is meant for a pass whose speed, not its exact
+floating-point results, matters: a warm-up.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Hashable, Iterator
+
+log = logging.getLogger("flashlight")
+
+MEMORY_SHARE = 0.25  # of the free GPU memory an unfused graph may take while its kernel compiles
+
+
+def default_threads() -> int:
+    """Compile threads: one per CPU core this process may use, at most 8."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(8, cores))
+
+
+class Compiles:
+    """The compile jobs of one :func:`compiling_in_background` context."""
+
+    def __init__(self, threads: int):
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="flashlight-compile")
+        self._jobs: dict[Hashable, Future] = {}
+        self._after: dict[Hashable, Callable[[], object]] = {}
+        self._lock = threading.Lock()
+
+    def job(self, key: Hashable) -> Future | None:
+        """The compile job of ``key``, or None where none was submitted."""
+        return self._jobs.get(key)
+
+    def submit(self, key: Hashable, compile_fn: Callable[[], object]) -> Future:
+        """Run ``compile_fn`` on the pool, once per ``key``; returns its job."""
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is None:
+                job = self._jobs[key] = self._pool.submit(compile_fn)
+            return job
+
+    def after(self, key: Hashable, fn: Callable[[], object]) -> None:
+        """Call ``fn`` on the context's own thread once every job has finished (once per
+        ``key``, the first ``fn`` given)."""
+        with self._lock:
+            self._after.setdefault(key, fn)
+
+    def jobs(self) -> dict[Hashable, Future]:
+        """Every job so far, by key."""
+        with self._lock:
+            return dict(self._jobs)
+
+    def _finish(self) -> None:
+        self._pool.shutdown(wait=True)
+        for key, job in self.jobs().items():
+            error = job.exception()
+            if error is not None:  # the launch compiles in place later and reports it there
+                log.warning("flashlight: compiling %s in the background failed (%s: %s)",
+                            key, type(error).__name__, error)
+        for fn in list(self._after.values()):
+            fn()
+
+    def _cancel(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+_active: Compiles | None = None
+_active_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def compiling_in_background(threads: int | None = None) -> Iterator[Compiles]:
+    """Within the context, kernels with a known launch configuration compile on threads
+    while their unfused graphs compute their values; on leaving it every compile has
+    finished and the deferred calls have run ([Note: compiling in the background])."""
+    global _active
+    with _active_lock:
+        if _active is not None:
+            raise RuntimeError("compiling_in_background() is already active")
+        _active = compiles = Compiles(threads or default_threads())
+    try:
+        yield compiles
+    except BaseException:
+        compiles._cancel()
+        raise
+    else:
+        compiles._finish()
+    finally:
+        with _active_lock:
+            _active = None
+
+
+def active() -> Compiles | None:
+    """The jobs of the open :func:`compiling_in_background` context, or None."""
+    return _active

@@ -1,0 +1,135 @@
+"""Kernels compiled on threads while their unfused graphs answer ([Note: compiling in the
+background] in ``flashlight.background``): the jobs, the launcher's use of them, and the
+stock-or-kernel timing of patched OpenFold calls deferred to the context's end."""
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+import torch
+
+from flashlight import background, runtime
+from flashlight.integrations import openfold_choice
+from tests.test_runtime_tuning import _attention, _built, _inputs
+
+CPU = torch.device("cpu")
+CHOICE = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+
+
+def test_each_key_compiles_once_and_deferred_calls_run_after_every_job():
+    order: list[str] = []
+    with background.compiling_in_background(threads=2) as compiles:
+        assert background.active() is compiles
+        for x in (1, 2, 1, 1):
+            compiles.submit(x, lambda x=x: order.append(f"job {x}"))
+            compiles.after(x, lambda x=x: order.append(f"after {x}"))
+    assert background.active() is None
+    assert sorted(order[:2]) == ["job 1", "job 2"] and sorted(order[2:]) == ["after 1", "after 2"]
+    assert set(compiles.jobs()) == {1, 2} and all(job.done() for job in compiles.jobs().values())
+
+
+def test_a_failed_job_is_logged_and_an_error_inside_cancels_and_leaves_none_active(caplog):
+    def broken():
+        raise RuntimeError("no kernel today")
+
+    with caplog.at_level(logging.WARNING, logger="flashlight"):
+        with background.compiling_in_background() as compiles:
+            compiles.submit("k", broken)
+    assert "no kernel today" in caplog.text
+    with pytest.raises(ValueError):
+        with background.compiling_in_background():
+            with pytest.raises(RuntimeError, match="already active"):
+                with background.compiling_in_background():
+                    pass
+            raise ValueError("the pass failed")
+    assert background.active() is None
+
+
+@pytest.fixture
+def launcher_call(monkeypatch):
+    """A real launcher, its arguments, and a compile that waits for a go signal."""
+    inputs = _inputs(seed=3)
+    _, (launcher,) = _built(_attention, *inputs)
+    go, compiled = threading.Event(), []
+
+    def compile_(args, grid, chosen, device):
+        go.wait(5)
+        compiled.append(dict(chosen))
+        return chosen
+
+    monkeypatch.setattr(launcher, "_compile", compile_)
+    monkeypatch.setattr(launcher, "_known_choice", lambda device, sizes, eager_ok: (CHOICE, "shipped"))
+    launcher._jit(interpret=True)
+    return launcher, list(inputs), go, compiled
+
+
+def _ask(launcher, inputs):
+    return launcher._compiled_in_background((), None, (7,), CPU, inputs)
+
+
+def test_a_launch_answers_through_its_graph_until_its_compile_is_done(launcher_call):
+    launcher, inputs, go, compiled = launcher_call
+    with background.compiling_in_background() as compiles:
+        assert _ask(launcher, inputs) == runtime._COMPILING
+        assert _ask(launcher, inputs) == runtime._COMPILING  # still compiling: not submitted again
+        go.set()
+        next(iter(compiles.jobs().values())).result(timeout=5)
+        assert _ask(launcher, inputs) == CHOICE
+    assert compiled == [CHOICE]
+
+
+@pytest.mark.parametrize("case", ["no known choice", "the graph was chosen", "no graph", "failed compile"])
+def test_a_launch_compiles_in_place_where_the_background_cannot_help(launcher_call, monkeypatch, case):
+    launcher, inputs, go, _ = launcher_call
+    go.set()
+    if case == "no known choice":
+        monkeypatch.setattr(launcher, "_known_choice", lambda device, sizes, eager_ok: (None, None))
+    elif case == "the graph was chosen":
+        monkeypatch.setattr(launcher, "_known_choice", lambda device, sizes, eager_ok: (runtime.EAGER, "shipped"))
+    elif case == "no graph":
+        monkeypatch.setattr(launcher, "eager", None)
+    else:
+        monkeypatch.setattr(launcher, "_compile", lambda *a: 1 / 0)
+    with background.compiling_in_background() as compiles:
+        first = _ask(launcher, inputs)
+        if case == "failed compile":
+            assert first in (runtime._COMPILING, None)  # None once the job has failed
+            next(iter(compiles.jobs().values())).exception(timeout=5)
+            first = _ask(launcher, inputs)
+        assert first is None
+
+
+def test_the_graph_answers_while_compiling_and_matches_the_kernel(monkeypatch):
+    """What a launch returns while its kernel compiles is the kernel's value, in its layout."""
+    inputs = _inputs(seed=4)
+    gm, (launcher,) = _built(_attention, *inputs)
+    seen = []
+    launch = runtime.Launcher.__call__
+    monkeypatch.setattr(runtime.Launcher, "__call__", lambda self, *t: seen.append(t) or launch(self, *t))
+    gm(*inputs)
+    want = launch(launcher, *seen[0])  # the interpreter runs the kernel
+    got = launcher._run_eager(seen[0])
+    assert got.shape == want.shape and got.is_contiguous()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_small_patched_call_is_timed_when_the_context_closes():
+    openfold_choice.clear()
+    calls: list[str] = []
+
+    def patched():
+        calls.append("kernel")
+        return torch.tensor(1.0)
+
+    def stock():
+        calls.append("stock")
+        return torch.tensor(2.0)
+
+    timer = lambda fn: 1.0 if fn is patched else 0.5  # noqa: E731 - stock measured faster
+    with background.compiling_in_background():
+        outs = [float(openfold_choice.run("shape", 10, patched, stock, timer=timer)) for _ in range(2)]
+        assert outs == [1.0, 1.0] and openfold_choice.choices() == {}
+    assert openfold_choice.choices() == {"shape": "stock"} and len(openfold_choice.TIMINGS) == 1
+    assert float(openfold_choice.run("shape", 10, patched, stock, timer=timer)) == 2.0
+    openfold_choice.clear()
