@@ -113,16 +113,22 @@ def _attention_choices() -> list:
     return [dict(t) for t in choice.TIMINGS] if choice is not None else []
 
 
-def _compiling_in_background(first: bool):
+@contextlib.contextmanager
+def _compiling_in_background(first: bool, device: torch.device):
     """The first warm-up pass compiles new kernels on threads while their unfused graphs
     answer ([Note: compiling in the background] in ``flashlight.background``;
     ``FLASHLIGHT_WARMUP_COMPILE=inline`` compiles each where it is first launched); its
-    timing includes waiting for the last compile."""
+    timing includes waiting for the last compile. The score-sized buffers those graphs
+    left in PyTorch's allocator cache, which the kernels never need, are returned."""
     from flashlight import background, settings
 
     if not first or settings.get("warmup_compile") != "background":
-        return contextlib.nullcontext()
-    return background.compiling_in_background()
+        yield
+        return
+    with background.compiling_in_background() as compiles:
+        yield
+    if compiles.jobs() and device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _run_within(context, model, batch):
@@ -372,7 +378,7 @@ class Folder:
             with torch.no_grad(), self._compat(), _without_empty_templates(model, batch, opts.pad_msa), \
                     LayerTimer(model, self.device, on_recycle, opts.sync_modules) as timer:
                 for _ in range(warmups):
-                    compiling = _compiling_in_background(first=not warm)
+                    compiling = _compiling_in_background(not warm, self.device)
                     out, timing = timer.run(lambda: _run_within(compiling, model, warm_batch))
                     warm.append(timing)
                 for _ in range(opts.repeats):

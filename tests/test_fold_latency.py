@@ -39,8 +39,19 @@ def _check_run(run, num_blocks, stages):
         assert sum(block["modules"].values()) <= block["total_s"] * 1.05
 
 
-def test_full_depth_model_reports_48_blocks(tmp_path, one_thread):
-    """The preset's 48-block model_1 (random weights) on a 6-residue sequence."""
+def test_full_depth_model_reports_48_blocks(tmp_path, one_thread, monkeypatch):
+    """The preset's 48-block model_1 (random weights) on a 6-residue sequence; the warm-up
+    pass, and only it, runs inside ``compiling_in_background``."""
+    from flashlight import background
+
+    contexts = []
+    original = background.compiling_in_background
+
+    def recorded(*args, **kwargs):
+        contexts.append(original(*args, **kwargs))
+        return contexts[-1]
+
+    monkeypatch.setattr(background, "compiling_in_background", recorded)
     options = FoldOptions(
         out_dir=str(tmp_path),
         flashlight=False,
@@ -77,6 +88,7 @@ def test_full_depth_model_reports_48_blocks(tmp_path, one_thread):
     assert sum(b["total_s"] for b in stock["steady"]["blocks"]) <= evoformer * 1.05
     assert on_disk["model"]["num_blocks"] == 48
     assert len(on_disk["plddt"]) == 6
+    assert len(contexts) == 1 and background.active() is None
 
 
 def test_median_is_elementwise():
