@@ -56,6 +56,12 @@ def partition(joint: fx.GraphModule, joint_inputs, *, num_fwd_outputs: int, **kw
     from torch._functorch.partitioners import default_partition
     from torch.utils.checkpoint import CheckpointPolicy
 
+    from flashlight.backward_algebra import rewrite_row_terms
+
+    try:
+        rewrite_row_terms(joint)  # [Note: the softmax backward's row term]
+    except Exception as error:  # noqa: BLE001 - the term as written is right, only slower
+        log.warning("[flashlight] the softmax row terms stay as written: %s", error)
     try:
         names = recomputed_nodes(_forward_module(joint, num_fwd_outputs))
     except Exception as error:  # noqa: BLE001 - saving more is slower, never wrong

@@ -1,0 +1,174 @@
+"""Algebra on AOTAutograd's joint graph before it is split into forward and backward.
+
+[Note: the softmax backward's row term]
+For ``o = softmax(s) @ v`` the backward of the softmax needs, per row ``i``, the term
+``D_i = sum_j p_ij dp_ij`` with ``dp = do @ v^T``: the gradient of the scores is
+``ds = p * (dp - D)``. Computed as written, ``D`` is a reduction over the keys of a
+product of two matrices the size of the scores, so Flashlight's backward gets a kernel of
+its own: a pass over every key tile that recomputes the probabilities and ``dp`` (two
+dots per tile) only to sum their product. Contractions may be reordered::
+
+    D_i = sum_j p_ij sum_c do_ic v_jc = sum_c do_ic sum_j p_ij v_jc = sum_c do_ic o_ic
+
+so the same term is a sum over the head width of two tensors the graph already has: the
+incoming gradient ``do`` and the forward's output ``o`` (FlashAttention-2 computes it
+this way). :func:`rewrite_row_terms` finds the pattern at the level of the batched
+matmuls AOTAutograd writes: a sum over the last dim of ``view(bmm(G, B^T)) * P'``, where
+``bmm(P, B)`` is a forward node with the same ``B`` and ``P'`` is that ``P`` up to
+re-indexing that keeps each element in place (views, a same-shape expand, detaches) and a
+cast both factors share. It replaces the sum by ``sum_c(G * bmm(P, B))``, viewed to the
+sum's shape. The remaining uses of ``dp`` (``ds`` itself) are untouched, and the
+forward's output is a value the forward kernel stores, which the backward then reads.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.fx as fx
+
+log = logging.getLogger("flashlight")
+aten = torch.ops.aten
+
+_IN_PLACE = {aten.detach.default, aten.alias.default}  # the same elements, the same order
+_CASTS = {aten._to_copy.default, torch.ops.prims.convert_element_type.default}
+
+
+def rewrite_row_terms(joint: fx.GraphModule) -> int:
+    """Rewrite every softmax-backward row term of ``joint`` ([Note: the softmax
+    backward's row term]); returns how many were rewritten."""
+    count = 0
+    for node in list(joint.graph.nodes):
+        found = _row_term(node)
+        if found is None:
+            continue
+        grad, forward_out, dtype = found
+        with joint.graph.inserting_before(node):
+            a, b = grad, forward_out
+            if dtype is not None:
+                a = _call(joint, aten._to_copy.default, (a,), {"dtype": dtype})
+                b = _call(joint, aten._to_copy.default, (b,), {"dtype": dtype})
+            # [BH, Q, C] -> [BH, Q, 1] -> the row term's own shape [..., Q, 1]
+            term = _call(joint, aten.sum.dim_IntList, (_call(joint, aten.mul.Tensor, (a, b)), [-1], True))
+            term = _call(joint, aten.view.default, (term, list(node.meta["val"].shape)))
+        node.replace_all_uses_with(term)
+        joint.graph.erase_node(node)
+        count += 1
+    if count:
+        joint.graph.eliminate_dead_code()
+        joint.recompile()
+        log.debug("[flashlight] the backward computes %d softmax row term(s) from the output", count)
+    return count
+
+
+def _row_term(node: fx.Node):
+    """``(G, bmm(P, B), cast dtype or None)`` where ``node`` is the row term
+    ``sum(view(bmm(G, B^T)) * P', -1, keepdim=True)``, else None."""
+    if node.op != "call_function" or node.target is not aten.sum.dim_IntList or len(node.args) < 3:
+        return None
+    product, dims, keepdim = node.args[:3]
+    val = node.meta.get("val")
+    if not keepdim or node.kwargs.get("dtype") is not None or not _is_mul(product) or val is None:
+        return None
+    if list(dims) not in ([-1], [val.dim() - 1]):
+        return None
+    for scores_grad, probs in (product.args, product.args[::-1]):
+        (dp, cast_a), (p, cast_b) = _uncast(scores_grad), _uncast(probs)
+        if cast_a != cast_b:
+            continue
+        found = _through_matmul(dp, p)
+        if found is not None:
+            return (*found, cast_a)
+    return None
+
+
+def _is_mul(node) -> bool:
+    return (isinstance(node, fx.Node) and node.target is aten.mul.Tensor and len(node.args) == 2
+            and all(isinstance(a, fx.Node) for a in node.args))
+
+
+def _uncast(node: fx.Node):
+    """``node`` without a float cast (and the dtype cast to, or None)."""
+    if node.target in _CASTS and set(node.kwargs) <= {"dtype"} and len(node.args) == 1:
+        return node.args[0], node.kwargs.get("dtype")
+    return node, None
+
+
+def _through_matmul(dp: fx.Node, p: fx.Node):
+    """``(G, bmm(P, B))`` where ``dp`` is ``view(bmm(G, B^T))`` with the key dim last and
+    ``p`` is the forward's ``P`` in ``dp``'s shape; else None."""
+    if dp.target is not aten.view.default:
+        return None
+    grad_mm = dp.args[0]
+    if not isinstance(grad_mm, fx.Node) or grad_mm.target is not aten.bmm.default:
+        return None
+    grad, transposed = grad_mm.args
+    value = _transposed_source(transposed)
+    if value is None or not _keeps_last_two(grad_mm, dp):
+        return None
+    for forward_mm in value.users:
+        if forward_mm.target is aten.bmm.default and forward_mm.args[1] is value \
+                and _same_elements(forward_mm.args[0], p, dp):
+            return grad, forward_mm
+    return None
+
+
+def _transposed_source(node) -> fx.Node | None:
+    """``B`` where ``node`` is ``B`` with its last two dims swapped, else None."""
+    if not isinstance(node, fx.Node):
+        return None
+    if node.target is aten.transpose.int and sorted(int(d) % 3 for d in node.args[1:3]) == [1, 2]:
+        return node.args[0]
+    if node.target is aten.permute.default and [int(d) % 3 for d in node.args[1]] == [0, 2, 1]:
+        return node.args[0]
+    return None
+
+
+def _keeps_last_two(mm: fx.Node, view: fx.Node) -> bool:
+    """Whether ``view`` of the ``[BH, Q, K]`` matmul only splits its batch dim."""
+    a, b = mm.meta.get("val"), view.meta.get("val")
+    return a is not None and b is not None and a.dim() == 3 and b.dim() >= 2 and tuple(a.shape[1:]) == tuple(b.shape[-2:])
+
+
+def _same_elements(p3: fx.Node, p: fx.Node, dp: fx.Node) -> bool:
+    """Whether the forward matmul's operand ``p3`` holds the elements of ``p`` in the
+    order ``dp`` holds its own: ``p3`` is a view of ``p`` (through a same-shape expand)
+    and ``p`` has ``dp``'s shape; detaches on either side are looked through."""
+    def source(node):
+        while isinstance(node, fx.Node) and node.target in _IN_PLACE:
+            node = node.args[0]
+        return node
+
+    p, node = source(p), source(p3)
+    if not isinstance(node, fx.Node) or node.target is not aten.view.default:
+        return False
+    node = source(node.args[0])
+    if isinstance(node, fx.Node) and node.target is aten.expand.default:
+        inner = node.args[0]
+        if not isinstance(inner, fx.Node) or _shape(inner) != _shape(node):
+            return False
+        node = source(inner)
+    return node is p and _shape(p) is not None and _shape(p) == _shape(dp)
+
+
+def _shape(node: fx.Node):
+    val = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return tuple(val.shape) if val is not None else None
+
+
+def _call(gm: fx.GraphModule, target, args: tuple, kwargs: dict | None = None) -> fx.Node:
+    """A new call of ``target`` with its ``val`` computed from its arguments' (fake) values."""
+    from torch._guards import detect_fake_mode
+
+    node = gm.graph.call_function(target, args, kwargs or {})
+    values = fx.node.map_arg(args, lambda n: n.meta["val"])
+    fake_mode = detect_fake_mode(_tensors(values))
+    with fake_mode if fake_mode is not None else torch.no_grad():
+        node.meta["val"] = target(*values, **(kwargs or {}))
+    return node
+
+
+def _tensors(values) -> list:
+    found = []
+    fx.node.map_aggregate(values, lambda v: found.append(v) if isinstance(v, torch.Tensor) else None)
+    return found
