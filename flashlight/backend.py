@@ -198,11 +198,17 @@ def _stitch(gm: fx.GraphModule, launchers: dict[str, Launcher], plan: Plan) -> N
     nodes = {n.name: n for n in gm.graph.nodes}
     for node_name, launcher in launchers.items():
         targets = [nodes[name] for name in plan.nodes_of(node_name)]
+        inputs = tuple(nodes[name] for name in launcher.src.inputs)
         first = min(targets, key=lambda n: _position(gm, n))
-        with gm.graph.inserting_before(first):
-            call = gm.graph.call_function(launcher, tuple(nodes[name] for name in launcher.src.inputs))
+        last_input = max(inputs, key=lambda n: _position(gm, n), default=None)
+        # where the first output was, or after the last input (the back-off placed the
+        # kernel there only where every use of its outputs comes later: backoff._place)
+        late = last_input is not None and _position(gm, last_input) > _position(gm, first)
+        with gm.graph.inserting_after(last_input) if late else gm.graph.inserting_before(first):
+            call = gm.graph.call_function(launcher, inputs)
+        with gm.graph.inserting_after(call):
             items = [call] if len(targets) == 1 else [gm.graph.call_function(operator.getitem, (call, k))
-                                                      for k in range(len(targets))]
+                                                      for k in reversed(range(len(targets)))][::-1]
         if len(targets) == 1:
             call.meta = dict(targets[0].meta)
         else:
@@ -212,8 +218,21 @@ def _stitch(gm: fx.GraphModule, launchers: dict[str, Launcher], plan: Plan) -> N
         for item, target in zip(items, targets):
             target.replace_all_uses_with(item)
             nodes[target.name] = item  # a later kernel reading this value reads this kernel's output
+            if late:
+                _move_views_after(gm, item)
     gm.graph.eliminate_dead_code()
     gm.recompile()
+
+
+def _move_views_after(gm: fx.GraphModule, node: fx.Node) -> None:
+    """Move the users of ``node`` that come before it (views only: ``backoff._place``
+    allows nothing else there) to just after it, and theirs in turn."""
+    anchor = node
+    for user in sorted(node.users, key=lambda n: _position(gm, n)):
+        if user.op != "output" and _position(gm, user) < _position(gm, node):
+            anchor.append(user)
+            anchor = user
+            _move_views_after(gm, user)
 
 
 def _position(gm: fx.GraphModule, node: fx.Node) -> int:

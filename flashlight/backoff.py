@@ -166,10 +166,12 @@ def _shared_loops(s: _Search, plan: Plan) -> Plan:
             break
         else:
             groups.append([name])
+    placed: dict[str, float] = {}  # FX node -> where a kernel placed late computes it
     for group in (g for g in groups if len(g) > 1):
         members = [k.name for k in primary_first([online[n] for n in group])]
         nodes = tuple(s.node_of_nest[n] for n in members)
-        if not _inputs_precede(s, [online[n] for n in members], nodes):
+        place = _place(s, [online[n] for n in members], nodes, placed)
+        if place is None:
             continue
         try:
             tiled = s.compiler.kernel(tuple(nests[n] for n in members), nodes[0])
@@ -182,19 +184,46 @@ def _shared_loops(s: _Search, plan: Plan) -> Plan:
             del plan.kernels[node]
         plan.kernels[nodes[0]] = tiled
         plan.outputs[nodes[0]] = nodes
+        placed.update((node, place) for node in nodes)
     return plan
 
 
-def _inputs_precede(s: _Search, kernels: list[Kernel], nodes: tuple[str, ...]) -> bool:
-    """Whether every tensor ``kernels`` load comes before all of ``nodes`` in the FX
-    graph: then none is computed from another's output, and one kernel can compute them
-    all where the first of them was (nodes the lowering did not place: no constraint)."""
-    order = s.lowered.order
+def _place(s: _Search, kernels: list[Kernel], nodes: tuple[str, ...], placed: dict[str, float]) -> float | None:
+    """Where in the FX graph one kernel can compute all of ``nodes``, or None.
+
+    Where the first of them was, when every tensor ``kernels`` load comes before it (none
+    is computed from another's output); else just after the last tensor they load, when
+    every use of ``nodes`` that computes comes after that (views of them move along; the
+    backward's key and value gradients, say, are needed only at the end). ``placed``:
+    the values of kernels already placed late, and where. Nodes the lowering did not
+    place: no constraint."""
+    order = {**s.lowered.order, **placed}
     first = min((order[n] for n in nodes if n in order), default=None)
     if first is None:
-        return True
+        return -1.0
     loads = {node.base for k in kernels for e in kernel_exprs(k) for node in walk(e) if isinstance(node, (Load, Gather))}
-    return all(order.get(base, -1) < first for base in loads)
+    if loads & set(nodes):
+        return None  # one of them is computed from another's output
+    last_load = max((order.get(base, -1) for base in loads), default=-1)
+    if last_load < first:
+        return float(first)
+    uses = [order[u] for u in _computing_uses(s.lowered, nodes) if u in order]
+    if any(n in placed for n in nodes) or not all(use > last_load for use in uses):
+        return None
+    return last_load + 0.5
+
+
+def _computing_uses(lowered: Lowered, nodes: tuple[str, ...]) -> set[str]:
+    """The FX users of ``nodes`` that compute, looking through views of them (which
+    move with a kernel placed late: ``backend._stitch``)."""
+    found, stack = set(), [u for n in nodes for u in lowered.users.get(n, ()) if u not in nodes]
+    while stack:
+        use = stack.pop()
+        if use in lowered.views:
+            stack.extend(lowered.users.get(use, ()))
+        else:
+            found.add(use)
+    return found
 
 
 # ------------------------------------------------------------------ repeated work

@@ -42,15 +42,16 @@ def rewrite_row_terms(joint: fx.GraphModule) -> int:
         found = _row_term(node)
         if found is None:
             continue
-        grad, forward_out, dtype = found
+        grad, forward_out, dtype, scores_shape = found
         with joint.graph.inserting_before(node):
             a, b = grad, forward_out
             if dtype is not None:
                 a = _call(joint, aten._to_copy.default, (a,), {"dtype": dtype})
                 b = _call(joint, aten._to_copy.default, (b,), {"dtype": dtype})
-            # [BH, Q, C] -> [BH, Q, 1] -> the row term's own shape [..., Q, 1]
+            # [BH, Q, C] -> [BH, Q, 1] -> the row term's own shape [..., Q, 1] (the
+            # scores' view with the keys summed; its sizes are the graph's, symbolic or not)
             term = _call(joint, aten.sum.dim_IntList, (_call(joint, aten.mul.Tensor, (a, b)), [-1], True))
-            term = _call(joint, aten.view.default, (term, list(node.meta["val"].shape)))
+            term = _call(joint, aten.view.default, (term, [*scores_shape[:-1], 1]))
         node.replace_all_uses_with(term)
         joint.graph.erase_node(node)
         count += 1
@@ -62,8 +63,8 @@ def rewrite_row_terms(joint: fx.GraphModule) -> int:
 
 
 def _row_term(node: fx.Node):
-    """``(G, bmm(P, B), cast dtype or None)`` where ``node`` is the row term
-    ``sum(view(bmm(G, B^T)) * P', -1, keepdim=True)``, else None."""
+    """``(G, bmm(P, B), cast dtype or None, the view's shape argument)`` where ``node``
+    is the row term ``sum(view(bmm(G, B^T)) * P', -1, keepdim=True)``, else None."""
     if node.op != "call_function" or node.target is not aten.sum.dim_IntList or len(node.args) < 3:
         return None
     product, dims, keepdim = node.args[:3]
@@ -78,7 +79,7 @@ def _row_term(node: fx.Node):
             continue
         found = _through_matmul(dp, p)
         if found is not None:
-            return (*found, cast_a)
+            return (*found, cast_a, list(dp.args[1]))
     return None
 
 

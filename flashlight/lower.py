@@ -60,6 +60,8 @@ class Lowered:
     nest_of_node: dict[str, str]  # FX node name -> the nest computing it
     next_dim_id: int = 0  # the passes number the dims they make from here (ir.dim_names)
     order: dict[str, int] = dataclasses.field(default_factory=dict)  # FX node name -> its place in the graph
+    users: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # FX node name -> its users
+    views: frozenset[str] = frozenset()  # FX nodes that only re-index their input (REINDEXING)
 
 
 # ------------------------------------------------------------------------- the lowerer
@@ -112,7 +114,9 @@ class _Lowerer:
         outside = frozenset(self.materialized)  # needed outside Flashlight; kernels may recompute them
         graph = Graph(tuple(lw.nests), tuple(lw.inputs), outside, recomputed=outside)
         order = {node.name: k for k, node in enumerate(self.gm.graph.nodes)}
-        return Lowered(graph, self.opaque, lw.nest_of_node, order=order)
+        users = {node.name: tuple(u.name for u in node.users) for node in self.gm.graph.nodes}
+        views = frozenset(node.name for node in self.gm.graph.nodes if node.target in REINDEXING)
+        return Lowered(graph, self.opaque, lw.nest_of_node, order=order, users=users, views=views)
 
     def _use_outside(self, arg: Any) -> None:
         """``arg`` is consumed outside Flashlight: its base nest must be materialized."""
@@ -431,6 +435,14 @@ def _contract(lw: LowerContext, node: fx.Node, a_arg, b_arg) -> Access:
     body = reduce_over("sum", Pointwise("mul", (a_read, b_read), dtype), k_axis, dtype)
     return lw.add_nest(batch + (m_axis, n_axis), body, dtype, "matmul")
 
+
+# operations that give their input's values re-indexed (or copied as they are)
+REINDEXING = frozenset({
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
+    aten.transpose.int, aten.t.default, aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims,
+    aten.squeeze.default, aten.expand.default, aten.clone.default, aten.alias.default,
+    aten.detach.default, aten.lift_fresh_copy.default,
+})
 
 LOWERINGS: dict[Any, Callable[[LowerContext, fx.Node], Access]] = {
     aten.view.default: _view_like(view_reshape),

@@ -15,7 +15,11 @@ walked together, and where they load the same tensor the dims that index it are 
 A reduction of ``B`` equal to none of ``A``'s joins ``A``'s loop as a new one (a row sum
 of squared scores next to the softmax: one more accumulator of the same loop) once
 ``sigma`` covers every dim it reads: its sub-expressions, largest first, are unified with
-those of ``A``'s loop (the scores inside it with the scores inside the softmax). Dims a
+those of ``A``'s loop (the scores inside it with the scores inside the softmax); an
+output dim of ``B`` that no shared tensor ties to ``A`` (the head width of the keys'
+gradient, beside the values' gradient of a backward) is then paired with an output dim
+of ``A`` of the same size that nothing else took, since ``B`` only stores along it (only
+where some sub-expression along the loop unified: the merged loop then shares work). Dims a
 reduction binds are only paired with dims a reduction binds, free dims with free dims,
 so renaming never captures a dim. Then every output dim of ``B`` must be renamed
 onto an output dim of ``A``; ``B``'s epilogue, renamed and reading ``A``'s loop results,
@@ -24,6 +28,10 @@ stored over its own dims (the log-sum-exp has no value-feature dim).
 
 Renaming is exact (equal sizes, the same tensors at the same indices), so the merged
 kernel computes every output as the separate kernels did, with one pass over the keys.
+It runs where the first of its outputs was computed, or, where one of them reads a
+value computed later (the keys' gradient reads the softmax row term, the values'
+gradient does not), after the last value it reads, if nothing but views uses its
+outputs before that (``flashlight.backoff._place``).
 The kernel with the most output dims is taken as ``A`` (the attention output, not its
 row statistics), so the others' dims can map into its dims.
 """
@@ -50,6 +58,7 @@ from flashlight.ir import (
     Ref,
     RunningMax,
     free_dims,
+    rebuild,
     replace_nodes,
     substitute,
     walk,
@@ -89,7 +98,8 @@ def merge_two(a: Kernel, b: Kernel) -> Kernel:
                 u.index[k] = j
                 break
         else:
-            _anchor(red, loop, u)
+            if _anchor(red, loop, u):
+                _pair_output_dims(b, a, u)
             loop.append(_appended(red, u, frozenset(a.dims) | {loop_a}))
             u.index[k] = len(loop) - 1
     renamed = [KernelOutput(out.name, u.axes(out.axes), out.dtype, _renamed(out.epilogue, u))
@@ -140,16 +150,47 @@ def _own_dims(node: Expr) -> frozenset[Dim]:
     return frozenset(node.dims) if isinstance(node, Reduce) else frozenset()
 
 
-def _anchor(red: LoopReduction, loop: list[LoopReduction], u: "_Unifier") -> None:
+def _anchor(red: LoopReduction, loop: list[LoopReduction], u: "_Unifier") -> bool:
     """Pair the dims ``red`` reads with the primary's by unifying its sub-expressions,
-    largest first, with those of the primary's loop ([Note: several outputs])."""
+    largest first, with those of the primary's loop ([Note: several outputs]); returns
+    whether one that varies along the loop unified (the loop's work is shared)."""
     targets = _subtrees(e for r in loop for e in r.exprs())
+    shared = False
     for x in _subtrees(red.exprs()):
         if free_dims(x) <= set(u.sigma):
             continue
         for y in targets:
             if type(y) is type(x) and u.attempt(lambda y=y: u.expr(x, y)):
+                shared = shared or red.dim in free_dims(x)
                 break
+    return shared
+
+
+def _pair_output_dims(b: Kernel, a: Kernel, u: "_Unifier") -> None:
+    """Pair each output dim of ``b`` that unification left unnamed with an unpaired output
+    dim of ``a`` of the same size, the one at the same position first ([Note: several
+    outputs]: a dim no shared tensor ties to ``a`` is only stored along, and any dim of
+    ``a``'s of its size can carry it)."""
+    own = _all_dims(b)
+    for k, x in enumerate(b.dims):
+        if x in u.sigma or x in u.bound_b:
+            continue
+        if x in a.dims:  # the same dim in both kernels
+            u.attempt(lambda: u.dim(x, x))
+            continue
+        same_place = [a.dims[k]] if k < len(a.dims) else []
+        for y in same_place + [y for y in a.dims if y not in same_place]:
+            if y not in own and y not in u.bound_a and u.attempt(lambda y=y: u.dim(x, y)):
+                break
+
+
+def _all_dims(kernel: Kernel) -> frozenset[Dim]:
+    """Every dim ``kernel`` names: its output dims, loop dims and the dims it reduces."""
+    found = set(kernel.dims) | {red.dim for red in kernel.loop} | set(_bound_dims(kernel))
+    for red in kernel.loop:
+        for e in red.exprs():
+            found |= free_dims(e)
+    return frozenset(found)
 
 
 def _appended(red: LoopReduction, u: "_Unifier", dims: frozenset[Dim]) -> LoopReduction:
@@ -167,7 +208,9 @@ def _appended(red: LoopReduction, u: "_Unifier", dims: frozenset[Dim]) -> LoopRe
 def _renamed(expr: Expr, u: "_Unifier", loop: bool = False) -> Expr:
     """``expr`` over the primary's dims, reading the merged loop's reductions."""
     mapping = {d: (e,) for d, e in u.sigma.items()}
-    expr = substitute(expr, mapping)
+    expr = substitute(expr, mapping)  # every index, bound dims' too; then the reductions' own dims
+    expr = rebuild(expr, lambda n: dataclasses.replace(n, dims=tuple(u.sigma.get(d, d) for d in n.dims))
+                   if isinstance(n, Reduce) and any(d in u.sigma for d in n.dims) else None)
     kind = RunningMax if loop else LoopResult
     return replace_nodes(expr, lambda n: kind(u.index[n.index], n.dtype) if isinstance(n, kind) else None)
 
