@@ -3,10 +3,11 @@
 [Note: compiling in the background]
 With empty caches, most of a first call is Triton compiling each new kernel (its MLIR
 passes and ``ptxas``, a second or so per kernel), one after another where the program
-first launches each. Inside :func:`compiling_in_background`, the first launch of a kernel
+first launches each, and then Triton's launcher for it (C code compiled for the kernel's
+signature). Inside :func:`compiling_in_background`, the first launch of a kernel
 whose launch configuration is already known (recorded by an earlier process or shipped
-for this GPU, :mod:`flashlight.tuned_configs`) hands Triton's compile of that one
-configuration to a thread pool and computes its value with the kernel's unfused graph
+for this GPU, :mod:`flashlight.tuned_configs`) hands both, for that one configuration,
+to a thread pool and computes its value with the kernel's unfused graph
 (the PyTorch operations it replaces) instead; later launches at those sizes do the same
 until the compile is done, then launch the kernel. Several kernels thus compile at once,
 beside the program's own work, and on leaving the context every compile has finished, so

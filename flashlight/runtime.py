@@ -21,6 +21,7 @@ first launch at some sizes takes the first of these that answers:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -305,9 +306,13 @@ class Launcher:
         return job.result() if job.exception() is None else None
 
     def _compile(self, args: tuple, grid, chosen: dict, device: torch.device) -> dict:
-        """Compile (do not launch) configuration ``chosen`` for ``args``; returns it."""
-        with torch.cuda.device(device):
-            self._raw.warmup(*args, grid=grid, **chosen)
+        """Compile (do not launch) configuration ``chosen`` for ``args``, and have Triton
+        build its launcher and load the binary (what reading a compiled kernel's ``run``
+        does; with empty caches the launcher is C code compiled for the kernel's
+        signature), so that the first launch finds everything done; returns ``chosen``."""
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            kernel = self._raw.warmup(*args, grid=grid, **chosen)
+            getattr(kernel, "run", None)
         return chosen
 
     def _eager_fits(self, sizes: tuple[int, ...], tensors: Sequence[torch.Tensor], device: torch.device) -> bool:

@@ -133,3 +133,26 @@ def test_a_small_patched_call_is_timed_when_the_context_closes():
     assert openfold_choice.choices() == {"shape": "stock"} and len(openfold_choice.TIMINGS) == 1
     assert float(openfold_choice.run("shape", 10, patched, stock, timer=timer)) == 2.0
     openfold_choice.clear()
+
+
+def test_the_background_job_builds_the_launcher_too(launcher_call, monkeypatch):
+    """The job compiles the chosen configuration and reads the compiled kernel's ``run``
+    (Triton then builds its launcher and loads the binary), not the first launch."""
+    launcher, inputs, _, _ = launcher_call
+    monkeypatch.undo()  # the real _compile, over a stand-in JIT function
+    touched: list[str] = []
+
+    class Compiled:
+        @property
+        def run(self):
+            touched.append("run")
+            return lambda *a: None
+
+    class Jit:
+        def warmup(self, *args, grid, **config):
+            touched.append(f"warmup {config['BLOCK_M']}")
+            return Compiled()
+
+    launcher._raw = Jit()
+    assert launcher._compile((), None, dict(CHOICE), CPU) == CHOICE
+    assert touched == ["warmup 64", "run"]
