@@ -75,13 +75,15 @@ class Compiles:
         with self._lock:
             return dict(self._jobs)
 
-    def _finish(self) -> None:
+    def _wait(self) -> None:
         self._pool.shutdown(wait=True)
         for key, job in self.jobs().items():
             error = job.exception()
             if error is not None:  # the launch compiles in place later and reports it there
                 log.warning("flashlight: compiling %s in the background failed (%s: %s)",
                             key, type(error).__name__, error)
+
+    def _run_after(self) -> None:
         for fn in list(self._after.values()):
             fn()
 
@@ -109,10 +111,11 @@ def compiling_in_background(threads: int | None = None) -> Iterator[Compiles]:
         compiles._cancel()
         raise
     else:
-        compiles._finish()
+        compiles._wait()
     finally:
         with _active_lock:
             _active = None
+    compiles._run_after()  # outside the context: launches there compile as usual
 
 
 def active() -> Compiles | None:

@@ -156,3 +156,10 @@ def test_the_background_job_builds_the_launcher_too(launcher_call, monkeypatch):
     launcher._raw = Jit()
     assert launcher._compile((), None, dict(CHOICE), CPU) == CHOICE
     assert touched == ["warmup 64", "run"]
+
+
+def test_deferred_calls_run_outside_the_context():
+    seen = []
+    with background.compiling_in_background() as compiles:
+        compiles.after("k", lambda: seen.append(background.active()))
+    assert seen == [None]
