@@ -434,6 +434,11 @@ def core_call(attention, q_x, kv_x, biases, *, compiled: bool = False):
     q = q.view(q.shape[:-1] + (heads, -1)).transpose(-2, -3)
     k = k.view(k.shape[:-1] + (heads, -1)).transpose(-2, -3)
     v = v.view(v.shape[:-1] + (heads, -1)).transpose(-2, -3)
+    # a bias shared by the heads (a mask bias, [*, Q or 1, 1, 1, K]) is passed contiguous:
+    # the triangle attention around the ending node builds it from a transposed mask,
+    # whose other strides would make the same core compile a second time, and its keys
+    # would be read with a stride
+    biases = [b.contiguous() if b.dim() >= 3 and b.shape[-3] == 1 else b for b in biases]
     args = [q, k, v, *biases]
     if gated:
         # [*, Q, H, C] gate logits; the sigmoid is part of the core

@@ -177,6 +177,24 @@ def test_lengths_change_without_a_compile_per_length(gen):
     assert graphs[3] == graphs[1], f"graphs compiled after each call: {graphs}"
 
 
+def test_triangle_start_and_end_share_one_compiled_core(gen):
+    """Around the ending node OpenFold transposes the mask before making its bias; the
+    patch passes that bias contiguous, so both triangle attentions run one compiled core."""
+    from flashlight.integrations import openfold_core
+
+    torch.compiler.reset()
+    openfold_core.clear_compiled()  # compiles of earlier tests would serve these calls
+    graphs = []
+    kwargs = _pair_inputs(gen, (), 0, 14, torch.float32)
+    for name in ("triangle_attention_start", "triangle_attention_end"):
+        patched, stock, reference = make_twins(name, gen, torch.float32)
+        check_against_stock(patched, stock, reference, kwargs, torch.float32)
+        graphs.append(_graph_count())
+    torch.compiler.reset()
+    openfold_core.clear_compiled()
+    assert graphs[1] == graphs[0], f"graphs compiled after each module: {graphs}"
+
+
 def test_inplace_safe_and_mask_none(gen):
     patched, stock, reference = make_twins("triangle_attention_start", gen, torch.float32)
     kwargs = _pair_inputs(gen, (), 0, 12, torch.float32)
