@@ -29,6 +29,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Hashable, Iterator
 
@@ -51,6 +52,7 @@ class Compiles:
         self._jobs: dict[Hashable, Future] = {}
         self._after: dict[Hashable, Callable[[], object]] = {}
         self._lock = threading.Lock()
+        self.wait_s = 0.0  # how long leaving the context waited for unfinished jobs
 
     def job(self, key: Hashable) -> Future | None:
         """The compile job of ``key``, or None where none was submitted."""
@@ -76,7 +78,9 @@ class Compiles:
             return dict(self._jobs)
 
     def _wait(self) -> None:
+        start = time.perf_counter()
         self._pool.shutdown(wait=True)
+        self.wait_s = time.perf_counter() - start
         for key, job in self.jobs().items():
             error = job.exception()
             if error is not None:  # the launch compiles in place later and reports it there

@@ -114,19 +114,24 @@ def _attention_choices() -> list:
 
 
 @contextlib.contextmanager
-def _compiling_in_background(first: bool, device: torch.device):
+def _compiling_in_background(first: bool, device: torch.device, report: dict):
     """The first warm-up pass compiles new kernels on threads while their unfused graphs
     answer ([Note: compiling in the background] in ``flashlight.background``;
     ``FLASHLIGHT_WARMUP_COMPILE=inline`` compiles each where it is first launched); its
     timing includes waiting for the last compile. The score-sized buffers those graphs
-    left in PyTorch's allocator cache, which the kernels never need, are returned."""
+    left in PyTorch's allocator cache, which the kernels never need, are returned.
+    ``report`` receives the mode, the kernels compiled in the background and the seconds
+    the pass waited for them at its end."""
     from flashlight import background, settings
 
-    if not first or settings.get("warmup_compile") != "background":
+    mode = settings.get("warmup_compile")
+    if not first or mode != "background":
+        report.setdefault("mode", mode)
         yield
         return
     with background.compiling_in_background() as compiles:
         yield
+    report.update(mode=mode, kernels=len(compiles.jobs()), wait_s=compiles.wait_s)
     if compiles.jobs() and device.type == "cuda":
         torch.cuda.empty_cache()
 
@@ -373,12 +378,13 @@ class Folder:
         # [..., R] features -> the first ``iterations`` recycling iterations
         warm_batch = {k: v[..., :iterations] for k, v in batch.items()}
         warm, steady = [], []
+        warmup_compile: dict = {}  # how the warm-up compiled (_compiling_in_background)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NOISY_OPENFOLD_WARNING)
             with torch.no_grad(), self._compat(), _without_empty_templates(model, batch, opts.pad_msa), \
                     LayerTimer(model, self.device, on_recycle, opts.sync_modules) as timer:
                 for _ in range(warmups):
-                    compiling = _compiling_in_background(not warm, self.device)
+                    compiling = _compiling_in_background(not warm, self.device, warmup_compile)
                     out, timing = timer.run(lambda: _run_within(compiling, model, warm_batch))
                     warm.append(timing)
                 for _ in range(opts.repeats):
@@ -388,6 +394,7 @@ class Folder:
         median = median_timing(steady)
         run = {
             "warmup_s": [t.model_s for t in warm],
+            "warmup_compile": warmup_compile,
             "runs_s": [t.model_s for t in steady],
             "steady": median.to_json(),
             "warmup": [t.to_json() for t in warm],

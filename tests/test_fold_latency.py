@@ -89,6 +89,8 @@ def test_full_depth_model_reports_48_blocks(tmp_path, one_thread, monkeypatch):
     assert on_disk["model"]["num_blocks"] == 48
     assert len(on_disk["plddt"]) == 6
     assert len(contexts) == 1 and background.active() is None
+    compiled = stock["warmup_compile"]
+    assert compiled["mode"] == "background" and compiled["kernels"] == 0 and compiled["wait_s"] >= 0
 
 
 def test_median_is_elementwise():
