@@ -167,10 +167,12 @@ def _shared_loops(s: _Search, plan: Plan) -> Plan:
         else:
             groups.append([name])
     placed: dict[str, float] = {}  # FX node -> where a kernel placed late computes it
+    read = {node.base for tiled in plan.kernels.values() for e in kernel_exprs(tiled.kernel)
+            for node in walk(e) if isinstance(node, (Load, Gather))}  # values some kernel loads
     for group in (g for g in groups if len(g) > 1):
         members = [k.name for k in primary_first([online[n] for n in group])]
         nodes = tuple(s.node_of_nest[n] for n in members)
-        place = _place(s, [online[n] for n in members], nodes, placed)
+        place = _place(s, [online[n] for n in members], nodes, placed, read)
         if place is None:
             continue
         try:
@@ -188,15 +190,18 @@ def _shared_loops(s: _Search, plan: Plan) -> Plan:
     return plan
 
 
-def _place(s: _Search, kernels: list[Kernel], nodes: tuple[str, ...], placed: dict[str, float]) -> float | None:
+def _place(s: _Search, kernels: list[Kernel], nodes: tuple[str, ...], placed: dict[str, float],
+           read: set[str]) -> float | None:
     """Where in the FX graph one kernel can compute all of ``nodes``, or None.
 
     Where the first of them was, when every tensor ``kernels`` load comes before it (none
     is computed from another's output); else just after the last tensor they load, when
     every use of ``nodes`` that computes comes after that (views of them move along; the
-    backward's key and value gradients, say, are needed only at the end). ``placed``:
-    the values of kernels already placed late, and where. Nodes the lowering did not
-    place: no constraint."""
+    backward's key and value gradients, say, are needed only at the end) and no other
+    kernel loads them (``read``: what the plan's kernels load; a kernel placed where its
+    first output was could otherwise come before them). ``placed``: the values of
+    kernels already placed late, and where. Nodes the lowering did not place: no
+    constraint."""
     order = {**s.lowered.order, **placed}
     first = min((order[n] for n in nodes if n in order), default=None)
     if first is None:
@@ -208,7 +213,7 @@ def _place(s: _Search, kernels: list[Kernel], nodes: tuple[str, ...], placed: di
     if last_load < first:
         return float(first)
     uses = [order[u] for u in _computing_uses(s.lowered, nodes) if u in order]
-    if any(n in placed for n in nodes) or not all(use > last_load for use in uses):
+    if any(n in placed or n in read for n in nodes) or not all(use > last_load for use in uses):
         return None
     return last_load + 0.5
 
