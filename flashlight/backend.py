@@ -24,7 +24,7 @@ import torch.fx as fx
 from flashlight import settings
 from flashlight.codegen import generate
 from flashlight.decompositions import decompositions
-from flashlight.lower import lower
+from flashlight.lower import REINDEXING, lower
 from flashlight.passes.tiling import MAX_TILE
 from flashlight.pipeline import Plan, compile_graph, tile_sizes_to_fix
 from flashlight.report import ExplainReport, FallbackOp, KernelReport
@@ -35,14 +35,7 @@ log = logging.getLogger("flashlight")
 aten = torch.ops.aten
 
 # ops that only re-index memory; never listed as fallback work
-VIEW_LIKE = {
-    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
-    aten.transpose.int, aten.t.default, aten.unsqueeze.default, aten.squeeze.dim,
-    aten.squeeze.dims, aten.squeeze.default, aten.expand.default, aten.alias.default,
-    aten.detach.default, aten.slice.Tensor, aten.select.int, aten.as_strided.default,
-    aten.clone.default, aten.contiguous.default if hasattr(aten, "contiguous") else aten.clone.default,
-    aten.lift_fresh_copy.default,
-}
+VIEW_LIKE = REINDEXING | {aten.slice.Tensor, aten.select.int, aten.as_strided.default}
 
 
 def _fp32_precision() -> str:

@@ -163,13 +163,8 @@ def _call(gm: fx.GraphModule, target, args: tuple, kwargs: dict | None = None) -
 
     node = gm.graph.call_function(target, args, kwargs or {})
     values = fx.node.map_arg(args, lambda n: n.meta["val"])
-    fake_mode = detect_fake_mode(_tensors(values))
+    fake_mode = detect_fake_mode(values)
     with fake_mode if fake_mode is not None else torch.no_grad():
         node.meta["val"] = target(*values, **(kwargs or {}))
     return node
 
-
-def _tensors(values) -> list:
-    found = []
-    fx.node.map_aggregate(values, lambda v: found.append(v) if isinstance(v, torch.Tensor) else None)
-    return found

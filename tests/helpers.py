@@ -143,3 +143,17 @@ class FakeJit:
 
     def __getitem__(self, grid):
         return lambda *args, **kw: self.launches.append(kw)
+
+
+def stand_in_variants(calls: list[str]):
+    """A patched and a stock call (for the stock-or-kernel choice) that record their
+    name in ``calls`` and return 1.0 and 2.0."""
+    def patched():
+        calls.append("kernel")
+        return torch.tensor(1.0)
+
+    def stock():
+        calls.append("stock")
+        return torch.tensor(2.0)
+
+    return patched, stock

@@ -11,6 +11,7 @@ import torch
 
 from flashlight import background, runtime
 from flashlight.integrations import openfold_choice
+from tests.helpers import stand_in_variants
 from tests.test_runtime_tuning import _attention, _built, _inputs
 
 CPU = torch.device("cpu")
@@ -116,16 +117,7 @@ def test_the_graph_answers_while_compiling_and_matches_the_kernel(monkeypatch):
 
 def test_a_small_patched_call_is_timed_when_the_context_closes():
     openfold_choice.clear()
-    calls: list[str] = []
-
-    def patched():
-        calls.append("kernel")
-        return torch.tensor(1.0)
-
-    def stock():
-        calls.append("stock")
-        return torch.tensor(2.0)
-
+    patched, stock = stand_in_variants([])
     timer = lambda fn: 1.0 if fn is patched else 0.5  # noqa: E731 - stock measured faster
     with background.compiling_in_background():
         outs = [float(openfold_choice.run("shape", 10, patched, stock, timer=timer)) for _ in range(2)]

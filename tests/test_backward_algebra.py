@@ -4,6 +4,7 @@ where the algebra allows, exact in float64, left alone where it does not apply),
 keys' and values' gradients from one loop."""
 from __future__ import annotations
 
+import pytest
 import torch
 from functorch.compile import make_boxed_compiler
 from torch._functorch.aot_autograd import aot_function
@@ -47,22 +48,15 @@ def _aot_gradients(fn, args, grad_out):
     return torch.autograd.grad(out, args, grad_out), counts
 
 
-def test_the_rewritten_row_term_is_exact_in_float64(gen):
+@pytest.mark.parametrize("fn, rewritten", [(_gated, 1), (_over_queries, 0)], ids=["last_dim", "another_dim"])
+def test_the_row_term_is_exact_in_float64_and_rewritten_only_over_the_keys(fn, rewritten, gen):
+    """Over the matmul's keys the rewrite applies and is exact; a softmax over another
+    dim is left as written."""
     args = _inputs(gen)
     grad_out = torch.randn(args[0].shape, generator=gen, dtype=torch.float64)
-    got, counts = _aot_gradients(_gated, args, grad_out)
-    want = torch.autograd.grad(_gated(*args), args, grad_out)
-    assert counts == [1]
-    for a, b in zip(got, want, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
-
-
-def test_a_softmax_over_another_dim_is_left_as_written(gen):
-    args = _inputs(gen)
-    grad_out = torch.randn(args[0].shape, generator=gen, dtype=torch.float64)
-    got, counts = _aot_gradients(_over_queries, args, grad_out)
-    want = torch.autograd.grad(_over_queries(*args), args, grad_out)
-    assert counts == [0]
+    got, counts = _aot_gradients(fn, args, grad_out)
+    want = torch.autograd.grad(fn(*args), args, grad_out)
+    assert counts == [rewritten]
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 

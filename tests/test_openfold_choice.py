@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from flashlight.integrations import openfold_choice
+from tests.helpers import stand_in_variants
 
 
 @pytest.fixture(autouse=True)
@@ -16,22 +17,10 @@ def fresh_choices():
     openfold_choice.clear()
 
 
-def _variants(calls: list[str]):
-    def patched():
-        calls.append("kernel")
-        return torch.tensor(1.0)
-
-    def stock():
-        calls.append("stock")
-        return torch.tensor(2.0)
-
-    return patched, stock
-
-
 @pytest.mark.parametrize("stock_s, kept", [(0.5, "stock"), (0.95, "kernel"), (1.5, "kernel")])
 def test_a_small_call_is_timed_once_and_keeps_the_clearly_faster(stock_s, kept):
     calls: list[str] = []
-    patched, stock = _variants(calls)
+    patched, stock = stand_in_variants(calls)
     timed = {patched: 1.0, stock: stock_s}
     timer = lambda fn: timed[fn]  # noqa: E731 - seconds per call, as the GPU timer returns
     first = openfold_choice.run("shape", 1000, patched, stock, timer=timer)
@@ -44,7 +33,7 @@ def test_a_small_call_is_timed_once_and_keeps_the_clearly_faster(stock_s, kept):
 
 def test_large_calls_and_other_shapes():
     calls: list[str] = []
-    patched, stock = _variants(calls)
+    patched, stock = stand_in_variants(calls)
     never = lambda fn: pytest.fail("a large call must not be timed")  # noqa: E731
     assert float(openfold_choice.run("big", openfold_choice.SMALL_SCORES + 1, patched, stock, timer=never)) == 1.0
     assert openfold_choice.choices() == {}
