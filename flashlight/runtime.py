@@ -34,9 +34,10 @@ from typing import Sequence
 
 import torch
 
-from flashlight import background, settings, tuned_configs, tuning
+from flashlight import background, launch_plan, settings, tuned_configs, tuning
 from flashlight.codegen import KernelSource
 from flashlight.ir import Dim, Gather, Iota, Kernel, Load, TiledKernel, walk
+from flashlight.launch_plan import LaunchPlan
 
 log = logging.getLogger("flashlight")
 _MODULES: dict[str, object] = {}
@@ -198,6 +199,7 @@ class Launcher:
         # sizes -> the configuration autotuning chose for them (or EAGER): later calls with
         # those sizes launch it directly, without the autotuner's per-call work
         self._chosen: dict[tuple[int, ...], dict | str] = {}
+        self._plans: dict[tuple, LaunchPlan] = {}  # call signature -> its launch ([Note: launch plans])
         self.eager = eager  # the PyTorch computation of the kernel's value from its inputs, or None
         self.__name__ = f"flashlight_{src.name}"
 
@@ -217,6 +219,7 @@ class Launcher:
         if choice == EAGER and getattr(self, "eager", None) is None:
             raise ValueError(f"{self.__name__} has no unfused graph to run")
         self._chosen[tuple(sizes)] = choice if choice == EAGER else dict(choice)
+        getattr(self, "_plans", {}).clear()
 
     def _jit(self, interpret: bool):
         if self._fn is None:
@@ -391,13 +394,19 @@ class Launcher:
         import triton
 
         tensors = list(tensors)
+        call = launch_plan.signature(tensors)
+        plan = self._plans.get(call)
+        if plan is not None:  # [Note: launch plans]
+            return self._result(plan.launch(self._raw, tensors))
         if any(t.numel() == 0 for t in tensors):
             return self._call_empty(tensors)
+        relayouts = []
         for k, axis in self.relayouts:
             t = tensors[k]
             if t.stride(axis) != 1 and t.shape[axis] > 1:
                 # [..., X, ...] with X strided -> same values, X contiguous
                 tensors[k] = t.movedim(axis, -1).contiguous().movedim(-1, axis)
+                relayouts.append((k, axis))
         values = {text: tensors[s.tensor].shape[s.axis] for text, s in self.sources.items()}
         outs = [torch.empty(self._shape(output.axes, values), dtype=output.dtype, device=tensors[0].device)
                 for output in getattr(self, "outputs", self.kernel.outputs())]
@@ -437,6 +446,10 @@ class Launcher:
         else:
             self._raw[grid](*args, **chosen)
             result = None
+            if not checks:
+                self._plans[call] = LaunchPlan(
+                    tuple(relayouts), tuple(tuple(o.shape) for o in outs), tuple(o.dtype for o in outs),
+                    args[len(tensors) + len(outs):], tuple(grid(chosen)), chosen)
         if result is not None:
             return result  # the unfused graph ran instead of the kernel
         if checks and bool(errors.any()):

@@ -378,3 +378,35 @@ def test_the_tuning_script_lists_its_cells_and_needs_a_gpu(capsys):
     assert len([c for c in listed if c]) == len(tune_configs.KERNELS) * 2 * 2
     if not torch.cuda.is_available():
         assert tune_configs.main(["--kernels", "triangle_start"]) == tune_configs.EXIT_NO_GPU
+
+
+# ------------------------------------------------------------------------- launch plans
+
+
+def _matches_float64(gm, *inputs):
+    out = gm(*inputs)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), _attention(*(t.double() for t in inputs)), rtol=1e-5, atol=1e-5)
+
+
+def test_a_repeated_call_signature_launches_through_its_plan(monkeypatch):
+    # [Note: launch plans]: the first steady launch of a signature records its plan, later
+    # calls with that signature use it, a new signature (other strides) gets its own
+    from flashlight.launch_plan import LaunchPlan
+
+    gm, (launcher,) = _built(_attention, *_inputs())
+    planned = []
+    real_launch = LaunchPlan.launch
+    monkeypatch.setattr(LaunchPlan, "launch", lambda plan, raw, ts: planned.append(plan) or real_launch(plan, raw, ts))
+    for seed in range(3):  # first launch, steady launch (records the plan), planned launch
+        q, k, v, bias = _inputs(seed=seed)
+        _matches_float64(gm, q, k, v, bias)
+    assert len(planned) == 1 and len(launcher._plans) == 1
+    q, k, v, bias = _inputs(seed=4)
+    k_strided = k.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, other strides
+    for _ in range(2):
+        _matches_float64(gm, q, k_strided, v, bias)
+    assert len(planned) == 2 and len(launcher._plans) == 2
+    launcher.pin_choice((), dict(launcher._chosen[()]))
+    assert not launcher._plans  # a changed choice drops the plans
