@@ -11,6 +11,11 @@ span is launch-bound: the GPU waited for the host to issue its kernels.
     python -m bench.fold_noise --length 256 --chunk-size preset none --rounds 3
     python -m bench.fold_noise --length 256 --depth 5632 --chunk-size none --out noise.json
 
+Each round also times one pass without hooks (``pass`` rows: wall seconds, the host's
+seconds until the forward returned, before the final synchronisation, and the process's
+CPU seconds over all its threads); ``--profile`` runs one more pass of each model under
+cProfile and prints the functions its host time goes to.
+
 ``--depth N`` folds the synthetic record with a deep A3M of N rows (made by
 ``flashlight.structures.examples.make_synthetic``, as the product benchmark
 :mod:`bench.fold_product` folds it); without it the record is folded single-sequence.
@@ -72,6 +77,37 @@ def _timed_run(model, batch, device):
     return gpu, dict(host)
 
 
+def _plain_pass(model, batch) -> dict:
+    """One unhooked pass: wall seconds, seconds until the forward returned (the host's
+    issue time), and the process's CPU seconds (all threads) over the pass."""
+    torch.cuda.synchronize()
+    cpu, start = time.process_time(), time.perf_counter()
+    with torch.no_grad():
+        model(batch)
+    issued = time.perf_counter()
+    torch.cuda.synchronize()
+    end = time.perf_counter()
+    return {"pass:wall": end - start, "pass:host_issue": issued - start, "pass:cpu": time.process_time() - cpu}
+
+
+def _profiled_pass(model, batch, top: int = 25) -> str:
+    """The functions one pass's host time goes to (cProfile, own time), as text."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        profiler.enable()
+        model(batch)
+        torch.cuda.synchronize()
+        profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
+
+
 def record_paths(length: int, depth: int | None) -> tuple[str, str | None]:
     """FASTA path and alignment folder of the synthetic record of ``length``."""
     if not depth:
@@ -88,7 +124,7 @@ def record_paths(length: int, depth: int | None) -> tuple[str, str | None]:
 
 
 def run_config(length: int, chunk_size, rounds: int, recycles: int, dtype: str, seed: int,
-               depth: int | None = None) -> list[dict]:
+               depth: int | None = None, profile: bool = False) -> list[dict]:
     from flashlight.structures.features import processed_features, to_device
     from flashlight.structures.inputs import load_inputs
     from flashlight.structures.models import DTYPES, ModelInfo, apply_flashlight, build_model, make_config
@@ -117,7 +153,13 @@ def run_config(length: int, chunk_size, rounds: int, recycles: int, dtype: str, 
     samples: dict[str, list] = {"stock": [], "flashlight": []}
     for _ in range(rounds):
         for name, model in (("stock", stock), ("flashlight", flash)):
-            samples[name].append(_timed_run(model, batch, device))
+            gpu, host = _timed_run(model, batch, device)
+            gpu.update(_plain_pass(model, batch))
+            samples[name].append((gpu, host))
+    if profile:
+        for name, model in (("stock", stock), ("flashlight", flash)):
+            print(f"\n== cProfile of one {name} pass (N_res {length}, chunk_size {chunk_size}, {dtype})")
+            print(_profiled_pass(model, batch))
     rows = []
     for key in samples["stock"][0][0]:
         s = [g[key] for g, _ in samples["stock"]]
@@ -144,6 +186,7 @@ def main() -> None:
     p.add_argument("--dtype", default="fp32")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--depth", type=int, default=None, help="fold with a synthetic A3M of this many rows")
+    p.add_argument("--profile", action="store_true", help="print a cProfile of one pass of each model")
     p.add_argument("--out")
     args = p.parse_args()
     if args.out and os.path.exists(args.out):
@@ -160,7 +203,8 @@ def main() -> None:
     results = {}
     for text in args.chunk_size:
         chunk = "preset" if text == "preset" else (None if text == "none" else int(text))
-        rows = run_config(args.length, chunk, args.rounds, args.recycles, args.dtype, args.seed, args.depth)
+        rows = run_config(args.length, chunk, args.rounds, args.recycles, args.dtype, args.seed, args.depth,
+                          args.profile)
         results[text] = rows
         print(f"\n== N_res {args.length}, chunk_size {text}, {args.dtype}, {args.rounds} rounds (medians, ms)")
         print(f"{'module':<28}{'stock':>9}{'flash':>9}{'ratio':>7}{'s-spr':>7}{'f-spr':>7}{'s-host':>9}{'f-host':>9}")

@@ -67,8 +67,38 @@ def one_cell(variant, shape, dtype, impl, inputs, grad_out, want) -> dict:
     peak = torch.cuda.max_memory_allocated() - base
     ms = bench_ms(step, "cuda", rep_ms=200)
     kernels = _kernel_times(step) if impl == "flashlight" else None
-    return {"kernels_us": kernels,"status": "ok", "ms": round(ms, 4), "peak_mib": round(peak / 2**20, 1), "first_call_s": round(first_s, 2),
-            "max_rel_grad_error": max(errors)}
+    host_ms, host_profile = _host_time(step, profile=impl == "flashlight")
+    return {"kernels_us": kernels, "status": "ok", "ms": round(ms, 4), "host_ms": round(host_ms, 4),
+            "peak_mib": round(peak / 2**20, 1), "first_call_s": round(first_s, 2),
+            "max_rel_grad_error": max(errors), "host_profile": host_profile}
+
+
+def _host_time(step, calls: int = 20, profile: bool = False) -> tuple[float, str | None]:
+    """Milliseconds the host takes to issue one call (``calls`` calls back to back, no
+    synchronisation between them: when this is as long as ``ms`` the call is bound by the
+    host), and with ``profile`` the Python functions that time goes to (cProfile, own
+    time, as text)."""
+    import cProfile
+    import io
+    import pstats
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        step()
+    host_ms = 1e3 * (time.perf_counter() - start) / calls
+    torch.cuda.synchronize()
+    if not profile:
+        return host_ms, None
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        step()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+    return host_ms, text.getvalue()
 
 
 def _kernel_times(step) -> dict[str, float]:
@@ -120,7 +150,7 @@ def main(argv=None) -> int:
                     cell = {"status": "error", "error": short_error(exc)}
                 cell.update(variant=name, shape=shape, dtype=dtype_name, impl=impl)
                 cells.append(cell)
-                print(json.dumps(cell), flush=True)
+                print(json.dumps({k: v for k, v in cell.items() if k != "host_profile"}), flush=True)
                 torch.cuda.empty_cache()
     atomic_write_json(args.out, {"schema": "flashlight-bench-training/1", "environment": environment("cuda"),
                                  "cells": cells})

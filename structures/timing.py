@@ -35,6 +35,7 @@ Timed modules, found by structure rather than by one fixed attribute path:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -127,17 +128,66 @@ class RunTiming:
     stages: Dict[str, float]
     blocks: List[float]
     modules: List[Dict[str, float]]
+    host: Dict[str, float] = dataclasses.field(default_factory=dict)  # HostRecord.to_json()
 
     def to_json(self) -> dict:
         """Layer timings as the ``latency.json`` per-run layout."""
         return {
             "model_s": self.model_s,
+            "host": dict(self.host),
             "stages": dict(self.stages),
             "blocks": [
                 {"index": i, "total_s": total, "modules": dict(mods)}
                 for i, (total, mods) in enumerate(zip(self.blocks, self.modules))
             ],
         }
+
+
+class HostRecord:
+    """What the host did during one pass ([Note: the host's record of a pass]).
+
+    [Note: the host's record of a pass]
+    A pass whose kernels are small (a single-sequence record, bf16) is bound by the
+    host: its time is the Python and launch work of every module, and anything else the
+    process does meanwhile lengthens it. Beside the pass's time each run records
+    ``issue_s`` (until the forward returned, before the final synchronisation: close to
+    ``model_s`` when the device waited for the host), ``cpu_s`` (the process's CPU time
+    over all its threads: above ``model_s`` when other threads worked meanwhile) and the
+    garbage collector's pauses (``gc_s``, ``gc_collections``, ``gc_full``: a full
+    collection walks every object the process holds, and after compiling that includes
+    the captured graphs).
+    """
+
+    def __init__(self):
+        self.gc_s = 0.0
+        self.collections = 0
+        self.full = 0
+        self._gc_start = 0.0
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+            return
+        self.gc_s += time.perf_counter() - self._gc_start
+        self.collections += 1
+        self.full += info.get("generation") == 2
+
+    def __enter__(self) -> "HostRecord":
+        gc.callbacks.append(self._on_gc)
+        self._cpu, self._start = time.process_time(), time.perf_counter()
+        return self
+
+    def issued(self) -> None:
+        """Mark the forward's return (before the final synchronisation)."""
+        self.issue_s = time.perf_counter() - self._start
+
+    def __exit__(self, *exc) -> None:
+        self.cpu_s = time.process_time() - self._cpu
+        gc.callbacks.remove(self._on_gc)
+
+    def to_json(self) -> Dict[str, float]:
+        return {"issue_s": self.issue_s, "cpu_s": self.cpu_s, "gc_s": self.gc_s,
+                "gc_collections": self.collections, "gc_full": self.full}
 
 
 class Clock:
@@ -261,10 +311,12 @@ class LayerTimer:
         self._open.clear()
         self._spans.clear()
         self.clock.synchronize()
-        start = time.perf_counter()
-        result = fn()
-        self.clock.synchronize()
-        model_s = time.perf_counter() - start
+        with HostRecord() as host:
+            start = time.perf_counter()
+            result = fn()
+            host.issued()
+            self.clock.synchronize()
+            model_s = time.perf_counter() - start
         totals: Dict[tuple, float] = {}
         for key, spans in self._spans.items():
             totals[key] = sum(self.clock.seconds(a, b) for a, b in spans)
@@ -274,7 +326,7 @@ class LayerTimer:
             {kind: totals.get(("module", i, kind), 0.0) for kind in kinds}
             for i, kinds in enumerate(self.structure.blocks)
         ]
-        return result, RunTiming(model_s, stages, blocks, modules)
+        return result, RunTiming(model_s, stages, blocks, modules, host.to_json())
 
 
 def _median(values: List[float]) -> float:
@@ -297,6 +349,7 @@ def median_timing(runs: List[RunTiming]) -> RunTiming:
             {k: _median([r.modules[i][k] for r in runs]) for k in first.modules[i]}
             for i in range(len(first.modules))
         ],
+        host={k: _median([r.host.get(k, 0.0) for r in runs]) for k in first.host},
     )
 
 
