@@ -95,7 +95,7 @@ _KNOBS: dict[str, _Knob] = {
     "tuned_configs": _Knob("FLASHLIGHT_TUNED_CONFIGS", "", str),
     "remainder": _Knob("FLASHLIGHT_REMAINDER", "inductor", _choice("inductor", "eager")),
     "on_error": _Knob("FLASHLIGHT_ON_ERROR", "fallback", _choice("fallback", "raise")),
-    "warmup_compile": _Knob("FLASHLIGHT_WARMUP_COMPILE", "background", _choice("background", "inline")),
+    "warmup_compile": _Knob("FLASHLIGHT_WARMUP_COMPILE", "inline", _choice("inline", "background")),
 }
 
 _overrides: dict[str, Any] = {}
