@@ -182,6 +182,7 @@ def _options(args, group, FoldOptions):
         max_extra_msa=args.max_extra_msa,
         pad_msa=args.pad_msa,
         sync_modules=args.sync_modules,
+        profile_kernels=args.profile_kernels,
         seed=args.seed,
         tf32=args.tf32,
         relax=args.relax,

@@ -139,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
         "time is its own (for comparing modules; the pass gets slower)",
     )
     p.add_argument(
+        "--profile-kernels", action="store_true",
+        help="after the timed passes, run one more under torch.profiler and list its 30 longest "
+        "kernels (GPU) or operators (CPU) in latency.json (runs.<variant>.kernels)",
+    )
+    p.add_argument(
         "--cpu-threads", type=_positive,
         help="threads for CPU kernels (default: torch's; under torchrun, OMP_NUM_THREADS)",
     )

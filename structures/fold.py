@@ -42,7 +42,7 @@ from flashlight.structures.models import (
     remove_flashlight,
     set_chunk_size,
 )
-from flashlight.structures.timing import LayerTimer, median_timing
+from flashlight.structures.timing import LayerTimer, kernel_profile, median_timing
 
 SCHEMA = "flashlight.fold.latency/1"
 log = logging.getLogger("flashlight.fold")
@@ -77,6 +77,7 @@ class FoldOptions:
     max_extra_msa: Optional[int] = None
     pad_msa: bool = False  # pad MSAs to the configured sizes instead of their depth
     sync_modules: bool = False  # [Note: synchronised module spans] in timing.py
+    profile_kernels: bool = False  # one extra pass under torch.profiler (timing.kernel_profile)
     relax: bool = False  # also write <name>_relaxed.pdb (structures/relax.py)
     seed: int = 0
     tf32: bool = True
@@ -393,6 +394,8 @@ class Folder:
                     out, timing = timer.run(lambda: model(batch))
                     steady.append(timing)
                     log.info(f"  model: {timing.model_s:.1f} s ({opts.recycles + 1} recycling iteration(s))")
+                # one more pass, not timed: what it ran, by kernel
+                kernels = kernel_profile(lambda: model(batch), self.device) if opts.profile_kernels else None
         median = median_timing(steady)
         run = {
             "warmup_s": [t.model_s for t in warm],
@@ -402,6 +405,8 @@ class Folder:
             "warmup": [t.to_json() for t in warm],
         }
         run["chunk_size"] = model.globals.chunk_size
+        if kernels is not None:
+            run["kernels"] = kernels
         return run, _prediction(out), timer.method
 
     def fold(self, record: Record, on_recycle: Optional[Callable[[], None]] = None) -> dict:

@@ -360,3 +360,25 @@ def module_totals(timing: RunTiming) -> Dict[str, float]:
         for kind, seconds in mods.items():
             totals[kind] += seconds
     return {k: v for k, v in totals.items() if any(k in m for m in timing.modules)}
+
+
+def kernel_profile(fn: Callable[[], object], device: torch.device, top: int = 30) -> List[dict]:
+    """The ``top`` longest kernels of one call of ``fn`` by total time, longest first:
+    ``name``, ``calls`` and ``total_ms`` of each (on a GPU, the device time of each CUDA
+    kernel; on a CPU, each operator's own CPU time), from ``torch.profiler``. For
+    comparing what ran (which GEMM kernels, how long each) between runs."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+    rows = []
+    for event in prof.key_averages():
+        total_us = event.device_time_total if cuda else event.self_cpu_time_total
+        if total_us > 0:
+            rows.append({"name": event.key, "calls": event.count, "total_ms": total_us / 1e3})
+    rows.sort(key=lambda row: -row["total_ms"])
+    return rows[:top]
+

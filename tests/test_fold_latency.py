@@ -182,12 +182,17 @@ def test_bf16_model_folds(tmp_path, one_thread):
     options = FoldOptions(
         out_dir=str(tmp_path), flashlight=False, dtype="bf16", num_blocks=1, recycles=1,
         warmup=0, repeats=1, chunk_size=None, max_msa_clusters=6, max_extra_msa=2, plot=False,
+        profile_kernels=True,
     )
     folder = Folder(options, warn=print)
     assert next(folder.stock.parameters()).dtype == torch.bfloat16
     record = Record(id="trp", description="", sequence="NLYIQWLKDGGPSSGRPPPS", source="-", index=1)
     report = folder.fold(record)
     assert report["model"]["dtype"] == "bf16"
+    kernels = report["runs"]["stock"]["kernels"]  # the extra profiled pass: operators on a CPU
+    assert 0 < len(kernels) <= 30 and all(k["total_ms"] > 0 and k["calls"] >= 1 for k in kernels)
+    assert [k["total_ms"] for k in kernels] == sorted((k["total_ms"] for k in kernels), reverse=True)
+    assert any(k["name"] in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear") for k in kernels)
     assert all(0 <= p <= 100 for p in report["plddt"])
     pdb_text = (tmp_path / "trp" / "trp.pdb").read_text()
     assert "nan" not in pdb_text.lower()
