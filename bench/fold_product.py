@@ -32,6 +32,12 @@ in the same call (the GPU machine may be fresh per call), so a config's cold and
 runs are started only with time for both (``--run-estimate-s``); the process stops
 before ``--max-minutes`` (exit status 3: run again). Status 0: every row is in the file.
 
+``--warmup-compile inline,background`` folds every record under each setting of
+``FLASHLIGHT_WARMUP_COMPILE`` in the same call (own caches per setting; the rows carry
+``warmup_compile_setting``), for a same-machine comparison of how the warm-up compiles.
+Each row also keeps the variants' host records of the timed pass (``*_host``) and how
+their warm-up compiled (``*_warmup_compile``).
+
 ``--fold-args`` passes extra options to every fold (``--num-blocks 1 --recycles 0
 --device cpu`` in the CPU smoke test).
 """
@@ -61,6 +67,9 @@ def parse_args(argv):
     p.add_argument("--msa", default="deep,single", help="deep (5632-row A3M), single (no alignment)")
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--depth", type=int, default=DEEP_DEPTH, help="rows of the deep alignment")
+    p.add_argument("--warmup-compile", default="",
+                   help="comma list of FLASHLIGHT_WARMUP_COMPILE modes (inline, background): every record is "
+                        "folded under each, in the same call (default: the fold's own default)")
     p.add_argument("--out", default=None)
     p.add_argument("--work-dir", default=None,
                    help="inputs, outputs and caches (default: a folder under the system's temp dir)")
@@ -72,18 +81,21 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def configs(lengths, msas, dtypes) -> list[tuple[int, str, str]]:
-    """(length, msa, dtype) in priority order: deep fp32 first, then bf16, then single."""
+def configs(lengths, msas, dtypes, modes=("",)) -> list[tuple[int, str, str, str]]:
+    """(length, msa, dtype, warm-up compile mode) in priority order: deep fp32 first, then
+    bf16, then single; the modes of one record one after another ("": the default)."""
     order = []
     for msa in msas:
         for dtype in dtypes:
             for n in lengths:
-                order.append((n, msa, dtype))
+                order.extend((n, msa, dtype, mode) for mode in modes)
     return order
 
 
 def row_key(row: dict) -> tuple:
-    return (row["length"], row["msa"], row["dtype"], row["cache"])
+    """(length, msa, dtype, cache), and the warm-up compile mode where one was set."""
+    mode = row.get("warmup_compile_setting") or ""
+    return (row["length"], row["msa"], row["dtype"], row["cache"]) + ((mode,) if mode else ())
 
 
 def make_inputs(work: pathlib.Path, length: int, depth: int) -> pathlib.Path:
@@ -144,6 +156,8 @@ def summarise(report: dict) -> dict:
         row[f"{name}_first_call_s"] = run["warmup_s"][0] if run.get("warmup_s") else None
         row[f"{name}_modules_s"] = module_totals(steady)
         row[f"{name}_stages_s"] = steady.get("stages")
+        row[f"{name}_host"] = steady.get("host")  # the timed pass's host record
+        row[f"{name}_warmup_compile"] = run.get("warmup_compile")
         row["chunk_size"] = run.get("chunk_size")
     if row.get("stock_model_s") and row.get("flashlight_model_s"):
         row["speedup"] = round(row["stock_model_s"] / row["flashlight_model_s"], 4)
@@ -156,6 +170,13 @@ def summarise(report: dict) -> dict:
     row["msa_depth"] = (report.get("record") or {}).get("msa_depth")
     row["environment"] = report.get("environment")
     return row
+
+
+def _base(config: tuple, cache: str) -> dict:
+    """The identifying fields of the row of ``config`` (length, msa, dtype, mode) and ``cache``."""
+    length, msa, dtype, mode = config
+    return {"length": length, "msa": msa, "dtype": dtype, "cache": cache,
+            **({"warmup_compile_setting": mode} if mode else {})}
 
 
 def run_fold(cmd: list[str], env: dict, out_dir: pathlib.Path, record_id: str, timeout_s: float) -> dict:
@@ -191,9 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
     msas = [m for m in args.msa.split(",") if m]
     dtypes = [d for d in args.dtypes.split(",") if d]
-    bad = [m for m in msas if m not in ("deep", "single")] + [d for d in dtypes if d not in ("fp32", "bf16")]
+    modes = [m for m in args.warmup_compile.split(",") if m] or [""]
+    bad = [m for m in msas if m not in ("deep", "single")] + [d for d in dtypes if d not in ("fp32", "bf16")] \
+        + [m for m in modes if m not in ("", "inline", "background")]
     if bad:
-        sys.exit(f"bench.fold_product: unknown {bad}; --msa takes deep,single and --dtypes fp32,bf16")
+        sys.exit(f"bench.fold_product: unknown {bad}; --msa takes deep,single, --dtypes fp32,bf16 and "
+                 "--warmup-compile inline,background")
     out = pathlib.Path(args.out) if args.out else RESULTS / "fold_product.json"
     work = pathlib.Path(args.work_dir or pathlib.Path(tempfile.gettempdir()) / "flashlight-fold-product")
     extra = shlex.split(args.fold_args)
@@ -201,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     data = json.loads(out.read_text()) if out.exists() else {"schema": "flashlight-bench-fold-product/1",
                                                              "runs": [], "rows": []}
     have = {row_key(r): i for i, r in enumerate(data["rows"])}
-    todo = [c for c in configs(lengths, msas, dtypes)
-            if any((*c, cache) not in have for cache in ("cold", "warm"))]
+    todo = [c for c in configs(lengths, msas, dtypes, modes)
+            if any(row_key(_base(c, cache)) not in have for cache in ("cold", "warm"))]
     if not todo:
         say(f"bench.fold_product: every row is already in {out}")
         return EXIT_COMPLETE
@@ -229,24 +253,25 @@ def main(argv: list[str] | None = None) -> int:
             data["rows"].append(row)
         save(out, data)
 
-    for length, msa, dtype in todo:
+    for length, msa, dtype, mode in todo:
         if deadline.remaining() < 2 * args.run_estimate_s:
             say("bench.fold_product: time budget reached; run the same command again to continue")
             return EXIT_INCOMPLETE
         inputs = make_inputs(work, length, args.depth)
         record = f"synthetic_{length}"
-        cache = work / f"cache-{length}-{msa}-{dtype}"
+        cache = work / f"cache-{length}-{msa}-{dtype}{'-' + mode if mode else ''}"
         shutil.rmtree(cache, ignore_errors=True)  # cold: empty caches
         for kind in ("cold", "warm"):
             options = user_args(inputs / f"{record}.fasta", inputs if msa == "deep" else None, dtype,
                                 work / "out", extra)
             prefix, how = launcher()
             cmd = [*prefix, *options]
-            base = {"length": length, "msa": msa, "dtype": dtype, "cache": kind, "run": meta["id"],
+            base = {**_base((length, msa, dtype, mode), kind), "run": meta["id"],
                     "command": ["flashlight-fold", *options], "invoked_as": how}
-            rec = run_fold(cmd, cache_env(cache), work / "out", record, deadline.remaining() - 10)
+            env = {**cache_env(cache), **({"FLASHLIGHT_WARMUP_COMPILE": mode} if mode else {})}
+            rec = run_fold(cmd, env, work / "out", record, deadline.remaining() - 10)
             put({**base, **rec, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-            say(f"  [{deadline.elapsed():5.0f}s] N_res {length} {msa} {dtype} {kind}: " + (
+            say(f"  [{deadline.elapsed():5.0f}s] N_res {length} {msa} {dtype} {kind} {mode}: " + (
                 f"stock {rec.get('stock_model_s', 0):.2f} s, Flashlight {rec.get('flashlight_model_s', 0):.2f} s, "
                 f"first call {rec.get('flashlight_first_call_s') or 0:.1f} s, wall {rec['wall_s']:.0f} s"
                 if rec["status"] == "ok" else f"{rec['status'].upper()} {rec.get('message', '')[:300]}"))

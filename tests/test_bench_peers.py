@@ -278,6 +278,27 @@ def test_fold_product_runs_cold_then_warm_and_resumes(tmp_path, monkeypatch):
     assert len(json.loads(out.read_text())["runs"]) == 1
 
 
+def test_fold_product_compares_warmup_compile_modes_in_one_call(tmp_path, monkeypatch):
+    from bench import fold_product
+
+    script = _fake_fold(tmp_path)
+    script.write_text(script.read_text().replace(
+        '"flashlight": run(2.0', '"flashlight": run(2.5 if os.environ.get("FLASHLIGHT_WARMUP_COMPILE") == "background" else 2.0'))
+    monkeypatch.setattr(fold_product, "launcher", lambda: ([sys.executable, str(script)], "fake"))
+    out = tmp_path / "fp.json"
+    argv = ["--lengths", "20", "--msa", "single", "--dtypes", "fp32", "--warmup-compile", "inline,background",
+            "--work-dir", str(tmp_path / "work"), "--out", str(out), "--quiet", "--run-estimate-s", "1"]
+    assert fold_product.main(argv) == fold_product.EXIT_COMPLETE
+    rows = {fold_product.row_key(r): r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {(20, "single", "fp32", cache, mode) for cache in ("cold", "warm")
+                         for mode in ("inline", "background")}
+    assert rows[(20, "single", "fp32", "cold", "inline")]["flashlight_model_s"] == 2.0
+    assert rows[(20, "single", "fp32", "warm", "background")]["flashlight_model_s"] == 2.5
+    assert rows[(20, "single", "fp32", "warm", "background")]["flashlight_first_call_s"] == 3.0  # its own caches
+    assert fold_product.main(argv) == fold_product.EXIT_COMPLETE  # resumes: nothing to do
+    assert len(json.loads(out.read_text())["runs"]) == 1
+
+
 def test_fold_product_stops_without_time_for_a_cold_and_warm_pair(tmp_path):
     from bench import fold_product
 
