@@ -74,8 +74,9 @@ def _fresh(out: torch.Tensor, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
 # [Note: the launch op's dispatch cost]
 # ``torch.library.custom_op`` wraps its kernel in Python layers that run on every call
 # (an autograd wrapper, a redispatch, an aliasing check of the result against the
-# inputs): measured on an H200 host (torch 2.11), about half of the host time of a
-# training step's forward and backward of the MSA row attention went there. The ops
+# inputs): in a profile on an H200 host (torch 2.11) of the forward and backward of the
+# MSA row attention at AlphaFold2's training sizes, about 40% of the host time went
+# there (``bench.training``'s ``host_profile``). The ops
 # are therefore defined with ``torch.library.Library`` and a CompositeExplicitAutograd
 # kernel: the dispatcher calls the launcher directly. Neither op needs a derivative:
 # they run inside graphs AOTAutograd compiled (Flashlight derives the backward
