@@ -153,27 +153,15 @@ class HostRecord:
     ``issue_s`` (until the forward returned, before the final synchronisation: close to
     ``model_s`` when the device waited for the host), ``cpu_s`` (the process's CPU time
     over all its threads: above ``model_s`` when other threads worked meanwhile) and the
-    garbage collector's pauses (``gc_s``, ``gc_collections``, ``gc_full``: a full
-    collection walks every object the process holds, and after compiling that includes
-    the captured graphs).
+    garbage collector's work (``gc_collections``, ``gc_full``: a full collection walks
+    every object the process holds, and after compiling that includes the captured
+    graphs), read from ``gc.get_stats()``. Not timed with ``gc.callbacks``: a Ctrl-C
+    that arrives while a callback runs is raised inside it, where the collector
+    discards it, and the fold would not stop.
     """
 
-    def __init__(self):
-        self.gc_s = 0.0
-        self.collections = 0
-        self.full = 0
-        self._gc_start = 0.0
-
-    def _on_gc(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._gc_start = time.perf_counter()
-            return
-        self.gc_s += time.perf_counter() - self._gc_start
-        self.collections += 1
-        self.full += info.get("generation") == 2
-
     def __enter__(self) -> "HostRecord":
-        gc.callbacks.append(self._on_gc)
+        self._gc = [stat["collections"] for stat in gc.get_stats()]
         self._cpu, self._start = time.process_time(), time.perf_counter()
         return self
 
@@ -183,11 +171,11 @@ class HostRecord:
 
     def __exit__(self, *exc) -> None:
         self.cpu_s = time.process_time() - self._cpu
-        gc.callbacks.remove(self._on_gc)
+        self.collections = [stat["collections"] - before for stat, before in zip(gc.get_stats(), self._gc)]
 
     def to_json(self) -> Dict[str, float]:
-        return {"issue_s": self.issue_s, "cpu_s": self.cpu_s, "gc_s": self.gc_s,
-                "gc_collections": self.collections, "gc_full": self.full}
+        return {"issue_s": self.issue_s, "cpu_s": self.cpu_s,
+                "gc_collections": sum(self.collections), "gc_full": self.collections[-1]}
 
 
 class Clock:

@@ -191,8 +191,9 @@ def test_bf16_model_folds(tmp_path, one_thread):
     assert report["model"]["dtype"] == "bf16"
     steady = report["runs"]["stock"]["steady"]  # [Note: the host's record of a pass]
     host = steady["host"]
-    assert set(host) == {"issue_s", "cpu_s", "gc_s", "gc_collections", "gc_full"}
-    assert 0 < host["issue_s"] <= steady["model_s"] and host["cpu_s"] > 0 and host["gc_s"] >= 0
+    assert set(host) == {"issue_s", "cpu_s", "gc_collections", "gc_full"}
+    assert 0 < host["issue_s"] <= steady["model_s"] and host["cpu_s"] > 0
+    assert host["gc_collections"] >= host["gc_full"] >= 0
     kernels = report["runs"]["stock"]["kernels"]  # the extra profiled pass: operators on a CPU
     assert 0 < len(kernels) <= 30 and all(k["total_ms"] > 0 and k["calls"] >= 1 for k in kernels)
     assert [k["total_ms"] for k in kernels] == sorted((k["total_ms"] for k in kernels), reverse=True)
