@@ -74,6 +74,11 @@ def parse_args(argv):
     p.add_argument("--work-dir", default=None,
                    help="inputs, outputs and caches (default: a folder under the system's temp dir)")
     p.add_argument("--fold-args", default="", help="extra options for every fold, as one string")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed passes per fold (flashlight-fold --repeats; default: the fold's own, one)")
+    p.add_argument("--profile-kernels", action="store_true",
+                   help="each fold lists its longest kernels in latency.json (flashlight-fold --profile-kernels); "
+                        "the rows keep them")
     p.add_argument("--max-minutes", type=float, default=9.0)
     p.add_argument("--run-estimate-s", type=float, default=150.0,
                    help="seconds one fold is assumed to need when deciding whether a config fits")
@@ -158,6 +163,8 @@ def summarise(report: dict) -> dict:
         row[f"{name}_stages_s"] = steady.get("stages")
         row[f"{name}_host"] = steady.get("host")  # the timed pass's host record
         row[f"{name}_warmup_compile"] = run.get("warmup_compile")
+        if run.get("kernels") is not None:
+            row[f"{name}_kernels"] = run["kernels"]
         row["chunk_size"] = run.get("chunk_size")
     if row.get("stock_model_s") and row.get("flashlight_model_s"):
         row["speedup"] = round(row["stock_model_s"] / row["flashlight_model_s"], 4)
@@ -220,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                  "--warmup-compile inline,background")
     out = pathlib.Path(args.out) if args.out else RESULTS / "fold_product.json"
     work = pathlib.Path(args.work_dir or pathlib.Path(tempfile.gettempdir()) / "flashlight-fold-product")
-    extra = shlex.split(args.fold_args)
+    extra = shlex.split(args.fold_args) + (["--repeats", str(args.repeats)] if args.repeats else []) \
+        + (["--profile-kernels"] if args.profile_kernels else [])
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     data = json.loads(out.read_text()) if out.exists() else {"schema": "flashlight-bench-fold-product/1",
                                                              "runs": [], "rows": []}

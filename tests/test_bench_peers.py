@@ -287,7 +287,8 @@ def test_fold_product_compares_warmup_compile_modes_in_one_call(tmp_path, monkey
     monkeypatch.setattr(fold_product, "launcher", lambda: ([sys.executable, str(script)], "fake"))
     out = tmp_path / "fp.json"
     argv = ["--lengths", "20", "--msa", "single", "--dtypes", "fp32", "--warmup-compile", "inline,background",
-            "--work-dir", str(tmp_path / "work"), "--out", str(out), "--quiet", "--run-estimate-s", "1"]
+            "--repeats", "3", "--work-dir", str(tmp_path / "work"), "--out", str(out), "--quiet",
+            "--run-estimate-s", "1"]
     assert fold_product.main(argv) == fold_product.EXIT_COMPLETE
     rows = {fold_product.row_key(r): r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {(20, "single", "fp32", cache, mode) for cache in ("cold", "warm")
@@ -295,6 +296,7 @@ def test_fold_product_compares_warmup_compile_modes_in_one_call(tmp_path, monkey
     assert rows[(20, "single", "fp32", "cold", "inline")]["flashlight_model_s"] == 2.0
     assert rows[(20, "single", "fp32", "warm", "background")]["flashlight_model_s"] == 2.5
     assert rows[(20, "single", "fp32", "warm", "background")]["flashlight_first_call_s"] == 3.0  # its own caches
+    assert rows[(20, "single", "fp32", "cold", "inline")]["command"][-2:] == ["--repeats", "3"]
     assert fold_product.main(argv) == fold_product.EXIT_COMPLETE  # resumes: nothing to do
     assert len(json.loads(out.read_text())["runs"]) == 1
 
@@ -367,8 +369,8 @@ def test_run_all_lists_the_new_parts_first():
     listed = subprocess.run(["bash", "bench/run_all.sh", "--list"], cwd=root, capture_output=True, text=True,
                             check=True).stdout.split("\n")
     names = [line.split()[0] for line in listed if line.strip()]
-    assert names[:8] == ["fold-product", "kernels-general", "training-kernels", "training-step", "training-profile",
-                         "tune-configs", "kernels-core", "ds4sci-build"]
+    assert names[:9] == ["fold-product", "fold-warmup-ab", "kernels-general", "training-kernels", "training-step",
+                         "training-profile", "tune-configs", "kernels-core", "ds4sci-build"]
     for part in ("kernels-ds4sci", "fold-noise", "evoformer-peers-256", "fidelity", "long-chain",
                  "kernels-flex-flash"):
         assert part in names
