@@ -92,20 +92,10 @@ def _plain_pass(model, batch) -> dict:
 
 def _profiled_pass(model, batch, top: int = 25) -> str:
     """The functions one pass's host time goes to (cProfile, own time), as text."""
-    import cProfile
-    import io
-    import pstats
+    from bench.module_host import host_profile
 
-    profiler = cProfile.Profile()
-    torch.cuda.synchronize()
     with torch.no_grad():
-        profiler.enable()
-        model(batch)
-        torch.cuda.synchronize()
-        profiler.disable()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
-    return text.getvalue()
+        return host_profile(lambda: model(batch), 1, top)
 
 
 def record_paths(length: int, depth: int | None) -> tuple[str, str | None]:

@@ -78,9 +78,7 @@ def _host_time(step, calls: int = 20, profile: bool = False) -> tuple[float, str
     synchronisation between them: when this is as long as ``ms`` the call is bound by the
     host), and with ``profile`` the Python functions that time goes to (cProfile, own
     time, as text)."""
-    import cProfile
-    import io
-    import pstats
+    from bench.module_host import host_profile
 
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -88,17 +86,7 @@ def _host_time(step, calls: int = 20, profile: bool = False) -> tuple[float, str
         step()
     host_ms = 1e3 * (time.perf_counter() - start) / calls
     torch.cuda.synchronize()
-    if not profile:
-        return host_ms, None
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(calls):
-        step()
-    profiler.disable()
-    torch.cuda.synchronize()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
-    return host_ms, text.getvalue()
+    return host_ms, (host_profile(step, calls, top=25) if profile else None)
 
 
 def _kernel_times(step) -> dict[str, float]:

@@ -37,7 +37,6 @@ import torch
 from flashlight import background, launch_plan, settings, tuned_configs, tuning
 from flashlight.codegen import KernelSource
 from flashlight.ir import Dim, Gather, Iota, Kernel, Load, TiledKernel, walk
-from flashlight.launch_plan import LaunchPlan
 
 log = logging.getLogger("flashlight")
 _MODULES: dict[str, object] = {}
@@ -199,7 +198,7 @@ class Launcher:
         # sizes -> the configuration autotuning chose for them (or EAGER): later calls with
         # those sizes launch it directly, without the autotuner's per-call work
         self._chosen: dict[tuple[int, ...], dict | str] = {}
-        self._plans: dict[tuple, LaunchPlan] = {}  # call signature -> its launch ([Note: launch plans])
+        self._plans: dict[tuple, launch_plan.LaunchPlan] = {}  # call signature -> its launch ([Note: launch plans])
         self.eager = eager  # the PyTorch computation of the kernel's value from its inputs, or None
         self.__name__ = f"flashlight_{src.name}"
 
@@ -447,7 +446,7 @@ class Launcher:
             self._raw[grid](*args, **chosen)
             result = None
             if not checks:
-                self._plans[call] = LaunchPlan(
+                self._plans[call] = launch_plan.LaunchPlan(
                     tuple(relayouts), tuple(tuple(o.shape) for o in outs), tuple(o.dtype for o in outs),
                     args[len(tensors) + len(outs):], tuple(grid(chosen)), chosen)
         if result is not None:
