@@ -510,6 +510,8 @@ def _main(argv: list[str] | None) -> int:
                         ("accumulated_cache_size_limit", 4096), ("accumulated_recompile_limit", 4096)):
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, value)
+    from flashlight.integrations import openfold_core
+
     compat = contextlib.nullcontext()
     if device == "cpu":
         from flashlight.integrations.openfold_compat import cpu_compat
@@ -532,6 +534,7 @@ def _main(argv: list[str] | None) -> int:
                 t0 = time.monotonic()
                 torch.compiler.reset()
                 torch._dynamo.utils.counters.clear()
+                openfold_core.clear_compiled()  # each cell captures again (or loads what is on disk)
                 why = openfold_peers.availability(mode, dtype_name)
                 try:
                     if why:

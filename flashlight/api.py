@@ -10,17 +10,30 @@ from flashlight.report import ExplainReport, FallbackOp, KernelReport
 __all__ = ["ExplainReport", "FallbackOp", "KernelReport", "compile", "explain"]
 
 
-def compile(fn: Callable, *, dynamic: bool | None = None, **options: Any) -> Callable:
+def compile(fn: Callable, *, dynamic: bool | None = None, capture: str = "dynamo",
+            version: str = "", **options: Any) -> Callable:
     """``torch.compile(fn, backend="flashlight")`` with Flashlight options.
 
     Operations outside Flashlight kernels are compiled by Inductor around them, or run
     eagerly. Options: ``autotune`` (bool) overrides ``FLASHLIGHT_AUTOTUNE`` for these
     kernels; ``remainder`` (``"inductor"`` or ``"eager"``) overrides
     ``FLASHLIGHT_REMAINDER``; unknown options raise ``TypeError``.
+
+    ``capture="trace"`` compiles a pure function of tensors without Dynamo and keeps the
+    compiled graph on disk for later processes (:class:`flashlight.traced.TracedFunction`,
+    [Note: traced capture]); ``version`` then names the state of code outside ``fn``'s
+    source file that ``fn`` calls. ``dynamic`` applies to ``capture="dynamo"``.
     """
     from flashlight.backend import make_backend
 
-    return torch.compile(fn, backend=make_backend(**options), dynamic=dynamic)
+    backend = make_backend(**options)  # checks the options
+    if capture == "trace":
+        from flashlight.traced import TracedFunction
+
+        return TracedFunction(fn, options, version=version)
+    if capture != "dynamo":
+        raise ValueError(f"capture={capture!r}: expected 'dynamo' or 'trace'")
+    return torch.compile(fn, backend=backend, dynamic=dynamic)
 
 
 def explain(fn: Callable, *args: Any, **kwargs: Any) -> ExplainReport:

@@ -191,6 +191,7 @@ class Launcher:
         self.row: Dim | None = tiled.tiling.row
         self.grid_dims = tiled.tiling.grid
         self.column: Dim | None = tiled.tiling.column  # tiled by BLOCK_N across the grid
+        self._autotune_option = autotune  # None: the setting, read now and on a reload
         self.autotune = settings.get("autotune") if autotune is None else autotune
         self.signature = tuning.kernel_signature(tiled, src.fp32_precision, src.fma_dots)
         self._fn = None  # the autotuning wrapper
@@ -201,6 +202,12 @@ class Launcher:
         self._plans: dict[tuple, launch_plan.LaunchPlan] = {}  # call signature -> its launch ([Note: launch plans])
         self.eager = eager  # the PyTorch computation of the kernel's value from its inputs, or None
         self.__name__ = f"flashlight_{src.name}"
+
+    def __reduce__(self):
+        """Pickled as what it is built from (a traced graph kept on disk, [Note: traced
+        capture] in :mod:`flashlight.traced`); choices and plans are made again."""
+        return (_rebuilt_launcher, (self.tiled, self.src, getattr(self, "_autotune_option", None),
+                                    self.input_dtypes, self.aten_ops, self.eager))
 
     def chosen_configs(self) -> dict[tuple[int, ...], tuple[int, int, int, int] | str]:
         """Size arguments -> (BLOCK_M, BLOCK_N, num_warps, num_stages) autotuning chose for
@@ -477,6 +484,10 @@ class Launcher:
                                  for shape, output in zip(shapes, outputs)])
         raise RuntimeError(f"{self.__name__}: an input has a zero-size dim and no PyTorch form of "
                            f"this kernel is attached to compute its {shapes[0]} result")
+
+
+def _rebuilt_launcher(tiled, src, autotune, input_dtypes, aten_ops, eager) -> Launcher:
+    return Launcher(tiled, src, autotune, input_dtypes=input_dtypes, aten_ops=aten_ops, eager=eager)
 
 
 def _tuning_file(src: KernelSource) -> str:

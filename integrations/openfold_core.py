@@ -188,7 +188,9 @@ class CompiledFunctions:
             if entry is None:
                 import flashlight
 
-                entry = (name, flashlight.compile(_fresh_copy(plain, name), dynamic=None, **options))
+                # traced capture: no Dynamo, and kept on disk for later processes
+                # ([Note: traced capture] in flashlight.traced)
+                entry = (name, flashlight.compile(_fresh_copy(plain, name), capture="trace", **options))
                 self._entries[key] = entry
             return entry[1]
 

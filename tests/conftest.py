@@ -3,6 +3,7 @@
 - Generated Triton kernels run on CPU tensors through Triton's interpreter unless the
   caller chose otherwise: ``TRITON_INTERPRET`` must be set before Triton is imported,
   so it is set here, before any test module is collected.
+- Flashlight's cache folder is a new temporary folder for the run.
 - The remainder of a graph runs eagerly (``FLASHLIGHT_REMAINDER=eager``) and errors
   inside Flashlight's compile steps raise (``FLASHLIGHT_ON_ERROR=raise``), unless the
   caller chose otherwise.
@@ -14,6 +15,7 @@
 import os
 import random
 import sys
+import tempfile
 
 import pytest
 
@@ -22,6 +24,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 # tests of the Inductor remainder choose it themselves), and internal errors raise
 os.environ.setdefault("FLASHLIGHT_REMAINDER", "eager")
 os.environ.setdefault("FLASHLIGHT_ON_ERROR", "raise")
+# generated kernels, tuning choices and traced graphs go to a folder of this run, so
+# that no test reads what an earlier run (or another checkout) left in the user's cache
+os.environ.setdefault("FLASHLIGHT_CACHE_DIR", tempfile.mkdtemp(prefix="flashlight-tests-"))
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:

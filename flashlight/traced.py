@@ -1,0 +1,355 @@
+"""Traced capture: compiling a pure tensor function without Dynamo, kept on disk.
+
+[Note: traced capture]
+``torch.compile`` captures a function through Dynamo (bytecode tracing, guards) and
+AOTAutograd, about 0.1-0.2 s per function in every new process even when each kernel
+is already in Triton's and Flashlight's caches; a patched OpenFold model compiles about
+nine attention cores, so that capture was most of its first call with the caches filled,
+and Dynamo's guards and AOTAutograd's wrappers cost host time on every call.
+
+``flashlight.compile(fn, capture="trace")`` is for *pure* functions of tensors: no
+Python control flow on tensor values, no side effects, positional tensor arguments,
+the same graph for every call whose inputs pass its guards. A
+:class:`TracedFunction` captures such a function with ``make_fx`` (ATen operations, the
+decompositions AOTAutograd would apply), compiles the graph as the backend does
+(:func:`flashlight.backend.compile_with_remainder`), and guards the result itself:
+
+* the first capture for a family of inputs (dtypes, ranks, device) is *static*: its
+  graph holds this call's sizes and it serves calls with the same shapes and strides
+  (as Dynamo's first compile of a function does);
+* a second shape in that family is captured *symbolically* (sizes and strides as
+  symbols; Dynamo's "automatic dynamic"), guarded by the expression PyTorch's shape
+  environment produces for it (size relations, 0/1 specialisations, sizes a tile fixed);
+* each call signature (shapes, strides, dtypes, device) found once is then a dictionary
+  look-up.
+
+A graph Flashlight fused whole (the remainder only re-indexes memory) is written to
+the cache folder (``graphs/``), keyed by the function's name, a digest of the source
+file that defines it, the options and the versions of Flashlight, PyTorch and Triton;
+a later process loads it instead of tracing (a few milliseconds), and its kernels load
+from Triton's cache. A function that calls code in other files must pass ``version``
+(any string that changes when that code does). Where an input requires a gradient, the
+call goes through ``torch.compile`` (AOTAutograd derives the backward), as without
+``capture="trace"``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib
+import inspect
+import logging
+import os
+import pickle
+import threading
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from flashlight import launch_plan, settings
+
+log = logging.getLogger("flashlight")
+_FORMAT = 1  # of the on-disk entries; a change makes older files unread
+
+
+@dataclasses.dataclass
+class Entry:
+    """One compiled graph: ``run`` on the tensors; ``family`` (device, dtypes, ranks) and
+    either the ``signature`` it serves (static) or its ``guard`` expression (symbolic)."""
+
+    run: Callable
+    family: tuple
+    signature: tuple | None = None
+    guard_text: str | None = None
+    graph: list | None = None  # the serialised graph, when it can be kept on disk
+
+    @functools.cached_property
+    def guard(self):
+        return compile(self.guard_text, "<flashlight guard>", "eval") if self.guard_text else None
+
+    def accepts(self, tensors: list[torch.Tensor], signature: tuple) -> bool:
+        if self.family != family_of(tensors):
+            return False
+        if self.signature is not None:
+            return self.signature == signature
+        from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+        names = {f"t{k}": t for k, t in enumerate(tensors)}
+        return self.guard is None or bool(eval(self.guard, SYMPY_INTERP, {"L": names}))
+
+
+def family_of(tensors: list[torch.Tensor]) -> tuple:
+    """What every entry checks exactly: the device, and each input's dtype and rank."""
+    return (str(tensors[0].device.type), *((t.dtype, t.dim()) for t in tensors))
+
+
+class TracedFunction:
+    """``fn`` compiled by traced capture ([Note: traced capture])."""
+
+    def __init__(self, fn: Callable, options: dict[str, Any], *, name: str | None = None,
+                 version: str = ""):
+        self.fn = fn
+        self.options = dict(options)
+        self.__name__ = name or getattr(fn, "__name__", "traced")
+        self.__doc__ = fn.__doc__
+        self.version = version
+        self._by_signature: dict[tuple, Entry] = {}
+        self._entries: list[Entry] = []
+        self._loaded = False
+        self._lock = threading.Lock()
+        self._dynamo = None
+        self._untraceable = False  # make_fx failed: every call goes through Dynamo
+        self.captures = 0  # graphs traced by this process (tests and reports read it)
+
+    def __call__(self, *args):
+        if torch.compiler.is_compiling():
+            return self.fn(*args)  # inside a larger compiled region: its capture traces fn
+        if self._untraceable or not args or not all(isinstance(a, torch.Tensor) for a in args) \
+                or _needs_grad(args):
+            return self._through_dynamo()(*args)
+        tensors = list(args)
+        signature = launch_plan.signature(tensors)
+        entry = self._by_signature.get(signature)
+        if entry is None:
+            entry = self._entry_for(tensors, signature)
+        return entry.run(*tensors)
+
+    def _through_dynamo(self):
+        if self._dynamo is None:
+            from flashlight.api import compile as compile_
+
+            self._dynamo = compile_(self.fn, dynamic=None, **self.options)
+        return self._dynamo
+
+    def _entry_for(self, tensors: list[torch.Tensor], signature: tuple) -> Entry:
+        with self._lock:
+            if not self._loaded:
+                self._entries.extend(load_entries(self._disk_key()))
+                self._loaded = True
+            entry = next((e for e in self._entries if e.accepts(tensors, signature)), None)
+            if entry is None:
+                family = family_of(tensors)
+                symbolic = any(e.family == family for e in self._entries)
+                entry = self._capture(tensors, signature, symbolic)
+                self._entries.append(entry)
+                if entry.graph is not None:
+                    save_entries(self._disk_key(), self._entries)
+            self._by_signature[signature] = entry
+            return entry
+
+    def _capture(self, tensors: list[torch.Tensor], signature: tuple, symbolic: bool) -> Entry:
+        from flashlight.backend import compile_with_remainder
+
+        try:
+            gm, fakes = self._trace(tensors, self._changed_dims(tensors) if symbolic else None)
+        except Exception as error:  # noqa: BLE001 - not a pure function of tensors
+            if settings.get("on_error") == "raise":
+                raise
+            log.warning("[flashlight] %s cannot be traced (%s); it is compiled through Dynamo",
+                        self.__name__, " ".join(str(error).split())[:200])
+            self._untraceable = True
+            return Entry(self._through_dynamo(), family_of(tensors), signature)
+        compiled = compile_with_remainder(gm, fakes, None, self.options, "inference")
+        self.captures += 1
+        guard_text = None
+        if symbolic:  # after the compile: fixing a size a tile needs adds a guard
+            shape_env = fakes[0].fake_mode.shape_env
+            guard_text = shape_env.produce_guards_expression(fakes, ignore_static=False) or "True"
+        if settings.debug_level() >= 1:
+            log.warning("[flashlight] traced %s (%s)", self.__name__, "symbolic" if symbolic else "static")
+        return Entry(compiled, family_of(tensors), None if symbolic else signature, guard_text,
+                     dump_graph(compiled) if isinstance(compiled, fx.GraphModule) else None)
+
+    def _changed_dims(self, tensors: list[torch.Tensor]) -> list[set[int]]:
+        """Per input, the dims whose size differs from a static entry of the same family:
+        the sizes a symbolic capture leaves symbolic (Dynamo's automatic dynamic)."""
+        family = family_of(tensors)
+        changed: list[set[int]] = [set() for _ in tensors]
+        for entry in self._entries:
+            if entry.family == family and entry.signature is not None:
+                for dims, t, (shape, _, _) in zip(changed, tensors, entry.signature[1:]):
+                    dims.update(d for d, (a, b) in enumerate(zip(t.shape, shape)) if a != b)
+        return changed
+
+    def _trace(self, tensors: list[torch.Tensor], dynamic: list[set[int]] | None):
+        """The ATen graph of ``fn`` (with AOTAutograd's inference decompositions) and the
+        fake values of its inputs; sizes in ``dynamic`` symbolic, the others as in
+        ``tensors`` (all of them when ``dynamic`` is None)."""
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+        from flashlight.decompositions import decompositions
+
+        # no "duck" sizing: sizes equal in this call need not be equal in the next
+        mode = FakeTensorMode(shape_env=ShapeEnv(duck_shape=False))
+        fakes = []
+        for k, t in enumerate(tensors):
+            symbolic = dynamic[k] if dynamic is not None else set()
+            sizes = [DimDynamic.DYNAMIC if d in symbolic else DimDynamic.STATIC for d in range(t.dim())]
+            fakes.append(mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
+        with torch.no_grad(), mode:
+            gm = make_fx(self.fn, tracing_mode="real", decomposition_table=decompositions(inference=True))(*fakes)
+        return gm, [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+
+    @functools.cached_property
+    def _key_digest(self) -> str:
+        return _digest(self.fn, self.__name__, self.options, self.version)
+
+    def _disk_key(self) -> str:
+        return f"{self.__name__}_{self._key_digest}"
+
+
+def _needs_grad(args) -> bool:
+    return torch.is_grad_enabled() and any(a.requires_grad for a in args)
+
+
+def _digest(fn: Callable, name: str, options: dict, version: str) -> str:
+    """What an on-disk entry of ``fn`` depends on ([Note: traced capture])."""
+    text = [name, getattr(fn, "__qualname__", ""), repr(sorted(options.items())), version,
+            torch.__version__, _triton_version(), _flashlight_digest(), str(_FORMAT)]
+    try:
+        with open(inspect.getsourcefile(inspect.unwrap(fn)), "rb") as f:
+            text.append(hashlib.sha1(f.read()).hexdigest())
+    except (TypeError, OSError):
+        text.append(repr(getattr(fn, "__code__", fn)))  # no file: this process only
+    return hashlib.sha1("\0".join(text).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def _flashlight_digest() -> str:
+    """A digest of Flashlight's own sources: a new version compiles again."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha1()
+    for folder, _, files in sorted(os.walk(root)):
+        for name in sorted(f for f in files if f.endswith(".py")):
+            with open(os.path.join(folder, name), "rb") as f:
+                digest.update(name.encode() + f.read())
+    return digest.hexdigest()[:16]
+
+
+@functools.cache
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return "none"
+
+
+# ---- graphs on disk -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ref:
+    """A node of the serialised graph, by name."""
+
+    name: str
+
+
+def dump_graph(gm: fx.GraphModule) -> list | None:
+    """``gm``'s nodes as picklable tuples ``(op, name, target, args, kwargs)``, or None
+    where a node's target cannot be named (the entry then stays in memory)."""
+    nodes = []
+    for node in gm.graph.nodes:
+        target = _target_ref(node)
+        if target is None:
+            return None
+        refer = lambda a: _Ref(a.name) if isinstance(a, fx.Node) else a  # noqa: E731
+        nodes.append((node.op, node.name, target, fx.node.map_aggregate(node.args, refer),
+                      fx.node.map_aggregate(node.kwargs, refer)))
+    return nodes
+
+
+def _target_ref(node: fx.Node):
+    from flashlight.runtime import Launcher
+
+    target = node.target
+    if node.op in ("placeholder", "output"):
+        return ("name", target)
+    if node.op != "call_function":
+        return None
+    if isinstance(target, Launcher):
+        return ("launcher", target)
+    if isinstance(target, torch._ops.OpOverload):
+        return ("op", str(target))
+    module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", "")
+    if module and qualname and "<" not in qualname:
+        return ("python", module, qualname)
+    return None
+
+
+def load_graph(nodes: list) -> fx.GraphModule:
+    """The graph :func:`dump_graph` wrote, as a callable ``GraphModule``."""
+    graph = fx.Graph()
+    made: dict[str, fx.Node] = {}
+    resolve = lambda a: made[a.name] if isinstance(a, _Ref) else a  # noqa: E731
+    for op, name, target, args, kwargs in nodes:
+        args = _map_refs(args, resolve)
+        kwargs = _map_refs(kwargs, resolve)
+        made[name] = graph.create_node(op, _resolve_target(target), args, kwargs, name=name)
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _map_refs(value, fn):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map_refs(v, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: _map_refs(v, fn) for k, v in value.items()}
+    return fn(value)
+
+
+def _resolve_target(ref: tuple):
+    kind = ref[0]
+    if kind in ("name", "launcher"):
+        return ref[1]
+    if kind == "op":
+        namespace, op, overload = ref[1].split(".")
+        return getattr(getattr(getattr(torch.ops, namespace), op), overload)
+    value = importlib.import_module(ref[1])
+    for part in ref[2].split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _path(key: str) -> str:
+    return os.path.join(settings.get("cache_dir"), "graphs", f"{key}.pkl")
+
+
+def load_entries(key: str) -> list[Entry]:
+    """The entries an earlier process kept for ``key`` (none when the cache is off,
+    absent or unreadable)."""
+    if not settings.get("graph_cache"):
+        return []
+    try:
+        with open(_path(key), "rb") as f:
+            stored = pickle.load(f)
+        return [Entry(load_graph(graph), family, signature, guard_text, graph)
+                for family, signature, guard_text, graph in stored]
+    except FileNotFoundError:
+        return []
+    except Exception as error:  # noqa: BLE001 - a damaged or older file: trace again
+        log.warning("[flashlight] ignoring the traced graphs in %s (%s)", _path(key), error)
+        return []
+
+
+def save_entries(key: str, entries: list[Entry]) -> None:
+    """Write ``entries`` that can be kept for ``key`` (atomically: a reader never sees
+    part of a file)."""
+    if not settings.get("graph_cache"):
+        return
+    stored = [(e.family, e.signature, e.guard_text, e.graph) for e in entries if e.graph is not None]
+    path = _path(key)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            pickle.dump(stored, f)
+        os.replace(tmp, path)
+    except Exception as error:  # noqa: BLE001 - the cache is an optimisation
+        log.warning("[flashlight] could not keep traced graphs in %s (%s)", path, error)
+        if os.path.exists(tmp):
+            os.unlink(tmp)

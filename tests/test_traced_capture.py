@@ -1,0 +1,145 @@
+"""Traced capture ([Note: traced capture] in flashlight/traced.py): compiling a pure
+function without Dynamo, its guards, its graphs kept on disk for a later process, and
+its fall-backs (gradients, functions that cannot be traced, damaged cache files)."""
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+import torch
+
+import flashlight
+from flashlight import settings
+from flashlight.traced import TracedFunction
+from tests.helpers import aten_outside_kernels
+
+
+def gated(q, k, v, mask_bias, pair_bias, g):
+    """Gated attention with two broadcast biases (OpenFold's MSA row attention core)."""
+    s = (q / q.shape[-1] ** 0.5) @ k.transpose(-1, -2) + mask_bias + pair_bias
+    return (torch.softmax(s, -1) @ v).transpose(-2, -3) * torch.sigmoid(g)
+
+
+def cross(q, k, v, bias):
+    """Attention of ``Q`` queries over ``K`` keys with a key-mask bias."""
+    return torch.softmax(q @ k.transpose(-1, -2) + bias, -1) @ v
+
+
+def gated_inputs(gen, n, length, heads=2, width=8):
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    return (r(n, heads, length, width), r(n, heads, length, width), r(n, heads, length, width),
+            r(n, 1, 1, length), r(1, heads, length, length), r(n, length, heads, width))
+
+
+def assert_matches_float64(fn, out, args):
+    ref = fn(*(a.double() for a in args))
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    with settings.override(cache_dir=str(tmp_path)):
+        yield tmp_path
+
+
+def test_static_then_symbolic_capture_and_one_kernel(gen, cache_dir):
+    traced = flashlight.compile(gated, capture="trace")
+    assert isinstance(traced, TracedFunction)
+    with torch.no_grad():
+        for n, length in [(3, 12), (3, 12), (2, 17), (4, 9)]:
+            args = gated_inputs(gen, n, length)
+            assert_matches_float64(gated, traced(*args), args)
+        # one static capture, then one symbolic capture serving every later length
+        assert traced.captures == 2
+        assert [e.signature is None for e in traced._entries] == [False, True]
+        assert aten_outside_kernels(traced, args) == []
+
+
+def test_a_later_process_loads_the_graphs_instead_of_tracing(gen, cache_dir):
+    first = flashlight.compile(gated, capture="trace")
+    shapes = [(3, 12), (2, 17)]
+    with torch.no_grad():
+        for n, length in shapes:
+            first(*gated_inputs(gen, n, length))
+    assert first.captures == 2 and len(os.listdir(cache_dir / "graphs")) == 1
+    # a new TracedFunction of the same function reads what the first one wrote
+    later = flashlight.compile(gated, capture="trace")
+    with torch.no_grad():
+        for n, length in [*shapes, (5, 21)]:
+            args = gated_inputs(gen, n, length)
+            assert_matches_float64(gated, later(*args), args)
+    assert later.captures == 0
+    # another version of the code it calls, or the cache switched off: traced again
+    other = flashlight.compile(gated, capture="trace", version="2")
+    with torch.no_grad():
+        other(*gated_inputs(gen, 3, 12))
+    assert other.captures == 1
+    with settings.override(graph_cache=False), torch.no_grad():
+        off = flashlight.compile(gated, capture="trace")
+        off(*gated_inputs(gen, 3, 12))
+        assert off.captures == 1
+
+
+def test_guards_reject_inputs_the_graph_did_not_see(gen, cache_dir):
+    """A symbolic capture leaves the sizes that changed symbolic and guards the others:
+    a call with a bias that no longer broadcasts the same way must not be served by it."""
+    traced = flashlight.compile(cross, capture="trace")
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    calls = [(10, 10, (2, 1, 1, 10)), (13, 13, (2, 1, 1, 13)),  # static, then symbolic lengths
+             (7, 11, (2, 1, 1, 11)),  # Q != K: the same symbolic graph
+             (7, 11, (2, 2, 7, 11))]  # a bias per head and query: captured again
+    with torch.no_grad():
+        for queries, keys, bias in calls:
+            args = (r(2, 2, queries, 8), r(2, 2, keys, 8), r(2, 2, keys, 8), r(*bias))
+            assert_matches_float64(cross, traced(*args), args)
+    assert traced.captures == 3
+
+
+def test_gradients_go_through_dynamo(gen, cache_dir):
+    traced = flashlight.compile(gated, capture="trace")
+    args = [a.requires_grad_() for a in gated_inputs(gen, 2, 9)]
+    traced(*args).square().sum().backward()
+    grads = [a.grad for a in args]
+    ref_args = [a.detach().double().requires_grad_() for a in args]
+    gated(*ref_args).square().sum().backward()
+    for grad, ref in zip(grads, ref_args):
+        torch.testing.assert_close(grad.double(), ref.grad, rtol=1e-4, atol=1e-4)
+    assert traced.captures == 0
+
+
+def value_dependent(q, k, v, bias):
+    """Python control flow on a tensor's value: not a pure graph, so it cannot be traced."""
+    if bool(bias.sum() > 0):
+        bias = bias * 2
+    return cross(q, k, v, bias)
+
+
+def test_a_function_that_cannot_be_traced_falls_back_to_dynamo(gen, cache_dir):
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    args = (r(2, 2, 9, 8), r(2, 2, 9, 8), r(2, 2, 9, 8), r(2, 1, 1, 9))
+    with settings.override(on_error="raise"), torch.no_grad(), pytest.raises(Exception):
+        flashlight.compile(value_dependent, capture="trace")(*args)
+    traced = flashlight.compile(value_dependent, capture="trace")
+    with settings.override(on_error="fallback"), torch.no_grad():
+        out = traced(*args)
+    assert_matches_float64(value_dependent, out, args)
+    assert traced.captures == 0 and not os.path.exists(cache_dir / "graphs")
+
+
+def test_a_damaged_cache_file_is_ignored(gen, cache_dir, caplog):
+    args = gated_inputs(gen, 3, 12)
+    with torch.no_grad():
+        flashlight.compile(gated, capture="trace")(*args)
+    (path,) = (cache_dir / "graphs").iterdir()
+    path.write_bytes(pickle.dumps("not a list of entries")[:5])
+    later = flashlight.compile(gated, capture="trace")
+    with torch.no_grad():
+        assert_matches_float64(gated, later(*args), args)
+    assert later.captures == 1 and "ignoring the traced graphs" in caplog.text
+
+
+def test_unknown_capture_is_an_error():
+    with pytest.raises(ValueError, match="capture"):
+        flashlight.compile(gated, capture="jit")
