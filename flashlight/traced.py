@@ -66,6 +66,11 @@ class Entry:
     graph: list | None = None  # the serialised graph, when it can be kept on disk
 
     @functools.cached_property
+    def call(self) -> Callable:
+        """``run``, called without ``nn.Module``'s hook machinery where it is a graph."""
+        return self.run.forward if isinstance(self.run, fx.GraphModule) else self.run
+
+    @functools.cached_property
     def guard(self):
         return compile(self.guard_text, "<flashlight guard>", "eval") if self.guard_text else None
 
@@ -114,7 +119,7 @@ class TracedFunction:
         entry = self._by_signature.get(signature)
         if entry is None:
             entry = self._entry_for(tensors, signature)
-        return entry.run(*tensors)
+        return entry.call(*tensors)
 
     def _through_dynamo(self):
         if self._dynamo is None:
