@@ -26,13 +26,16 @@ mask bias and the pair/triangle bias ``[*, 1, H, Q, K]``); zero happens with
 ``compiled_core`` compiles each core once per *signature*: bias count, gating, heads
 ``H``, head width ``C``, dtype and compile options. The cache is module level, shared by
 all patched modules, so the 48 Evoformer blocks of a model share one compiled row
-attention. ``torch.compile`` keeps its compiled graphs on the Python code object of the
-function it compiles, with a limit on how many it keeps; each signature therefore
-compiles its own copy of the function (a fresh code object with a descriptive name), so
-that e.g. fp32 and bf16, or the Evoformer's ``C = 32`` and the template stack's
-``C = 16``, never compete for that limit. Sequence lengths and batch sizes are not part
-of the signature: the callables are compiled with ``dynamic=None``, so a second length
-makes those dimensions symbolic instead of compiling once per length.
+attention. The cores are pure functions of tensors, so they are compiled by traced
+capture ([Note: traced capture] in :mod:`flashlight.traced`): no Dynamo, and the
+compiled graphs are kept on disk, so a later process loads them instead of capturing
+again. Each signature compiles its own copy of the function under a descriptive name
+(a fresh code object): its on-disk entries are named after it, and where a call needs
+gradients it goes through ``torch.compile``, which keeps its compiled graphs on the
+function's code object with a limit on how many it keeps, so that e.g. fp32 and bf16,
+or the Evoformer's ``C = 32`` and the template stack's ``C = 16``, never compete for that
+limit. Sequence lengths and batch sizes are not part of the signature: a second length
+makes those sizes symbolic instead of compiling once per length.
 
 [Note: global column attention]
 The extra-MSA stack's ``MSAColumnGlobalAttention`` (``GlobalAttention``) attends, per
@@ -199,6 +202,11 @@ class CompiledFunctions:
         with self._lock:
             return sorted(name for name, _ in self._entries.values())
 
+    def captures(self) -> int:
+        """Graphs traced so far by the compiled functions (not those loaded from disk)."""
+        with self._lock:
+            return sum(getattr(fn, "captures", 0) for _, fn in self._entries.values())
+
     def clear(self) -> None:
         """Forget every compiled function (the next request compiles again)."""
         with self._lock:
@@ -245,6 +253,12 @@ def compiled_global_core(
 def compiled_names() -> list[str]:
     """Names of the signatures compiled so far (see :func:`signature_name`), sorted."""
     return _compiled.names()
+
+
+def capture_count() -> int:
+    """Graphs the compiled cores have traced in this process since the last
+    :func:`clear_compiled` (a graph loaded from the disk cache is not counted)."""
+    return _compiled.captures()
 
 
 def clear_compiled() -> None:

@@ -25,6 +25,7 @@ from openfold.model.triangular_attention import (  # noqa: E402
     TriangleAttentionStartingNode,
 )
 
+import flashlight  # noqa: E402
 from flashlight.integrations import openfold as ofp  # noqa: E402
 from flashlight.integrations import openfold_testing as oft  # noqa: E402
 
@@ -161,20 +162,25 @@ def test_extra_batch_dims(name, gen):
 
 
 def _graph_count() -> int:
-    from torch._dynamo.utils import counters
+    """Graphs the patched modules' cores have traced so far."""
+    from flashlight.integrations import openfold_core
 
-    return int(counters["stats"]["unique_graphs"])
+    return openfold_core.capture_count()
 
 
 def test_lengths_change_without_a_compile_per_length(gen):
+    from flashlight.integrations import openfold_core
+
+    openfold_core.clear_compiled()
     patched, stock, reference = make_twins("msa_row_attention_with_pair_bias", gen, torch.float32)
     graphs = []
-    for n_seq, n_res in [(5, 11), (7, 13), (6, 12), (5, 13)]:
-        kwargs = _msa_inputs(gen, (), n_seq, n_res, torch.float32)
-        check_against_stock(patched, stock, reference, kwargs, torch.float32)
-        graphs.append(_graph_count())
-    # the first two lengths may compile (static, then dynamic); later ones reuse that
-    assert graphs[3] == graphs[1], f"graphs compiled after each call: {graphs}"
+    with flashlight.settings.override(graph_cache=False):  # every graph traced here
+        for n_seq, n_res in [(5, 11), (7, 13), (6, 12), (5, 13)]:
+            kwargs = _msa_inputs(gen, (), n_seq, n_res, torch.float32)
+            check_against_stock(patched, stock, reference, kwargs, torch.float32)
+            graphs.append(_graph_count())
+    # the first two lengths compile (static, then symbolic); later ones reuse that
+    assert graphs == [1, 2, 2, 2], f"graphs traced after each call: {graphs}"
 
 
 def test_triangle_start_and_end_share_one_compiled_core(gen):
@@ -182,17 +188,34 @@ def test_triangle_start_and_end_share_one_compiled_core(gen):
     patch passes that bias contiguous, so both triangle attentions run one compiled core."""
     from flashlight.integrations import openfold_core
 
-    torch.compiler.reset()
     openfold_core.clear_compiled()  # compiles of earlier tests would serve these calls
     graphs = []
     kwargs = _pair_inputs(gen, (), 0, 14, torch.float32)
-    for name in ("triangle_attention_start", "triangle_attention_end"):
-        patched, stock, reference = make_twins(name, gen, torch.float32)
-        check_against_stock(patched, stock, reference, kwargs, torch.float32)
-        graphs.append(_graph_count())
-    torch.compiler.reset()
+    with flashlight.settings.override(graph_cache=False):
+        for name in ("triangle_attention_start", "triangle_attention_end"):
+            patched, stock, reference = make_twins(name, gen, torch.float32)
+            check_against_stock(patched, stock, reference, kwargs, torch.float32)
+            graphs.append(_graph_count())
     openfold_core.clear_compiled()
-    assert graphs[1] == graphs[0], f"graphs compiled after each module: {graphs}"
+    assert graphs == [1, 1], f"graphs traced after each module: {graphs}"
+
+
+def test_a_later_process_loads_the_cores_from_disk(gen, tmp_path):
+    """The cores' compiled graphs are kept on disk ([Note: traced capture]): a process
+    that patches the same modules again (here: after forgetting every compiled core)
+    traces nothing and matches stock."""
+    from flashlight.integrations import openfold_core
+
+    kwargs = _pair_inputs(gen, (), 0, 13, torch.float32)
+    traced = []
+    with flashlight.settings.override(cache_dir=str(tmp_path)):
+        for _ in range(2):
+            openfold_core.clear_compiled()
+            patched, stock, reference = make_twins("triangle_attention_start", gen, torch.float32)
+            check_against_stock(patched, stock, reference, kwargs, torch.float32)
+            traced.append(_graph_count())
+    openfold_core.clear_compiled()
+    assert traced == [1, 0], f"graphs traced by each process: {traced}"
 
 
 def test_inplace_safe_and_mask_none(gen):
