@@ -23,7 +23,8 @@ is not installed; the cell records which), twice:
 
 From the record's ``latency.json`` each row keeps: model time (the timed pass) of stock
 OpenFold and of Flashlight, their ratio, each variant's first call (warm-up pass) time,
-per-module totals (all blocks summed) for both, the stage times, the deviation of the
+per-module totals (all blocks summed) for both (``*_modules_s``; from the comparison's
+synchronised pass: ``*_modules_synchronised_s``), the stage times, the deviation of the
 two predictions, and the subprocess's wall time and exit status. Rows go to
 ``--out`` (JSON, and a CSV beside it) after every run.
 
@@ -160,6 +161,8 @@ def summarise(report: dict) -> dict:
         row[f"{name}_runs_s"] = run.get("runs_s")
         row[f"{name}_first_call_s"] = run["warmup_s"][0] if run.get("warmup_s") else None
         row[f"{name}_modules_s"] = module_totals(steady)
+        if run.get("modules_synchronised"):  # the comparison's own module pass
+            row[f"{name}_modules_synchronised_s"] = module_totals(run["modules_synchronised"])
         row[f"{name}_stages_s"] = steady.get("stages")
         row[f"{name}_host"] = steady.get("host")  # the timed pass's host record
         row[f"{name}_warmup_compile"] = run.get("warmup_compile")

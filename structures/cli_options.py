@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--no-flashlight", action="store_true", help="stock OpenFold only")
     mode.add_argument(
         "--compare", action="store_true",
-        help="run stock OpenFold and Flashlight and report their deviation",
+        help="run stock OpenFold and Flashlight and report their deviation and timings "
+        "(on a GPU, module times come from one extra pass per variant that starts every "
+        "module on an idle device)",
     )
     p.add_argument(
         "--patch-scope", choices=("attention", "block"), default="attention",

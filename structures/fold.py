@@ -347,10 +347,19 @@ class Folder:
         wanted = opts.compare or (self.status.active and "flashlight" in self.variants)
         return (1 if wanted else 0), 1
 
+    def _module_pass(self) -> bool:
+        """Whether a comparison adds one pass with synchronised module starts after the
+        timed ones: on a GPU, where the timed passes' module spans depend on the queue the
+        module before left ([Note: synchronised module spans]); the model's time still
+        comes from the unsynchronised passes."""
+        opts = self.options
+        return opts.compare and not opts.sync_modules and self.device.type == "cuda"
+
     def runs_per_record(self) -> int:
         """Recycling iterations per record (all variants), for progress reporting."""
         warmups, iterations = self._warmup_plan()
-        per_variant = warmups * iterations + self.options.repeats * (self.options.recycles + 1)
+        passes = self.options.repeats + (1 if self._module_pass() else 0)
+        per_variant = warmups * iterations + passes * (self.options.recycles + 1)
         return per_variant * len(self.variants)
 
     def _run_variant(self, model, batch, on_recycle) -> tuple:
@@ -396,6 +405,11 @@ class Folder:
                     log.info(f"  model: {timing.model_s:.1f} s ({opts.recycles + 1} recycling iteration(s))")
                 # one more pass, not timed: what it ran, by kernel
                 kernels = kernel_profile(lambda: model(batch), self.device) if opts.profile_kernels else None
+            synchronised = None
+            if self._module_pass():
+                # modules compared on their own latency ([Note: synchronised module spans])
+                with LayerTimer(model, self.device, on_recycle, True) as sync_timer:
+                    synchronised = sync_timer.run(lambda: model(batch))[1]
         median = median_timing(steady)
         run = {
             "warmup_s": [t.model_s for t in warm],
@@ -404,6 +418,8 @@ class Folder:
             "steady": median.to_json(),
             "warmup": [t.to_json() for t in warm],
         }
+        if synchronised is not None:
+            run["modules_synchronised"] = synchronised.to_json()
         run["chunk_size"] = model.globals.chunk_size
         if kernels is not None:
             run["kernels"] = kernels

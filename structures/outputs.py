@@ -341,11 +341,16 @@ def record_table(report: dict) -> str:
     add("model (median)", [runs[v]["steady"]["model_s"] for v in variants])
     for stage in runs[variants[0]]["steady"]["stages"]:
         add(f"  {stage}", [runs[v]["steady"]["stages"].get(stage) for v in variants])
+    # modules from the synchronised pass where the fold made one ([Note: synchronised
+    # module spans] in timing.py), else from the timed passes
+    synchronised = all("modules_synchronised" in runs[v] for v in variants)
     for kind in MODULE_KINDS:
         values = [
-            sum(b["modules"].get(kind, 0.0) for b in runs[v]["steady"]["blocks"]) for v in variants
+            sum(b["modules"].get(kind, 0.0)
+                for b in runs[v]["modules_synchronised" if synchronised else "steady"]["blocks"])
+            for v in variants
         ]
-        add(f"    {kind} (all blocks)", values)
+        add(f"    {kind} (all blocks{', synchronised' if synchronised else ''})", values)
     lines.append(format_table(headers, rows))
     comparison = report.get("comparison")
     if comparison:

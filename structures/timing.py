@@ -20,7 +20,9 @@ the timer for comparing modules (``flashlight-fold --sync-modules``,
 ``bench/fold_noise.py``). It costs one synchronise per timed module (about 500 per pass of
 a 48-block model) and the host's head start at each module boundary, so the pass itself
 gets slower; the default timer leaves the pass as a user runs it, and its model time is
-the end-to-end figure.
+the end-to-end figure. ``--compare`` on a GPU therefore times both: after the timed
+passes each variant runs one more pass with synchronised starts, and the comparison's
+module rows come from it (``latency.json``: ``runs.<variant>.modules_synchronised``).
 
 Timed modules, found by structure rather than by one fixed attribute path:
 

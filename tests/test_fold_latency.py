@@ -201,3 +201,22 @@ def test_bf16_model_folds(tmp_path, one_thread):
     assert all(0 <= p <= 100 for p in report["plddt"])
     pdb_text = (tmp_path / "trp" / "trp.pdb").read_text()
     assert "nan" not in pdb_text.lower()
+
+
+def test_comparison_table_takes_modules_from_the_synchronised_pass():
+    """With ``--compare`` on a GPU each variant's module rows come from its pass with
+    synchronised module starts ([Note: synchronised module spans]), not the timed passes."""
+    from flashlight.structures.outputs import record_table
+
+    def run(timed_s, synchronised_s):
+        blocks = lambda s: [{"index": 0, "total_s": 1.0, "modules": {k: s for k in MODULE_KINDS}}]  # noqa: E731
+        return {"warmup_s": [2.0], "steady": {"model_s": 1.0, "stages": {"evoformer": 1.0}, "blocks": blocks(timed_s)},
+                "modules_synchronised": {"model_s": 1.2, "stages": {}, "blocks": blocks(synchronised_s)}}
+
+    report = {"record": {"id": "r", "length": 9, "msa_depth": 1}, "timer": "cuda_events",
+              "model": {"device": "cuda", "label": "model_1"}, "flashlight": {"active": True},
+              "end_to_end": {"total_s": 3.0, "features_s": 0.5, "model_s": 1.0, "variant": "flashlight", "write_s": 0.1},
+              "runs": {"stock": run(0.0123, 0.0456), "flashlight": run(0.0789, 0.0321)}}
+    rows = [line for line in record_table(report).splitlines() if "(all blocks" in line]
+    assert len(rows) == len(MODULE_KINDS)
+    assert all("synchronised" in row and "45.6" in row and "32.1" in row and "78.9" not in row for row in rows)
