@@ -408,7 +408,8 @@ class Folder:
             synchronised = None
             if self._module_pass():
                 # modules compared on their own latency ([Note: synchronised module spans])
-                with LayerTimer(model, self.device, on_recycle, True) as sync_timer:
+                with torch.no_grad(), self._compat(), _without_empty_templates(model, batch, opts.pad_msa), \
+                        LayerTimer(model, self.device, on_recycle, True) as sync_timer:
                     synchronised = sync_timer.run(lambda: model(batch))[1]
         median = median_timing(steady)
         run = {

@@ -159,3 +159,21 @@ def test_required_flashlight_raises(tmp_path, monkeypatch):
     monkeypatch.setattr(fold_module, "_flashlight_unusable", lambda device: None)
     with pytest.raises(FlashlightUnavailable, match="patching the model: ValueError: no attention modules"):
         Folder(_options(tmp_path, require_flashlight=True), warn=print)
+
+
+def test_compare_times_modules_in_one_more_pass_without_autograd(tmp_path, fake_flashlight, monkeypatch):
+    """On a GPU a comparison adds a pass with synchronised module starts
+    ([Note: synchronised module spans]); forced here on the CPU, where the rest is the same."""
+    fake_flashlight()
+    monkeypatch.setattr(fold_module.Folder, "_module_pass", lambda self: True)
+    folder = Folder(_options(tmp_path, compare=True, plot=False), warn=lambda _: None)
+    grad_modes = []
+    for model in folder.variants.values():
+        model.evoformer.blocks[0].register_forward_hook(lambda *_: grad_modes.append(torch.is_grad_enabled()))
+    report = folder.fold(RECORD)
+    # warm-up, timed pass and module pass of each variant, none recording a graph
+    assert grad_modes == [False] * 6
+    for run in report["runs"].values():
+        blocks = run["modules_synchronised"]["blocks"]
+        assert len(blocks) == 1 and all(s > 0 for s in blocks[0]["modules"].values())
+    assert folder.runs_per_record() == 2 * (1 + 1 + 1)
