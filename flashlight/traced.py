@@ -51,7 +51,7 @@ import torch.fx as fx
 from flashlight import launch_plan, settings
 
 log = logging.getLogger("flashlight")
-_FORMAT = 1  # of the on-disk entries; a change makes older files unread
+_FORMAT = 2  # of the on-disk entries; a change makes older files unread
 
 
 @dataclasses.dataclass
@@ -64,11 +64,21 @@ class Entry:
     signature: tuple | None = None
     guard_text: str | None = None
     graph: list | None = None  # the serialised graph, when it can be kept on disk
+    single: bool = False  # fn returns one tensor (the graph returns a tuple of one)
 
     @functools.cached_property
     def call(self) -> Callable:
-        """``run``, called without ``nn.Module``'s hook machinery where it is a graph."""
-        return self.run.forward if isinstance(self.run, fx.GraphModule) else self.run
+        """``run`` on positional tensors, without ``nn.Module``'s hook machinery where it is
+        a graph; Inductor's compiled graphs take their arguments as one list."""
+        run = self.run
+        if isinstance(run, fx.GraphModule):
+            run = run.forward
+        elif getattr(run, "_boxed_call", False):
+            boxed = run
+            run = lambda *args: boxed(list(args))  # noqa: E731
+        if not self.single:
+            return run
+        return lambda *args: run(*args)[0]
 
     @functools.cached_property
     def guard(self):
@@ -148,7 +158,7 @@ class TracedFunction:
         from flashlight.backend import compile_with_remainder
 
         try:
-            gm, fakes = self._trace(tensors, self._changed_dims(tensors) if symbolic else None)
+            traced = self._trace(tensors, self._changed_dims(tensors) if symbolic else None)
         except Exception as error:  # noqa: BLE001 - not a pure function of tensors
             if settings.get("on_error") == "raise":
                 raise
@@ -156,6 +166,7 @@ class TracedFunction:
                         self.__name__, " ".join(str(error).split())[:200])
             self._untraceable = True
             return Entry(self._through_dynamo(), family_of(tensors), signature)
+        gm, fakes, single = traced
         compiled = compile_with_remainder(gm, fakes, None, self.options, "inference")
         self.captures += 1
         guard_text = None
@@ -165,7 +176,7 @@ class TracedFunction:
         if settings.debug_level() >= 1:
             log.warning("[flashlight] traced %s (%s)", self.__name__, "symbolic" if symbolic else "static")
         return Entry(compiled, family_of(tensors), None if symbolic else signature, guard_text,
-                     dump_graph(compiled) if isinstance(compiled, fx.GraphModule) else None)
+                     dump_graph(compiled) if isinstance(compiled, fx.GraphModule) else None, single)
 
     def _changed_dims(self, tensors: list[torch.Tensor]) -> list[set[int]]:
         """Per input, the dims whose size differs from a static entry of the same family:
@@ -179,9 +190,10 @@ class TracedFunction:
         return changed
 
     def _trace(self, tensors: list[torch.Tensor], dynamic: list[set[int]] | None):
-        """The ATen graph of ``fn`` (with AOTAutograd's inference decompositions) and the
-        fake values of its inputs; sizes in ``dynamic`` symbolic, the others as in
-        ``tensors`` (all of them when ``dynamic`` is None)."""
+        """The ATen graph of ``fn`` (with AOTAutograd's inference decompositions) returning
+        a tuple, as AOTAutograd's do; the fake values of its inputs (sizes in ``dynamic``
+        symbolic, the others as in ``tensors``: all of them when ``dynamic`` is None); and
+        whether ``fn`` returned one tensor rather than a tuple or list of them."""
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.proxy_tensor import make_fx
         from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
@@ -195,9 +207,19 @@ class TracedFunction:
             symbolic = dynamic[k] if dynamic is not None else set()
             sizes = [DimDynamic.DYNAMIC if d in symbolic else DimDynamic.STATIC for d in range(t.dim())]
             fakes.append(mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes)))
+        single = []
+
+        def as_tuple(*args):
+            out = self.fn(*args)
+            single.append(isinstance(out, torch.Tensor))
+            out = (out,) if single[0] else tuple(out)
+            if not all(isinstance(t, torch.Tensor) for t in out):
+                raise TypeError("the function must return a tensor, or a tuple or list of tensors")
+            return out
+
         with torch.no_grad(), mode:
-            gm = make_fx(self.fn, tracing_mode="real", decomposition_table=decompositions(inference=True))(*fakes)
-        return gm, [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+            gm = make_fx(as_tuple, tracing_mode="real", decomposition_table=decompositions(inference=True))(*fakes)
+        return gm, [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"], single[0]
 
     @functools.cached_property
     def _key_digest(self) -> str:
@@ -332,8 +354,8 @@ def load_entries(key: str) -> list[Entry]:
     try:
         with open(_path(key), "rb") as f:
             stored = pickle.load(f)
-        return [Entry(load_graph(graph), family, signature, guard_text, graph)
-                for family, signature, guard_text, graph in stored]
+        return [Entry(load_graph(graph), family, signature, guard_text, graph, single)
+                for family, signature, guard_text, graph, single in stored]
     except FileNotFoundError:
         return []
     except Exception as error:  # noqa: BLE001 - a damaged or older file: trace again
@@ -346,7 +368,7 @@ def save_entries(key: str, entries: list[Entry]) -> None:
     part of a file)."""
     if not settings.get("graph_cache"):
         return
-    stored = [(e.family, e.signature, e.guard_text, e.graph) for e in entries if e.graph is not None]
+    stored = [(e.family, e.signature, e.guard_text, e.graph, e.single) for e in entries if e.graph is not None]
     path = _path(key)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"

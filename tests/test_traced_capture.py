@@ -143,3 +143,27 @@ def test_a_damaged_cache_file_is_ignored(gen, cache_dir, caplog):
 def test_unknown_capture_is_an_error():
     with pytest.raises(ValueError, match="capture"):
         flashlight.compile(gated, capture="jit")
+
+
+def attention_then_cumsum(q, k, v, w):
+    """A layer norm feeding attention, and a cumulative sum after it that no kernel fuses:
+    the remainder has work for Inductor."""
+    q = torch.nn.functional.layer_norm(q, q.shape[-1:]) * w
+    o = torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+    return o.cumsum(-2) + 1.0, o
+
+
+def test_inductor_compiles_the_remainder_of_a_traced_graph(gen, cache_dir):
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    traced = flashlight.compile(attention_then_cumsum, capture="trace")
+    with settings.override(remainder="inductor"), torch.no_grad():
+        for length in (16, 24):
+            args = (r(2, 2, length, 8), r(2, 2, length, 8), r(2, 2, length, 8), r(8))
+            outs = traced(*args)
+            refs = attention_then_cumsum(*(a.double() for a in args))
+            assert isinstance(outs, tuple) and len(outs) == 2
+            for out, ref in zip(outs, refs):
+                torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    # Inductor's compiled graphs stay in this process: nothing written to disk
+    assert traced.captures == 2 and all(e.graph is None for e in traced._entries)
+    assert not (cache_dir / "graphs").exists()
