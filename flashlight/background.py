@@ -11,9 +11,9 @@ to a thread pool and computes its value with the kernel's unfused graph
 (the PyTorch operations it replaces) instead; later launches at those sizes do the same
 until the compile is done, then launch the kernel. Several kernels thus compile at once,
 beside the program's own work, and on leaving the context every compile has finished, so
-the calls after it launch compiled kernels only. Capture (Dynamo, AOTAutograd and
-Flashlight's passes) still runs on the caller's thread: it holds the GIL, and on another
-thread it would only slow the caller down.
+the calls after it launch compiled kernels only. Capture (Dynamo and AOTAutograd, or
+``make_fx`` for traced capture, and Flashlight's passes) still runs on the caller's
+thread: it holds the GIL, and on another thread it would only slow the caller down.
 
 Where nothing is known yet (autotuning times candidates on the GPU, which other work would
 disturb), where the kernel has no unfused graph, or where that graph's scores would take

@@ -143,6 +143,9 @@ class TracedFunction:
             if not self._loaded:
                 self._entries.extend(load_entries(self._disk_key()))
                 self._loaded = True
+                if self._entries and settings.debug_level() >= 1:
+                    log.warning("[flashlight] %s: %d traced graph(s) loaded from the cache folder",
+                                self.__name__, len(self._entries))
             entry = next((e for e in self._entries if e.accepts(tensors, signature)), None)
             if entry is None:
                 family = family_of(tensors)
