@@ -118,12 +118,12 @@ class TracedFunction:
         self._untraceable = False  # make_fx failed: every call goes through Dynamo
         self.captures = 0  # graphs traced by this process (tests and reports read it)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         if torch.compiler.is_compiling():
-            return self.fn(*args)  # inside a larger compiled region: its capture traces fn
-        if self._untraceable or not args or not all(isinstance(a, torch.Tensor) for a in args) \
+            return self.fn(*args, **kwargs)  # inside a larger compiled region: its capture traces fn
+        if self._untraceable or kwargs or not args or not all(isinstance(a, torch.Tensor) for a in args) \
                 or _needs_grad(args):
-            return self._through_dynamo()(*args)
+            return self._through_dynamo()(*args, **kwargs)
         tensors = list(args)
         signature = launch_plan.signature(tensors)
         entry = self._by_signature.get(signature)

@@ -140,6 +140,17 @@ def test_a_damaged_cache_file_is_ignored(gen, cache_dir, caplog):
     assert later.captures == 1 and "ignoring the traced graphs" in caplog.text
 
 
+def test_keyword_and_non_tensor_arguments_go_through_dynamo(gen, cache_dir):
+    traced = flashlight.compile(cross, capture="trace")
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    args = (r(2, 2, 9, 8), r(2, 2, 9, 8), r(2, 2, 9, 8))
+    bias = r(2, 1, 1, 9)
+    with torch.no_grad():
+        assert_matches_float64(cross, traced(*args, bias=bias), (*args, bias))
+        assert_matches_float64(cross, traced(*args, 0.5), (*args, torch.tensor(0.5)))
+    assert traced.captures == 0
+
+
 def test_unknown_capture_is_an_error():
     with pytest.raises(ValueError, match="capture"):
         flashlight.compile(gated, capture="jit")
