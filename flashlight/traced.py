@@ -51,7 +51,7 @@ import torch.fx as fx
 from flashlight import launch_plan, settings
 
 log = logging.getLogger("flashlight")
-_FORMAT = 2  # of the on-disk entries; a change makes older files unread
+_FORMAT = 3  # of the on-disk entries; a change makes older files unread
 
 
 @dataclasses.dataclass
@@ -95,6 +95,12 @@ class Entry:
         return self.guard is None or bool(eval(self.guard, SYMPY_INTERP, {"L": names}))
 
 
+def call_signature(tensors: list[torch.Tensor]) -> tuple:
+    """What a static entry serves exactly: each input's shape, strides, dtype and storage
+    offset, and the device (a symbolic entry's guard reads the same)."""
+    return launch_plan.signature(tensors), tuple(t.storage_offset() for t in tensors)
+
+
 def family_of(tensors: list[torch.Tensor]) -> tuple:
     """What every entry checks exactly: the device, and each input's dtype and rank."""
     return (str(tensors[0].device.type), *((t.dtype, t.dim()) for t in tensors))
@@ -125,7 +131,7 @@ class TracedFunction:
                 or _needs_grad(args):
             return self._through_dynamo()(*args, **kwargs)
         tensors = list(args)
-        signature = launch_plan.signature(tensors)
+        signature = call_signature(tensors)
         entry = self._by_signature.get(signature)
         if entry is None:
             entry = self._entry_for(tensors, signature)
@@ -188,7 +194,7 @@ class TracedFunction:
         changed: list[set[int]] = [set() for _ in tensors]
         for entry in self._entries:
             if entry.family == family and entry.signature is not None:
-                for dims, t, (shape, _, _) in zip(changed, tensors, entry.signature[1:]):
+                for dims, t, (shape, _, _) in zip(changed, tensors, entry.signature[0][1:]):
                     dims.update(d for d, (a, b) in enumerate(zip(t.shape, shape)) if a != b)
         return changed
 

@@ -97,6 +97,18 @@ def test_guards_reject_inputs_the_graph_did_not_see(gen, cache_dir):
     assert traced.captures == 3
 
 
+def test_views_at_other_offsets_are_served_correctly(gen, cache_dir):
+    """Slices of one buffer (as fused projections give) differ only in storage offset."""
+    traced = flashlight.compile(cross, capture="trace")
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    qkv = r(2, 2, 9, 24)
+    bias = r(2, 1, 1, 9)
+    with torch.no_grad():
+        for order in ((0, 1, 2), (2, 0, 1)):
+            q, k, v = (qkv[..., 8 * i:8 * (i + 1)] for i in order)
+            assert_matches_float64(cross, traced(q, k, v, bias), (q, k, v, bias))
+
+
 def test_gradients_go_through_dynamo(gen, cache_dir):
     traced = flashlight.compile(gated, capture="trace")
     args = [a.requires_grad_() for a in gated_inputs(gen, 2, 9)]
