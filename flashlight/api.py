@@ -22,7 +22,8 @@ def compile(fn: Callable, *, dynamic: bool | None = None, capture: str = "dynamo
     ``capture="trace"`` compiles a pure function of tensors without Dynamo and keeps the
     compiled graph on disk for later processes (:class:`flashlight.traced.TracedFunction`,
     [Note: traced capture]); ``version`` then names the state of code outside ``fn``'s
-    source file that ``fn`` calls. ``dynamic`` applies to ``capture="dynamo"``.
+    source file that ``fn`` calls. ``dynamic`` means what it means to ``torch.compile``
+    with either capture (None: static first, then the sizes that changed symbolic).
     """
     from flashlight.backend import make_backend
 
@@ -30,7 +31,7 @@ def compile(fn: Callable, *, dynamic: bool | None = None, capture: str = "dynamo
     if capture == "trace":
         from flashlight.traced import TracedFunction
 
-        return TracedFunction(fn, options, version=version)
+        return TracedFunction(fn, options, version=version, dynamic=dynamic)
     if capture != "dynamo":
         raise ValueError(f"capture={capture!r}: expected 'dynamo' or 'trace'")
     return torch.compile(fn, backend=backend, dynamic=dynamic)

@@ -20,8 +20,11 @@ decompositions AOTAutograd would apply), compiles the graph as the backend does
 * a second shape in that family is captured *symbolically* (sizes and strides as
   symbols; Dynamo's "automatic dynamic"), guarded by the expression PyTorch's shape
   environment produces for it (size relations, 0/1 specialisations, sizes a tile fixed);
-* each call signature (shapes, strides, dtypes, device) found once is then a dictionary
-  look-up.
+* each call signature (shapes, strides, storage offsets, dtypes, device) found once is
+  then a dictionary look-up.
+
+``dynamic`` means what it means to ``torch.compile``: the above is ``None``; ``True``
+makes every size symbolic from the first capture, ``False`` captures each shape static.
 
 A graph Flashlight fused whole (the remainder only re-indexes memory) is written to
 the cache folder (``graphs/``), keyed by the function's name, a digest of the source
@@ -110,8 +113,11 @@ class TracedFunction:
     """``fn`` compiled by traced capture ([Note: traced capture])."""
 
     def __init__(self, fn: Callable, options: dict[str, Any], *, name: str | None = None,
-                 version: str = ""):
+                 version: str = "", dynamic: bool | None = None):
         self.fn = fn
+        # as torch.compile's: None, static first then the sizes that changed symbolic;
+        # True, every size symbolic from the first capture; False, a capture per shape
+        self.dynamic = dynamic
         self.options = dict(options)
         self.__name__ = name or getattr(fn, "__name__", "traced")
         self.__doc__ = fn.__doc__
@@ -155,7 +161,8 @@ class TracedFunction:
             entry = next((e for e in self._entries if e.accepts(tensors, signature)), None)
             if entry is None:
                 family = family_of(tensors)
-                symbolic = any(e.family == family for e in self._entries)
+                symbolic = self.dynamic if self.dynamic is not None else \
+                    any(e.family == family for e in self._entries)
                 entry = self._capture(tensors, signature, symbolic)
                 self._entries.append(entry)
                 if entry.graph is not None:
@@ -189,7 +196,10 @@ class TracedFunction:
 
     def _changed_dims(self, tensors: list[torch.Tensor]) -> list[set[int]]:
         """Per input, the dims whose size differs from a static entry of the same family:
-        the sizes a symbolic capture leaves symbolic (Dynamo's automatic dynamic)."""
+        the sizes a symbolic capture leaves symbolic (Dynamo's automatic dynamic); every
+        dim with ``dynamic=True``."""
+        if self.dynamic:
+            return [set(range(t.dim())) for t in tensors]
         family = family_of(tensors)
         changed: list[set[int]] = [set() for _ in tensors]
         for entry in self._entries:
@@ -232,7 +242,7 @@ class TracedFunction:
 
     @functools.cached_property
     def _key_digest(self) -> str:
-        return _digest(self.fn, self.__name__, self.options, self.version)
+        return _digest(self.fn, self.__name__, {**self.options, "dynamic": self.dynamic}, self.version)
 
     def _disk_key(self) -> str:
         return f"{self.__name__}_{self._key_digest}"

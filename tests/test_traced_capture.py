@@ -57,6 +57,18 @@ def test_static_then_symbolic_capture_and_one_kernel(gen, cache_dir):
         assert aten_outside_kernels(traced, args) == []
 
 
+@pytest.mark.parametrize("dynamic, captures", [(True, 1), (False, 3)])
+def test_dynamic_as_torch_compile_means_it(gen, cache_dir, dynamic, captures):
+    """``dynamic=True``: sizes symbolic from the first capture; ``False``: one per shape."""
+    traced = flashlight.compile(gated, capture="trace", dynamic=dynamic)
+    with torch.no_grad():
+        for n, length in [(3, 12), (2, 17), (4, 9)]:
+            args = gated_inputs(gen, n, length)
+            assert_matches_float64(gated, traced(*args), args)
+    assert traced.captures == captures
+    assert all((e.signature is None) == dynamic for e in traced._entries)
+
+
 def test_a_later_process_loads_the_graphs_instead_of_tracing(gen, cache_dir):
     first = flashlight.compile(gated, capture="trace")
     shapes = [(3, 12), (2, 17)]
