@@ -255,7 +255,7 @@ def _needs_grad(args) -> bool:
 def _digest(fn: Callable, name: str, options: dict, version: str) -> str:
     """What an on-disk entry of ``fn`` depends on ([Note: traced capture])."""
     text = [name, getattr(fn, "__qualname__", ""), repr(sorted(options.items())), version,
-            torch.__version__, _triton_version(), _flashlight_digest(), str(_FORMAT)]
+            torch.__version__, _triton_version(), source_digest(), str(_FORMAT)]
     try:
         with open(inspect.getsourcefile(inspect.unwrap(fn)), "rb") as f:
             text.append(hashlib.sha1(f.read()).hexdigest())
@@ -265,7 +265,7 @@ def _digest(fn: Callable, name: str, options: dict, version: str) -> str:
 
 
 @functools.cache
-def _flashlight_digest() -> str:
+def source_digest() -> str:
     """A digest of Flashlight's own sources: a new version compiles again."""
     root = os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.sha1()

@@ -28,7 +28,7 @@ import torch
 
 from flashlight.structures import confidence
 from flashlight.structures import features as feature_builder
-from flashlight.structures import outputs
+from flashlight.structures import outputs, warm_folds
 from flashlight.structures.inputs import Record, safe_name
 from flashlight.structures.mmcif import modelcif_string
 from flashlight.structures.models import (
@@ -331,7 +331,7 @@ class Folder:
             ) from err
         return cpu_compat()
 
-    def _warmup_plan(self) -> tuple:
+    def _warmup_plan(self, batch: Optional[Dict[str, torch.Tensor]] = None) -> tuple:
         """(warm-up passes, recycling iterations in each) for every variant.
 
         An explicit ``warmup`` runs that many full passes. By default a fold runs once:
@@ -339,13 +339,24 @@ class Folder:
         (Flashlight compiles its kernels, or ``compare`` times both variants alike),
         and it runs one recycling iteration, not all of them: recycling repeats the same
         modules on the same shapes (OpenFold's ``iteration``), so one iteration compiles
-        every kernel the timed pass launches, at a fraction of the cost.
+        every kernel the timed pass launches, at a fraction of the cost. Given the
+        record's ``batch``, a Flashlight fold whose compiled work the caches already hold
+        skips it ([Note: skipping the warm-up when the caches are warm] in
+        :mod:`~flashlight.structures.warm_folds`).
         """
         opts = self.options
         if opts.warmup is not None:
             return opts.warmup, opts.recycles + 1
         wanted = opts.compare or (self.status.active and "flashlight" in self.variants)
+        if wanted and not opts.compare and batch is not None and warm_folds.compiled_before(self._fold_key(batch)):
+            wanted = False
         return (1 if wanted else 0), 1
+
+    def _fold_key(self, batch: Dict[str, torch.Tensor]) -> str:
+        opts = self.options
+        return warm_folds.fold_key(self.info.to_json(), batch, {
+            "dtype": opts.dtype, "tf32": opts.tf32, "chunk_size": str(opts.chunk_size),
+            "scope": opts.patch_scope, "pad_msa": opts.pad_msa, "recycles": opts.recycles})
 
     def _module_pass(self) -> bool:
         """Whether a comparison adds one pass with synchronised module starts after the
@@ -384,7 +395,7 @@ class Folder:
 
     def _passes(self, model, batch, on_recycle) -> tuple:
         opts = self.options
-        warmups, iterations = self._warmup_plan()
+        warmups, iterations = self._warmup_plan(batch)
         if warmups:
             log.info(f"  warm-up: {warmups} pass(es) of {iterations} recycling iteration(s)")
         # [..., R] features -> the first ``iterations`` recycling iterations
@@ -467,6 +478,8 @@ class Folder:
                 predictions["stock"], predictions["flashlight"], self.status.active
             )
         pred = predictions[primary]
+        if primary == "flashlight":  # its compiled work is in the caches now
+            warm_folds.remember(self._fold_key(batch))
 
         model_s = runs[primary]["steady"]["model_s"]
         report = {
@@ -504,7 +517,7 @@ class Folder:
             "attention_choices": _attention_choices(),
             "timer": timer_method,
             "environment": self.environment,
-            "warmup_runs": self._warmup_plan()[0],
+            "warmup_runs": len(runs[primary]["warmup_s"]),
             "warmup_recycling_iterations": self._warmup_plan()[1],
             "repeats": opts.repeats,
             "runs": runs,

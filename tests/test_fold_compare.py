@@ -177,3 +177,21 @@ def test_compare_times_modules_in_one_more_pass_without_autograd(tmp_path, fake_
         blocks = run["modules_synchronised"]["blocks"]
         assert len(blocks) == 1 and all(s > 0 for s in blocks[0]["modules"].values())
     assert folder.runs_per_record() == 2 * (1 + 1 + 1)
+
+
+def test_warm_up_is_skipped_once_the_caches_hold_the_fold(tmp_path, fake_flashlight):
+    """[Note: skipping the warm-up when the caches are warm]: a Flashlight fold of shapes
+    folded before on this machine runs no warm-up; other shapes and comparisons do."""
+    from flashlight import settings
+
+    fake_flashlight()
+    with settings.override(cache_dir=str(tmp_path / "cache")):
+        folder = Folder(_options(tmp_path / "out", warmup=None, plot=False), warn=lambda _: None)
+        assert "stock" not in folder.variants
+        first, second = (folder.fold(RECORD)["warmup_runs"] for _ in range(2))
+        shorter = Record(id="short", description="", sequence=SEQUENCE[:-3], source="-", index=2)
+        other_shape = folder.fold(shorter)["warmup_runs"]
+        comparing = Folder(_options(tmp_path / "cmp", warmup=None, plot=False, compare=True), warn=lambda _: None)
+        compared = comparing.fold(RECORD)
+    assert (first, second, other_shape) == (1, 0, 1)
+    assert compared["warmup_runs"] == 1 and all(len(r["warmup_s"]) == 1 for r in compared["runs"].values())

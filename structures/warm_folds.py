@@ -1,0 +1,70 @@
+"""Which folds this machine has compiled before, so that their warm-up can be skipped.
+
+[Note: skipping the warm-up when the caches are warm]
+A Flashlight fold runs a short warm-up pass first, where its kernels compile (and where
+traced graphs are captured, [Note: traced capture] in ``flashlight/traced.py``), so that
+the timed pass is the steady state. Once a fold of the same shapes has filled the caches
+(traced graphs, Triton's binaries, tuning choices), that pass only adds the time of one
+recycling iteration: with filled caches the first call takes stock's time (an H200,
+256 residues: 1.68-1.71 s against 1.51-1.69 s, bench/results/fold_product_runs/). After
+each Flashlight fold a marker is written to ``<Flashlight cache folder>/folds/``, keyed by
+everything the compiled work depends on: the model's configuration and dtype, every
+input feature's shape and dtype, the chunk size, the patch scope, the GPU and the
+versions of Flashlight, PyTorch and Triton. A later fold with the same key runs without
+a warm-up. If the caches were emptied in between, that fold compiles in its first
+recycling iteration: the same result, a slower first pass. ``--compare`` and an explicit
+``--warmup`` keep their warm-up (they time passes).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Dict
+
+import torch
+
+
+def fold_key(model: dict, batch: Dict[str, torch.Tensor], settings: dict) -> str:
+    """The key of a fold: ``model`` (its configuration as reported), the batch's shapes
+    and dtypes, ``settings`` (dtype, chunk size, patch scope...), the device and versions."""
+    from flashlight import settings as flashlight_settings
+    from flashlight.traced import source_digest
+
+    device = next(iter(batch.values())).device
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    text = json.dumps({
+        "model": model, "settings": settings, "gpu": gpu, "torch": torch.__version__,
+        "triton": triton_version, "flashlight": source_digest(),
+        "interpret": bool(flashlight_settings.get("interpret")),
+        "batch": sorted((k, list(v.shape), str(v.dtype)) for k, v in batch.items()),
+    }, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:20]
+
+
+def _path(key: str) -> str:
+    from flashlight import settings
+
+    return os.path.join(settings.get("cache_dir"), "folds", key)
+
+
+def compiled_before(key: str) -> bool:
+    """Whether a fold with ``key`` finished on this machine with these caches."""
+    return os.path.exists(_path(key))
+
+
+def remember(key: str) -> None:
+    """Mark a fold with ``key`` as compiled (a failure to write only costs a warm-up)."""
+    path = _path(key)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w"):
+            pass
+    except OSError:
+        pass
