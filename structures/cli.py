@@ -212,7 +212,8 @@ def _fold_one(args, group, folder, record, bar, local: dict) -> None:
     entry = {"id": record.id, "order": record.order, "length": record.length, "worker": group.rank,
              "msa": resume.msa_text(record)}
     try:
-        report = folder.fold(record, on_recycle=lambda: runs.update(1))
+        report = folder.fold(record, on_recycle=lambda: runs.update(1),
+                             on_total=lambda total: (setattr(runs, "total", total), runs.refresh()))
     except Exception as err:  # noqa: BLE001 - one bad record does not stop the rest
         entry.update(status="failed", error=f"{type(err).__name__}: {err}")
         folder.warn(f"error: record {record.id!r} failed: {entry['error']}")

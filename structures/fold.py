@@ -366,9 +366,10 @@ class Folder:
         opts = self.options
         return opts.compare and not opts.sync_modules and self.device.type == "cuda"
 
-    def runs_per_record(self) -> int:
-        """Recycling iterations per record (all variants), for progress reporting."""
-        warmups, iterations = self._warmup_plan()
+    def runs_per_record(self, batch: Optional[Dict[str, torch.Tensor]] = None) -> int:
+        """Recycling iterations per record (all variants), for progress reporting; given
+        the record's ``batch``, exactly (its warm-up may be skipped, :meth:`_warmup_plan`)."""
+        warmups, iterations = self._warmup_plan(batch)
         passes = self.options.repeats + (1 if self._module_pass() else 0)
         per_variant = warmups * iterations + passes * (self.options.recycles + 1)
         return per_variant * len(self.variants)
@@ -437,8 +438,11 @@ class Folder:
             run["kernels"] = kernels
         return run, _prediction(out), timer.method
 
-    def fold(self, record: Record, on_recycle: Optional[Callable[[], None]] = None) -> dict:
-        """Fold ``record``, write its outputs, and return its ``latency.json`` report."""
+    def fold(self, record: Record, on_recycle: Optional[Callable[[], None]] = None,
+             on_total: Optional[Callable[[int], None]] = None) -> dict:
+        """Fold ``record``, write its outputs, and return its ``latency.json`` report.
+        ``on_recycle`` is called after each recycling iteration; ``on_total`` once the
+        features are made, with how many iterations the record runs (:meth:`runs_per_record`)."""
         opts = self.options
         wall_start = time.perf_counter()
 
@@ -451,6 +455,8 @@ class Folder:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         features_s = time.perf_counter() - start
+        if on_total is not None:
+            on_total(self.runs_per_record(batch))
         log.info(f"record {record.id!r}: features in {features_s:.1f} s (MSA depth {depth})")
 
         runs: Dict[str, dict] = {}

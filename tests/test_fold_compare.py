@@ -188,7 +188,15 @@ def test_warm_up_is_skipped_once_the_caches_hold_the_fold(tmp_path, fake_flashli
     with settings.override(cache_dir=str(tmp_path / "cache")):
         folder = Folder(_options(tmp_path / "out", warmup=None, plot=False), warn=lambda _: None)
         assert "stock" not in folder.variants
-        first, second = (folder.fold(RECORD)["warmup_runs"] for _ in range(2))
+        totals, iterations = [], []
+
+        def fold(record):
+            report = folder.fold(record, on_recycle=lambda: iterations.append(1), on_total=totals.append)
+            return report["warmup_runs"]
+
+        first, second = fold(RECORD), fold(RECORD)
+        # the progress total counts the warm-up only where it runs
+        assert totals == [2, 1] and len(iterations) == 3
         shorter = Record(id="short", description="", sequence=SEQUENCE[:-3], source="-", index=2)
         other_shape = folder.fold(shorter)["warmup_runs"]
         comparing = Folder(_options(tmp_path / "cmp", warmup=None, plot=False, compare=True), warn=lambda _: None)
