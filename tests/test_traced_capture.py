@@ -202,3 +202,26 @@ def test_inductor_compiles_the_remainder_of_a_traced_graph(gen, cache_dir):
     # Inductor's compiled graphs stay in this process: nothing written to disk
     assert traced.captures == 2 and all(e.graph is None for e in traced._entries)
     assert not (cache_dir / "graphs").exists()
+
+
+def causal_out_and_lse(q, k, v):
+    """Two outputs of one loop (the output and the scores' log-sum-exp), with a mask made
+    inside the function: one kernel with several outputs, its items read by the graph."""
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+    s = s.masked_fill(future, float("-inf"))
+    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
+
+
+def test_a_kernel_with_several_outputs_is_kept_and_reloaded(gen, cache_dir):
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    args = (r(2, 2, 21, 8), r(2, 2, 21, 8), r(2, 2, 21, 8))
+    refs = causal_out_and_lse(*(a.double() for a in args))
+    for process in range(2):
+        traced = flashlight.compile(causal_out_and_lse, capture="trace")
+        with torch.no_grad():
+            outs = traced(*args)
+        for out, ref in zip(outs, refs):
+            torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+        assert traced.captures == (1 if process == 0 else 0)
+        assert aten_outside_kernels(traced, args) == []
