@@ -25,16 +25,16 @@ def compile(fn: Callable, *, dynamic: bool | None = None, capture: str = "dynamo
     source file that ``fn`` calls. ``dynamic`` means what it means to ``torch.compile``
     with either capture (None: static first, then the sizes that changed symbolic).
     """
-    from flashlight.backend import make_backend
+    from flashlight.backend import check_options, make_backend
 
-    backend = make_backend(**options)  # checks the options
+    check_options({k: v for k, v in options.items() if k != "report"})  # make_backend's own argument
     if capture == "trace":
         from flashlight.traced import TracedFunction
 
         return TracedFunction(fn, options, version=version, dynamic=dynamic)
     if capture != "dynamo":
         raise ValueError(f"capture={capture!r}: expected 'dynamo' or 'trace'")
-    return torch.compile(fn, backend=backend, dynamic=dynamic)
+    return torch.compile(fn, backend=make_backend(**options), dynamic=dynamic)
 
 
 def explain(fn: Callable, *args: Any, **kwargs: Any) -> ExplainReport:

@@ -286,16 +286,21 @@ KNOWN_OPTIONS = {"autotune", "remainder"}
 REMAINDERS = ("inductor", "eager")
 
 
-def make_backend(report: ExplainReport | None = None, **options: Any):
-    """A ``torch.compile`` backend; ``report`` (if given) collects what was generated.
-
-    Options: ``autotune``; ``remainder``: ``"inductor"`` (Inductor compiles the graph
-    around Flashlight's kernels) or ``"eager"``, default ``FLASHLIGHT_REMAINDER``."""
+def check_options(options: dict[str, Any]) -> None:
+    """Raise on an unknown option or remainder (see :func:`make_backend`)."""
     unknown = set(options) - KNOWN_OPTIONS
     if unknown:
         raise TypeError(f"unknown Flashlight options {sorted(unknown)}; known: {sorted(KNOWN_OPTIONS)}")
     if options.get("remainder", "inductor") not in REMAINDERS:
         raise ValueError(f"remainder={options['remainder']!r}: expected one of {', '.join(REMAINDERS)}")
+
+
+def make_backend(report: ExplainReport | None = None, **options: Any):
+    """A ``torch.compile`` backend; ``report`` (if given) collects what was generated.
+
+    Options: ``autotune``; ``remainder``: ``"inductor"`` (Inductor compiles the graph
+    around Flashlight's kernels) or ``"eager"``, default ``FLASHLIGHT_REMAINDER``."""
+    check_options(options)
     from torch._dynamo.backends.common import aot_autograd
 
     def compiler(kind: str):

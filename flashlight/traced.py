@@ -255,7 +255,7 @@ def _needs_grad(args) -> bool:
 def _digest(fn: Callable, name: str, options: dict, version: str) -> str:
     """What an on-disk entry of ``fn`` depends on ([Note: traced capture])."""
     text = [name, getattr(fn, "__qualname__", ""), repr(sorted(options.items())), version,
-            torch.__version__, _triton_version(), source_digest(), str(_FORMAT)]
+            repr(sorted(versions().items())), str(_FORMAT)]
     try:
         with open(inspect.getsourcefile(inspect.unwrap(fn)), "rb") as f:
             text.append(hashlib.sha1(f.read()).hexdigest())
@@ -277,13 +277,16 @@ def source_digest() -> str:
 
 
 @functools.cache
-def _triton_version() -> str:
+def versions() -> dict[str, str]:
+    """What compiled work kept on disk depends on: PyTorch's and Triton's versions and
+    Flashlight's sources (:func:`source_digest`)."""
     try:
         import triton
 
-        return triton.__version__
+        triton_version = triton.__version__
     except ImportError:
-        return "none"
+        triton_version = "none"
+    return {"torch": torch.__version__, "triton": triton_version, "flashlight": source_digest()}
 
 
 # ---- graphs on disk -------------------------------------------------------------------
@@ -334,18 +337,9 @@ def load_graph(nodes: list) -> fx.GraphModule:
     made: dict[str, fx.Node] = {}
     resolve = lambda a: made[a.name] if isinstance(a, _Ref) else a  # noqa: E731
     for op, name, target, args, kwargs in nodes:
-        args = _map_refs(args, resolve)
-        kwargs = _map_refs(kwargs, resolve)
-        made[name] = graph.create_node(op, _resolve_target(target), args, kwargs, name=name)
+        made[name] = graph.create_node(op, _resolve_target(target), fx.node.map_aggregate(args, resolve),
+                                       fx.node.map_aggregate(kwargs, resolve), name=name)
     return fx.GraphModule(torch.nn.Module(), graph)
-
-
-def _map_refs(value, fn):
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map_refs(v, fn) for v in value)
-    if isinstance(value, dict):
-        return {k: _map_refs(v, fn) for k, v in value.items()}
-    return fn(value)
 
 
 def _resolve_target(ref: tuple):

@@ -394,6 +394,13 @@ class Folder:
         set_chunk_size(model, self.fallback_chunk_size)
         return self._passes(model, batch, on_recycle)
 
+    @contextlib.contextmanager
+    def _inference(self, model, batch):
+        """What every pass of ``model`` runs inside: no autograd, the CPU stand-ins where
+        needed, and no empty-template work ([Note: no templates, no template work])."""
+        with torch.no_grad(), self._compat(), _without_empty_templates(model, batch, self.options.pad_msa):
+            yield
+
     def _passes(self, model, batch, on_recycle) -> tuple:
         opts = self.options
         warmups, iterations = self._warmup_plan(batch)
@@ -405,7 +412,7 @@ class Folder:
         warmup_compile: dict = {}  # how the warm-up compiled (_compiling_in_background)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NOISY_OPENFOLD_WARNING)
-            with torch.no_grad(), self._compat(), _without_empty_templates(model, batch, opts.pad_msa), \
+            with self._inference(model, batch), \
                     LayerTimer(model, self.device, on_recycle, opts.sync_modules) as timer:
                 for _ in range(warmups):
                     compiling = _compiling_in_background(not warm, self.device, warmup_compile)
@@ -420,8 +427,7 @@ class Folder:
             synchronised = None
             if self._module_pass():
                 # modules compared on their own latency ([Note: synchronised module spans])
-                with torch.no_grad(), self._compat(), _without_empty_templates(model, batch, opts.pad_msa), \
-                        LayerTimer(model, self.device, on_recycle, True) as sync_timer:
+                with self._inference(model, batch), LayerTimer(model, self.device, on_recycle, True) as sync_timer:
                     synchronised = sync_timer.run(lambda: model(batch))[1]
         median = median_timing(steady)
         run = {

@@ -29,19 +29,12 @@ def fold_key(model: dict, batch: Dict[str, torch.Tensor], settings: dict) -> str
     """The key of a fold: ``model`` (its configuration as reported), the batch's shapes
     and dtypes, ``settings`` (dtype, chunk size, patch scope...), the device and versions."""
     from flashlight import settings as flashlight_settings
-    from flashlight.traced import source_digest
+    from flashlight.traced import versions
 
     device = next(iter(batch.values())).device
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
     text = json.dumps({
-        "model": model, "settings": settings, "gpu": gpu, "torch": torch.__version__,
-        "triton": triton_version, "flashlight": source_digest(),
+        "model": model, "settings": settings, "gpu": gpu, **versions(),
         "interpret": bool(flashlight_settings.get("interpret")),
         "batch": sorted((k, list(v.shape), str(v.dtype)) for k, v in batch.items()),
     }, sort_keys=True, default=str)
