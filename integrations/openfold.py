@@ -84,6 +84,15 @@ chunking. Measured on an H200 in bfloat16 with ``chunk_size=4``: MSA row attenti
 512 x 256 (H 8, c 32) takes 1.3 ms patched where stock takes 75 (4.2 unchunked), triangle
 attention at 256 residues 0.8 ms where stock takes 31 (1.2 unchunked).
 
+CUDA graphs
+-----------
+With ``cuda_graphs=True`` each ``EvoformerStack`` and ``ExtraMSAStack`` also gets an
+instance ``forward`` that, on a GPU without autograd, records the stack's call into a
+CUDA graph on the second call of each input shape and replays it on later calls, so the
+host's Python of the unpatched modules no longer paces the device
+([Note: CUDA graphs for the stacks] in :mod:`flashlight.integrations.openfold_graphs`).
+``flashlight-fold`` turns it on by default on a GPU.
+
 When the stock forward runs instead
 -----------------------------------
 The stock ``Attention.forward`` (or ``GlobalAttention.forward``) handles the call (with
@@ -103,7 +112,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 
-from flashlight.integrations import openfold_blocks
+from flashlight.integrations import openfold_blocks, openfold_graphs
 from flashlight.integrations.openfold_blocks import SCOPES
 from flashlight.integrations.openfold_forward import (  # noqa: F401 - public names
     _STATE_ATTR,
@@ -141,7 +150,8 @@ class PatchReport:
     outside OpenFold's stack classes); ``paths`` names them; ``already_patched`` counts
     those that a previous call had patched (their options are updated). ``scope`` is
     ``"attention"`` or ``"block"``; with ``"block"``, ``blocks[stack]`` counts the blocks
-    compiled whole (:mod:`~flashlight.integrations.openfold_blocks`).
+    compiled whole (:mod:`~flashlight.integrations.openfold_blocks`). ``cuda_graphs``:
+    how many stacks replay CUDA graphs (:mod:`~flashlight.integrations.openfold_graphs`).
     """
 
     counts: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
@@ -150,6 +160,7 @@ class PatchReport:
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     scope: str = "attention"
     blocks: dict[str, int] = dataclasses.field(default_factory=dict)
+    cuda_graphs: int = 0
 
     @property
     def total(self) -> int:
@@ -182,6 +193,8 @@ class PatchReport:
         if self.scope == "block":
             blocks = ", ".join(f"{n} {stack}" for stack, n in self.blocks.items())
             lines.append(f"  whole blocks compiled: {sum(self.blocks.values())} ({blocks or 'none'})")
+        if self.cuda_graphs:
+            lines.append(f"  stacks replayed as CUDA graphs: {self.cuda_graphs}")
         return "\n".join(lines)
 
 
@@ -290,6 +303,7 @@ def patch_openfold(
     fallback_on_cpu: bool = True,
     compile_options: dict[str, Any] | None = None,
     scope: str = "attention",
+    cuda_graphs: bool = False,
 ) -> PatchReport:
     """Make every OpenFold gated self-attention in ``model`` run as a Flashlight kernel.
 
@@ -310,6 +324,10 @@ def patch_openfold(
             compile each Evoformer, extra-MSA and template pair block whole (see
             :mod:`~flashlight.integrations.openfold_blocks`). Patching again with
             ``"attention"`` removes the block patches.
+        cuda_graphs: also replay each Evoformer and extra-MSA stack in ``model`` as a
+            CUDA graph, recorded on the second call of each input shape, when it runs on
+            a GPU without autograd (:mod:`~flashlight.integrations.openfold_graphs`).
+            Patching again without it removes it.
 
     Raises:
         ValueError: ``model`` holds no OpenFold attention module (of the chosen kinds),
@@ -380,6 +398,11 @@ def patch_openfold(
     for path, block, stack in blocks:
         openfold_blocks.patch_block(block, path, stack, options)
         report.blocks[stack] = report.blocks.get(stack, 0) + 1
+    if cuda_graphs:
+        openfold_graphs.install(model)
+    else:
+        openfold_graphs.uninstall(model)
+    report.cuda_graphs = len(openfold_graphs.installed(model))
     return report
 
 
@@ -449,6 +472,7 @@ def unpatch_openfold(model: torch.nn.Module) -> int:
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"unpatch_openfold expects a torch.nn.Module, not {type(model).__name__}")
     restored = 0
+    openfold_graphs.uninstall(model)
     for module in model.modules():
         if is_patched(module):
             restored += isinstance(getattr(module, _STATE_ATTR), _PatchState)

@@ -171,6 +171,7 @@ def _options(args, group, FoldOptions):
         compare=args.compare,
         require_flashlight=args.require_flashlight,
         patch_scope=args.patch_scope,
+        cuda_graphs=args.cuda_graphs,
         mmcif=args.mmcif,
         plot=args.plot,
         repeats=args.repeats,

@@ -79,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         "extra-MSA and template pair block whole (slow first call: Inductor compiles the blocks)",
     )
     p.add_argument(
+        "--no-cuda-graphs", dest="cuda_graphs", action="store_false",
+        help="run the Flashlight model's Evoformer and extra-MSA stacks eagerly in every "
+        "recycling iteration (default on a GPU: after their first call they replay a CUDA "
+        "graph, which saves the host's launch time; block and module times then come "
+        "from the calls run eagerly)",
+    )
+    p.add_argument(
         "--require-flashlight", action="store_true",
         help="fail instead of falling back to stock OpenFold when Flashlight cannot run",
     )

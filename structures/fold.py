@@ -26,6 +26,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import torch
 
+from flashlight.integrations import openfold_graphs
 from flashlight.structures import confidence
 from flashlight.structures import features as feature_builder
 from flashlight.structures import outputs, warm_folds
@@ -66,6 +67,7 @@ class FoldOptions:
     compare: bool = False
     require_flashlight: bool = False
     patch_scope: str = "attention"  # patch_openfold's scope: "attention" or "block"
+    cuda_graphs: bool = True  # replay the stacks as CUDA graphs (GPU, Flashlight)
     mmcif: bool = False
     plot: bool = True
     repeats: int = 1
@@ -280,7 +282,9 @@ class Folder:
             if unusable:
                 self.status = PatchStatus(requested=True, active=False, reason=unusable)
             else:
-                self.status = apply_flashlight(patched, scope=options.patch_scope)
+                self.status = apply_flashlight(
+                    patched, scope=options.patch_scope,
+                    cuda_graphs=options.cuda_graphs and self.device.type == "cuda")
             if self.status.active:
                 if options.compare:
                     self.variants["stock"] = self.stock
@@ -426,8 +430,10 @@ class Folder:
                 kernels = kernel_profile(lambda: model(batch), self.device) if opts.profile_kernels else None
             synchronised = None
             if self._module_pass():
-                # modules compared on their own latency ([Note: synchronised module spans])
-                with self._inference(model, batch), LayerTimer(model, self.device, on_recycle, True) as sync_timer:
+                # modules compared on their own latency ([Note: synchronised module spans]),
+                # every iteration eager ([Note: layer spans under CUDA graphs])
+                with self._inference(model, batch), openfold_graphs.eager(model), \
+                        LayerTimer(model, self.device, on_recycle, True) as sync_timer:
                     synchronised = sync_timer.run(lambda: model(batch))[1]
         median = median_timing(steady)
         run = {
@@ -440,6 +446,9 @@ class Folder:
         if synchronised is not None:
             run["modules_synchronised"] = synchronised.to_json()
         run["chunk_size"] = model.globals.chunk_size
+        graphed = openfold_graphs.installed(model)
+        if graphed:  # [Note: CUDA graphs for the stacks]
+            run["cuda_graphs"] = [g.summary() | {"stack": type(g.module).__name__} for g in graphed]
         if kernels is not None:
             run["kernels"] = kernels
         return run, _prediction(out), timer.method

@@ -265,15 +265,17 @@ class PatchStatus:
     reason: Optional[str] = None
     details: Optional[str] = None
     scope: Optional[str] = None  # patch_openfold's scope, once patched
+    cuda_graphs: int = 0  # stacks replayed as CUDA graphs
 
     def to_json(self) -> dict:
         """The status as a JSON-ready dict."""
         return dataclasses.asdict(self)
 
 
-def apply_flashlight(model: torch.nn.Module, scope: str = "attention") -> PatchStatus:
+def apply_flashlight(model: torch.nn.Module, scope: str = "attention", cuda_graphs: bool = False) -> PatchStatus:
     """Patch ``model`` in place with :func:`flashlight.patch_openfold` (``scope``:
-    ``"attention"`` or ``"block"``, see there).
+    ``"attention"`` or ``"block"``; ``cuda_graphs``: the Evoformer and extra-MSA stacks
+    replayed as CUDA graphs; see there).
 
     Never raises: a failure comes back as an inactive status with the reason, for the
     caller to report.
@@ -281,13 +283,14 @@ def apply_flashlight(model: torch.nn.Module, scope: str = "attention") -> PatchS
     try:
         import flashlight
 
-        result = flashlight.patch_openfold(model, scope=scope)
+        result = flashlight.patch_openfold(model, scope=scope, cuda_graphs=cuda_graphs)
     except Exception as err:  # noqa: BLE001 - the reason is reported to the user
         return PatchStatus(requested=True, active=False, reason=f"{type(err).__name__}: {err}")
     details = None
     if result is not None and not isinstance(result, torch.nn.Module):
         details = str(result)[:500]
-    return PatchStatus(requested=True, active=True, details=details, scope=scope)
+    graphs = int(getattr(result, "cuda_graphs", 0))
+    return PatchStatus(requested=True, active=True, details=details, scope=scope, cuda_graphs=graphs)
 
 
 def remove_flashlight(model: torch.nn.Module) -> Optional[str]:

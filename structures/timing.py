@@ -24,6 +24,15 @@ the end-to-end figure. ``--compare`` on a GPU therefore times both: after the ti
 passes each variant runs one more pass with synchronised starts, and the comparison's
 module rows come from it (``latency.json``: ``runs.<variant>.modules_synchronised``).
 
+[Note: layer spans under CUDA graphs]
+A Flashlight model whose stacks replay CUDA graphs ([Note: CUDA graphs for the stacks]
+in ``flashlight.integrations.openfold_graphs``) runs no Python, and so no hook, inside
+a replayed stack call, and a hook must not record events or synchronise while a call
+is being recorded. Stage spans (hooks around the stacks) cover every call; block and
+module spans skip recordings (``openfold_graphs.recording()``) and cover the eager
+calls only, and a pass's ``replayed_iterations`` counts the stack calls it replayed.
+Comparisons of modules use the synchronised pass, which runs every call eagerly.
+
 Timed modules, found by structure rather than by one fixed attribute path:
 
 - *stages*: the model's direct children (input embedder, extra-MSA stack, Evoformer
@@ -131,11 +140,15 @@ class RunTiming:
     blocks: List[float]
     modules: List[Dict[str, float]]
     host: Dict[str, float] = dataclasses.field(default_factory=dict)  # HostRecord.to_json()
+    # stack calls replayed as CUDA graphs: not in the block and module spans
+    # ([Note: layer spans under CUDA graphs])
+    replayed_iterations: int = 0
 
     def to_json(self) -> dict:
         """Layer timings as the ``latency.json`` per-run layout."""
         return {
             "model_s": self.model_s,
+            "replayed_iterations": self.replayed_iterations,
             "host": dict(self.host),
             "stages": dict(self.stages),
             "blocks": [
@@ -253,6 +266,9 @@ class LayerTimer:
                 self._targets.append((("module", index, kind), module))
         self.structure = Structure([name for name, _ in stages], block_kinds)
         self._stack = find_evoformer_stack(model)
+        from flashlight.integrations.openfold_graphs import installed
+
+        self._graphed = installed(model)  # [Note: layer spans under CUDA graphs]
         self._handles: list = []
         self._open: Dict[tuple, list] = {}
         self._spans: Dict[tuple, list] = {}
@@ -283,7 +299,8 @@ class LayerTimer:
     def _pre_hook(self, key):
         @torch.compiler.disable
         def hook(module, args):
-            self._open.setdefault(key, []).append(self.clock.mark(start=True))
+            if not _recording():
+                self._open.setdefault(key, []).append(self.clock.mark(start=True))
 
         return hook
 
@@ -291,7 +308,7 @@ class LayerTimer:
         @torch.compiler.disable
         def hook(module, args, output):
             starts = self._open.get(key)
-            if starts:
+            if starts and not _recording():
                 self._spans.setdefault(key, []).append((starts.pop(), self.clock.mark()))
 
         return hook
@@ -301,6 +318,7 @@ class LayerTimer:
         self._open.clear()
         self._spans.clear()
         self.clock.synchronize()
+        replays = sum(g.replays for g in self._graphed)
         with HostRecord() as host:
             start = time.perf_counter()
             result = fn()
@@ -316,7 +334,15 @@ class LayerTimer:
             {kind: totals.get(("module", i, kind), 0.0) for kind in kinds}
             for i, kinds in enumerate(self.structure.blocks)
         ]
-        return result, RunTiming(model_s, stages, blocks, modules, host.to_json())
+        replayed = sum(g.replays for g in self._graphed) - replays
+        return result, RunTiming(model_s, stages, blocks, modules, host.to_json(), replayed)
+
+
+def _recording() -> bool:
+    """Whether a stack call is being recorded into a CUDA graph (or replayed) here."""
+    from flashlight.integrations.openfold_graphs import recording
+
+    return recording()
 
 
 def _median(values: List[float]) -> float:
@@ -340,6 +366,7 @@ def median_timing(runs: List[RunTiming]) -> RunTiming:
             for i in range(len(first.modules))
         ],
         host={k: _median([r.host.get(k, 0.0) for r in runs]) for k in first.host},
+        replayed_iterations=max(r.replayed_iterations for r in runs),
     )
 
 
