@@ -621,9 +621,11 @@ def main(argv: list[str] | None = None) -> int:
         report = build_report(latest, kruns, evo, eruns, rel, training_lines(results))
         (results / "REPORT.md").write_text(report.rstrip() + "\n")
     if not args.no_readme:
+        from bench.report_fold import load_fold_rows
         from bench.report_summary import readme_section
 
-        update_readme(pathlib.Path(args.readme).resolve(), readme_section(latest, kruns, evo, eruns))
+        section = readme_section(latest, kruns, evo, eruns, load_fold_rows(results))
+        update_readme(pathlib.Path(args.readme).resolve(), section)
     print(f"bench.report: {len(latest)} kernel cells, {len(evo)} end-to-end cells"
           + (f"; wrote {results / 'REPORT.md'}" if latest or evo else "")
           + ("" if args.no_readme else f"; updated the section of {args.readme}")

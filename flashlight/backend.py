@@ -346,7 +346,9 @@ def compile_with_remainder(gm: fx.GraphModule, example_inputs, report: ExplainRe
     (``remainder="inductor"``), or it runs eagerly. An unexpected error inside
     Flashlight's compile steps falls back, with a warning and the reason in the report, to
     the graph without Flashlight kernels (``FLASHLIGHT_ON_ERROR=raise``: it propagates)."""
-    from flashlight import inductor
+    from flashlight import inductor, prepare
+
+    prepare.wait()  # [Note: a process's one-time costs]
 
     remainder = options.get("remainder") or settings.get("remainder")
     fallback = settings.get("on_error") == "fallback"

@@ -34,7 +34,7 @@ from typing import Sequence
 
 import torch
 
-from flashlight import background, launch_plan, settings, tuned_configs, tuning
+from flashlight import background, launch_plan, prepare, settings, tuned_configs, tuning
 from flashlight.codegen import KernelSource
 from flashlight.ir import Dim, Gather, Iota, Kernel, Load, TiledKernel, walk
 
@@ -258,6 +258,7 @@ class Launcher:
         GPU, autotuning runs again over smaller tiles (:data:`_SMALL_FOOTPRINT_CONFIGS`).
         Returns the unfused graph's result where that ran, else None (the kernel wrote
         the output)."""
+        prepare.wait()  # [Note: a process's one-time costs]
         eager_ok = eager_inputs is not None and getattr(self, "eager", None) is not None
         chosen, where = self._known_choice(device, sizes, eager_ok) if tune else (None, None)
         if chosen is not None:
@@ -319,6 +320,7 @@ class Launcher:
         build its launcher and load the binary (what reading a compiled kernel's ``run``
         does; with empty caches the launcher is C code compiled for the kernel's
         signature), so that the first launch finds everything done; returns ``chosen``."""
+        prepare.wait()  # [Note: a process's one-time costs]
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             kernel = self._raw.warmup(*args, grid=grid, **chosen)
             getattr(kernel, "run", None)

@@ -38,13 +38,17 @@ FLASHLIGHT_REMAINDER   inductor    what runs the graph's ops outside Flashlight
 FLASHLIGHT_ON_ERROR    fallback    an unexpected error inside Flashlight's compile
                                    steps: fallback (warn, and the graph runs without
                                    Flashlight kernels) or raise
-FLASHLIGHT_WARMUP_     inline      how a fold's warm-up pass compiles new kernels:
-COMPILE                            inline (each where it is first launched) or
-                                   background (on threads, while their unfused
-                                   graphs answer)
+FLASHLIGHT_WARMUP_     background  how a fold's warm-up pass compiles new kernels:
+COMPILE                            background (on threads, while their unfused
+                                   graphs answer) or inline (each where it is
+                                   first launched)
 FLASHLIGHT_GRAPH_      1           keep graphs compiled by traced capture in the
 CACHE                              cache folder, so a later process loads them
                                    instead of tracing (flashlight.traced)
+FLASHLIGHT_PREPARE     1           patch_openfold starts a thread that pays a
+                                   process's one-time compile costs (PyTorch's
+                                   tracing machinery, Triton's driver) early
+                                   (flashlight.prepare; 0: off)
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
                                    on CPU tensors through the Triton interpreter
 =====================  ==========  ==================================================
@@ -98,8 +102,9 @@ _KNOBS: dict[str, _Knob] = {
     "tuned_configs": _Knob("FLASHLIGHT_TUNED_CONFIGS", "", str),
     "remainder": _Knob("FLASHLIGHT_REMAINDER", "inductor", _choice("inductor", "eager")),
     "on_error": _Knob("FLASHLIGHT_ON_ERROR", "fallback", _choice("fallback", "raise")),
-    "warmup_compile": _Knob("FLASHLIGHT_WARMUP_COMPILE", "inline", _choice("inline", "background")),
+    "warmup_compile": _Knob("FLASHLIGHT_WARMUP_COMPILE", "background", _choice("background", "inline")),
     "graph_cache": _Knob("FLASHLIGHT_GRAPH_CACHE", True, _bool),
+    "prepare": _Knob("FLASHLIGHT_PREPARE", True, _bool),
 }
 
 _overrides: dict[str, Any] = {}

@@ -217,8 +217,10 @@ class TracedFunction:
         from torch.fx.experimental.proxy_tensor import make_fx
         from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
+        from flashlight import prepare
         from flashlight.decompositions import decompositions
 
+        prepare.wait()  # [Note: a process's one-time costs]
         # no "duck" sizing: sizes equal in this call need not be equal in the next
         mode = FakeTensorMode(shape_env=ShapeEnv(duck_shape=False))
         fakes = []

@@ -118,13 +118,15 @@ def _attention_choices() -> list:
 
 @contextlib.contextmanager
 def _compiling_in_background(first: bool, device: torch.device, report: dict):
-    """With ``FLASHLIGHT_WARMUP_COMPILE=background``, the first warm-up pass compiles new
-    kernels on threads while their unfused graphs answer ([Note: compiling in the
-    background] in ``flashlight.background``); its timing includes waiting for the last
-    compile, and the score-sized buffers those graphs left in PyTorch's allocator cache
-    are returned. By default (``inline``) each kernel compiles where it is first
-    launched: on an H200 the background warm-up halved a cold first call, but the timed
-    passes after it ran slower in bf16 (bench/results/fold_product_runs/README.md).
+    """By default (``FLASHLIGHT_WARMUP_COMPILE=background``), the first warm-up pass
+    compiles new kernels on threads while their unfused graphs answer ([Note: compiling
+    in the background] in ``flashlight.background``); its timing includes waiting for the
+    last compile, and the score-sized buffers those graphs left in PyTorch's allocator
+    cache are returned. With ``inline`` each kernel compiles where it is first launched.
+    On an H200 (256 residues, bf16) the background warm-up took a cold first call from
+    4.4-5.3 s to 2.5-2.7 s, and with the stacks replayed as CUDA graphs the timed passes
+    after it measured the same as after an inline one
+    (bench/results/fold_product_runs/README.md).
     ``report`` receives the mode, the kernels compiled in the background and the seconds
     the pass waited for them at its end."""
     from flashlight import background, settings

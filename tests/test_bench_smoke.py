@@ -490,12 +490,49 @@ def test_repository_readme_section_stays_one_screen():
     evo, eruns = report.load_evoformer(report.RESULTS)
     if not latest and not evo:
         pytest.skip("no benchmark results in the repository")
-    section = report_summary.readme_section(latest, kruns, evo, eruns)
-    assert len(section.encode()) < 6500
+    from bench.report_fold import load_fold_rows
+
+    section = report_summary.readme_section(latest, kruns, evo, eruns, load_fold_rows(report.RESULTS))
+    assert len(section.encode()) < 7500
     loss_lines = [line for line in section.splitlines() if line.startswith("- ")]
     assert len(loss_lines) <= 8
     if any(k[0] in report.EVOFORMER and k[3] == "flex" for k in latest):
         assert report_summary.FLEX_EVOFORMER_NOTE in section or "FlexAttention †" not in section
     readme = (report.ROOT / "README.md").read_text()
     if report.BEGIN in readme:
-        assert len(readme.split(report.BEGIN, 1)[1].split(report.END, 1)[0].encode()) < 6500
+        assert len(readme.split(report.BEGIN, 1)[1].split(report.END, 1)[0].encode()) < 7500
+
+
+def _fold_row(cache, when, flashlight_s, graphs=2, mode="background", length=256, status="ok"):
+    return {"length": length, "msa": "deep", "dtype": "bf16", "cache": cache, "status": status,
+            "warmup_compile_setting": mode, "measured_at": when, "stock_model_s": 3.6,
+            "flashlight_model_s": flashlight_s, "stock_first_call_s": 1.3, "flashlight_first_call_s": 2.5,
+            "flashlight": {"active": True, **({"cuda_graphs": graphs} if graphs else {})},
+            "flashlight_warmup_compile": {"mode": mode}}
+
+
+def test_fold_rows_show_the_newest_default_fold_with_both_processes(tmp_path):
+    """The README's fold rows come from the newest cold row of the fold's default path (CUDA
+    graphs on), with the warm process after it in the same file; rows of an older path, and
+    rows that did not finish, are left out."""
+    from bench import report_fold, report_summary
+
+    folder = tmp_path / report_fold.FOLDER
+    folder.mkdir()
+    old = [_fold_row("cold", "2026-12-02T01", 0.9, graphs=0), _fold_row("warm", "2026-12-02T02", 0.8, graphs=0)]
+    new = [_fold_row("cold", "2026-12-03T01", 1.8), _fold_row("warm", "2026-12-03T02", 2.0),
+           _fold_row("cold", "2026-12-03T03", 3.0, length=512, mode="inline"),
+           _fold_row("warm", "2026-12-03T04", 1.0, length=512, mode="inline", status="timeout")]
+    for name, rows in (("old.json", old), ("new.json", new)):
+        (folder / name).write_text(json.dumps({"schema": report_fold.SCHEMA, "rows": rows}))
+    (folder / "other.json").write_text(json.dumps({"schema": "something else", "rows": old}))
+    rows = report_fold.load_fold_rows(tmp_path)
+    assert sorted((r["length"], r["cache"]) for r in rows) == [(256, "cold"), (256, "warm"), (512, "cold")]
+    lines = report_fold.fold_rows(rows)
+    assert lines == [
+        "| `flashlight-fold --compare`, N_res 256, deep MSA | bf16 | 1800, 2000 | stock 3600, 3600; first call: "
+        "stock 1300, Flashlight 2500 (caches filled: 2500) | 2.00×, 1.80× |",
+        "| `flashlight-fold --compare`, N_res 512, deep MSA | bf16 | 3000 | stock 3600; first call (inline "
+        "warm-up): stock 1300, Flashlight 2500 | 1.20× |"]
+    section = report_summary.readme_section({}, [], [], [], rows)
+    assert lines[0] in section and report_fold.CAPTION in section

@@ -41,13 +41,12 @@ def _check_run(run, num_blocks, stages):
 
 def test_full_depth_model_reports_48_blocks(tmp_path, one_thread, monkeypatch):
     """The preset's 48-block model_1 (random weights) on a 6-residue sequence; with
-    ``FLASHLIGHT_WARMUP_COMPILE=background`` the warm-up pass, and only it, runs inside
-    ``compiling_in_background``."""
+    ``FLASHLIGHT_WARMUP_COMPILE=background`` (the default) the warm-up pass, and only it,
+    runs inside ``compiling_in_background``."""
     from flashlight import background, settings
 
     monkeypatch.delenv("FLASHLIGHT_WARMUP_COMPILE", raising=False)
-    assert settings.get("warmup_compile") == "inline"  # the default
-    monkeypatch.setenv("FLASHLIGHT_WARMUP_COMPILE", "background")
+    assert settings.get("warmup_compile") == "background"  # the default
 
     contexts = []
     original = background.compiling_in_background

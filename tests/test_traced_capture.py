@@ -225,3 +225,27 @@ def test_a_kernel_with_several_outputs_is_kept_and_reloaded(gen, cache_dir):
             torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
         assert traced.captures == (1 if process == 0 else 0)
         assert aten_outside_kernels(traced, args) == []
+
+
+def test_the_preparing_thread_runs_once_and_the_compile_path_waits_for_it(gen, cache_dir, monkeypatch):
+    """[Note: a process's one-time costs]: the thread starts once, a traced capture waits
+    for it rather than tracing beside it, it draws no numbers from the global generator
+    (a fold seeds its weights from it meanwhile), and FLASHLIGHT_PREPARE=0 starts nothing."""
+    import threading
+
+    from flashlight import prepare
+
+    monkeypatch.setattr(prepare, "_thread", None)
+    monkeypatch.setattr(prepare, "_done", threading.Event())
+    with settings.override(prepare=False):
+        assert prepare.start() is False and prepare._thread is None
+    rng = torch.random.get_rng_state()
+    assert prepare.start() is True
+    first = prepare._thread
+    assert prepare.start() is True and prepare._thread is first  # once per process
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    args = (r(3, 7, 4), r(3, 9, 4), r(3, 9, 4), r(3, 1, 9))
+    out = TracedFunction(cross, {}, name="prepared")(*args)  # waits for the thread's trace first
+    assert prepare._done.is_set() and not first.is_alive() and prepare.TIMES["trace"] > 0
+    assert torch.equal(torch.random.get_rng_state(), rng)  # the caller's seeded numbers stay its own
+    assert_matches_float64(cross, out, args)
