@@ -6,17 +6,19 @@ fold's first call with empty caches (H200 host, ``bench/results/first_call``):
 
 * the first ``make_fx`` trace under a ``FakeTensorMode`` with a shape environment
   imports and initialises PyTorch's fake-tensor, symbolic-shape and decomposition
-  machinery (here about 3 s for a two-op function on this project's 2-core CI machine,
-  0.01 s for the second);
+  machinery (about 3 s for a two-op function on this project's 2-core CI machine,
+  0.01-0.04 s for the second);
 * Triton's driver builds its C utilities (``cuda_utils``, compiled with the system's C
   compiler when Triton's cache is empty: 0.4 s) and hashes its own installation for
   the cache key of every compile (``triton_key``, 0.6 s, in every process).
 
 None of it depends on the kernels, so :func:`start` runs it on a daemon thread as soon
 as a user says Flashlight will be used (``patch_openfold``), while the program loads
-weights and builds inputs. The compile path calls :func:`wait` before its first trace
-and its first Triton compile: where the thread is still running, the caller waits for
-it (never longer than doing the work itself), so the two never trace at once.
+weights and builds inputs. It traces nothing itself (an FX tracer patches
+``nn.Module.__call__`` process-wide while it runs), and it draws no random numbers. The
+compile path calls :func:`wait` before its first trace and its first Triton compile:
+where the thread is still running, the caller waits for it (never longer than doing the
+work itself), so the same work never runs twice at once.
 ``FLASHLIGHT_PREPARE=0`` turns the thread off.
 """
 from __future__ import annotations
@@ -54,7 +56,8 @@ def wait() -> None:
     """Block until the preparing thread has finished, where one was started (at once
     otherwise, and on the thread itself)."""
     thread = _thread
-    if thread is not None and thread is not threading.current_thread():
+    # a process forked while the thread ran has no such thread: nothing to wait for
+    if thread is not None and thread is not threading.current_thread() and thread.is_alive():
         _done.wait()
 
 
@@ -78,26 +81,27 @@ def _step(name: str, fn) -> None:
 
 
 def _first_trace() -> None:
-    """Trace a small attention the way traced capture does (fake inputs with a symbolic
-    size, AOTAutograd's inference decompositions)."""
+    """Initialise what traced capture uses (fake tensors with a symbolic size, symbolic
+    shapes, AOTAutograd's inference decompositions) by running a small attention on fake
+    tensors. Not ``make_fx`` itself: an FX tracer replaces ``nn.Module.__call__`` for the
+    whole process while it traces, so a trace on this thread would reroute the modules the
+    caller runs meanwhile (after this, the first real trace takes 0.14 s instead of 2.9 s
+    on the 2-core CI machine)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental import proxy_tensor  # noqa: F401 - imported, not run
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
     from flashlight.decompositions import decompositions
 
-    def attention(q, k, bias):  # q, k: [B, L, C]; bias: [B, L, L]
-        scores = torch.matmul(q, k.transpose(-1, -2)) * 0.5 + bias
-        return (torch.softmax(scores, dim=-1) @ k * torch.sigmoid(q),)
-
+    decompositions(inference=True)
     mode = FakeTensorMode(shape_env=ShapeEnv(duck_shape=False))
-    sizes = [DimDynamic.STATIC, DimDynamic.DYNAMIC, DimDynamic.STATIC]
-    context = StatelessSymbolicContext(dynamic_sizes=sizes)
+    context = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.STATIC, DimDynamic.DYNAMIC, DimDynamic.STATIC])
     # only shapes matter; no random numbers (the caller's generator state stays as it was)
-    inputs = [torch.empty(2, 5, 4), torch.empty(2, 5, 4), torch.empty(2, 5, 5)]
-    fakes = [mode.from_tensor(t, symbolic_context=context) for t in inputs]
+    q, k, bias = (mode.from_tensor(torch.empty(*shape), symbolic_context=context)
+                  for shape in ((2, 5, 4), (2, 5, 4), (2, 5, 5)))  # q, k: [B, L, C]; bias: [B, L, L]
     with torch.no_grad(), mode:
-        make_fx(attention, tracing_mode="real", decomposition_table=decompositions(inference=True))(*fakes)
+        scores = torch.matmul(q, k.transpose(-1, -2)) * 0.5 + bias
+        torch.softmax(scores, dim=-1) @ k * torch.sigmoid(q)
 
 
 def _triton_driver() -> None:

@@ -229,8 +229,9 @@ def test_a_kernel_with_several_outputs_is_kept_and_reloaded(gen, cache_dir):
 
 def test_the_preparing_thread_runs_once_and_the_compile_path_waits_for_it(gen, cache_dir, monkeypatch):
     """[Note: a process's one-time costs]: the thread starts once, a traced capture waits
-    for it rather than tracing beside it, it draws no numbers from the global generator
-    (a fold seeds its weights from it meanwhile), and FLASHLIGHT_PREPARE=0 starts nothing."""
+    for it, it leaves ``nn.Module.__call__`` alone while it runs (the caller runs its
+    model meanwhile), it draws no numbers from the global generator (a fold seeds its
+    weights from it meanwhile), and FLASHLIGHT_PREPARE=0 starts nothing."""
     import threading
 
     from flashlight import prepare
@@ -240,8 +241,11 @@ def test_the_preparing_thread_runs_once_and_the_compile_path_waits_for_it(gen, c
     with settings.override(prepare=False):
         assert prepare.start() is False and prepare._thread is None
     rng = torch.random.get_rng_state()
+    module_call = torch.nn.Module.__call__
     assert prepare.start() is True
     first = prepare._thread
+    while first.is_alive():  # no FX tracer patching the modules that this thread runs
+        assert torch.nn.Module.__call__ is module_call
     assert prepare.start() is True and prepare._thread is first  # once per process
     r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
     args = (r(3, 7, 4), r(3, 9, 4), r(3, 9, 4), r(3, 1, 9))
