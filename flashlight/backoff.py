@@ -58,6 +58,7 @@ class _Search:
     compiler: Compiler
     node_of_nest: dict[str, str]
     log: Callable[[str, str], None]
+    online_forms: dict[Nest, Kernel | None] = dataclasses.field(default_factory=dict)
 
     def trial(self, base: Graph, cuts) -> Graph:
         """The graph passes, quietly, with ``cuts`` kept separate too."""
@@ -75,6 +76,16 @@ class _Search:
             return None
         except (NotOnline, NotTileable):
             return False
+
+    def online(self, nest: Nest) -> Kernel | None:
+        """The online form of ``nest``, or None if it has none; each nest's once per
+        search ([Note: one result per input in a search] in :mod:`flashlight.pipeline`)."""
+        if nest not in self.online_forms:
+            try:
+                self.online_forms[nest] = make_online(nest)
+            except NotOnline:
+                self.online_forms[nest] = None
+        return self.online_forms[nest]
 
     def candidates(self, fused: Nest, keep: frozenset[str]) -> list[str]:
         """The reduction producers inlined into ``fused`` that are not kept separate yet,
@@ -150,11 +161,8 @@ def _shared_loops(s: _Search, plan: Plan) -> Plan:
     nests = {n.name: n for n in plan.graph.nests}
     online: dict[str, Kernel] = {}
     for name, nest in nests.items():
-        if s.node_of_nest.get(name) in plan.kernels:
-            try:
-                online[name] = make_online(nest)
-            except NotOnline:
-                continue
+        if s.node_of_nest.get(name) in plan.kernels and s.online(nest) is not None:
+            online[name] = s.online(nest)
     groups: list[list[str]] = []
     for name in online:  # topological order
         for group in groups:
@@ -351,10 +359,7 @@ def _loop_reads(kernel: Kernel, tensor: str) -> list[frozenset[Dim]]:
 def _online_with(s: _Search, base: Graph, cut: str, name: str) -> Kernel | None:
     """The online form of nest ``name`` once ``cut`` is kept separate too, or None."""
     nest = next((n for n in s.trial(base, {cut}).nests if n.name == name), None)
-    try:
-        return make_online(nest) if nest is not None else None
-    except NotOnline:
-        return None
+    return s.online(nest) if nest is not None else None
 
 
 def _relieving_cuts(s: _Search, base: Graph, nest: Nest, tiled: TiledKernel) -> frozenset[str]:
@@ -376,15 +381,26 @@ def _relieving_cuts(s: _Search, base: Graph, nest: Nest, tiled: TiledKernel) -> 
     if not repeats_loop_work(tiled):
         return frozenset()
     trials = {c: _online_with(s, base, c, nest.name) for c in s.candidates(nest, base.separate)}
+    per_row = []
     for row in _row_dims(tiled.kernel):
         cuts = frozenset(c for c, kernel in trials.items()
                          if kernel is not None and _read_along_loop_only(kernel, s.node_of_nest[c], row))
-        if not cuts:
-            continue
-        relieved = s.attempt(s.trial(base, cuts), nest.name)
-        if relieved and not repeats_loop_work(relieved):
+        per_row.append(cuts)
+        if cuts and _relieves(s, base, nest, cuts):
             return cuts
+    # the work repeats along more than one row dim (key projections along the queries,
+    # a triangle bias shared by the batch rows along them): the rows' cuts together
+    union = frozenset().union(*per_row)
+    if union and len([cuts for cuts in per_row if cuts]) > 1 and _relieves(s, base, nest, union):
+        return union
     return _broadcast_loop_cut(s, base, nest, tiled)
+
+
+def _relieves(s: _Search, base: Graph, nest: Nest, cuts: frozenset[str]) -> bool:
+    """Whether ``nest`` becomes a kernel that repeats no loop work once ``cuts`` are kept
+    separate."""
+    relieved = s.attempt(s.trial(base, cuts), nest.name)
+    return bool(relieved) and not repeats_loop_work(relieved)
 
 
 def _broadcast_loop_cut(s: _Search, base: Graph, nest: Nest, tiled: TiledKernel) -> frozenset[str]:

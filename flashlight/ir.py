@@ -171,6 +171,36 @@ class RunningMax(Expr):
     dtype: torch.dtype
 
 
+def _hash_once(cls: type) -> type:
+    """Make ``cls`` (a frozen dataclass) keep its structural hash once computed.
+
+    [Note: hashing an expression once]
+    A frozen dataclass hashes its fields on every call, so hashing an expression
+    walks all of it; free-dim caches and the search's memos key on expressions, and
+    on a whole Evoformer block those deep hashes took most of the compile. The hash
+    is stored on the node at its first use; it is left out of pickles (string hashes
+    differ between processes), so a loaded node computes it again."""
+    structural = cls.__hash__
+
+    def __hash__(self) -> int:
+        value = self.__dict__.get("_hash")
+        if value is None:
+            value = structural(self)
+            object.__setattr__(self, "_hash", value)
+        return value
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    cls.__hash__ = __hash__
+    cls.__getstate__ = __getstate__
+    return cls
+
+
+for _node_class in (Load, Gather, Ref, Iota, Const, Pointwise, Reduce, LoopResult, RunningMax):
+    _hash_once(_node_class)
+
+
 @dataclasses.dataclass(frozen=True)
 class Nest:
     """One loop nest: computes a tensor whose axes are ``axes`` from ``body``."""
@@ -184,6 +214,9 @@ class Nest:
     @property
     def dims(self) -> tuple[Dim, ...]:
         return axis_dims(self.axes)
+
+
+_hash_once(Nest)
 
 
 @dataclasses.dataclass(frozen=True)

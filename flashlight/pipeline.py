@@ -35,7 +35,7 @@ from flashlight.ir import (
 from flashlight.ir_print import format_graph, format_kernel, format_tiled
 from flashlight.lower import Lowered
 from flashlight.passes.base2 import check_base2, to_base2
-from flashlight.passes.fusion import fuse_elementwise, fuse_reductions
+from flashlight.passes.fusion import fuse_elementwise, fuse_reductions, producers
 from flashlight.passes.online import NotOnline, make_online, online_kernel
 from flashlight.passes.outputs import merge_outputs
 from flashlight.passes.skipping import find_live_tiles
@@ -67,29 +67,47 @@ class Context:
 
     node_of_nest: dict[str, str]
     node: str = ""
+    # results the passes keep for the rest of the compile ([Note: inlining again in a search])
+    memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
 
 def read_materialized(graph: Graph, context: Context) -> Graph:
     """Turn reads of materialized nests into loads of their tensors (kernel inputs)."""
     dtype_of = {n.name: n.dtype for n in graph.nests}
     inputs = list(graph.inputs)
+    nests = []
+    for nest in graph.nests:
+        body, loaded = _reading_materialized(nest, graph.materialized, dtype_of, context)
+        nests.append(dataclasses.replace(nest, body=body))
+        inputs.extend(name for name in loaded if name not in inputs)
+    return graph.replace(nests=tuple(nests), inputs=tuple(inputs))
 
-    def fn(node):
-        if isinstance(node, Ref) and node.nest in graph.materialized:
-            name = context.node_of_nest[node.nest]
-            if name not in inputs:
-                inputs.append(name)
-            return Load(name, node.index, dtype_of[node.nest])
-        return None
 
-    nests = tuple(dataclasses.replace(n, body=rebuild(n.body, fn)) for n in graph.nests)
-    return graph.replace(nests=nests, inputs=tuple(inputs))
+def _reading_materialized(nest: Nest, materialized: frozenset[str], dtype_of: dict, context: Context):
+    """``nest``'s body with its reads of ``materialized`` nests turned into loads, and the
+    tensors it then loads in the order it reads them; kept by the body and the nests
+    it reads that are materialized ([Note: inlining again in a search])."""
+    read = tuple(name for name in producers(nest, context.memo) if name in materialized)
+    key = ("read_materialized", id(nest.body), read)
+    if key not in context.memo:
+        loaded: list[str] = []
+
+        def fn(node):
+            if isinstance(node, Ref) and node.nest in materialized:
+                name = context.node_of_nest[node.nest]
+                if name not in loaded:
+                    loaded.append(name)
+                return Load(name, node.index, dtype_of[node.nest])
+            return None
+
+        context.memo[key] = ((rebuild(nest.body, fn), tuple(loaded)), nest.body)
+    return context.memo[key][0]
 
 
 GRAPH_PASSES: tuple[Pass, ...] = (
-    Pass("fuse_elementwise", lambda g, _: fuse_elementwise(g), check_invariants, format_graph,
+    Pass("fuse_elementwise", lambda g, c: fuse_elementwise(g, c.memo), check_invariants, format_graph,
          "IR after fuse_elementwise"),
-    Pass("fuse_reductions", lambda g, _: fuse_reductions(g), check_invariants, format_graph,
+    Pass("fuse_reductions", lambda g, c: fuse_reductions(g, c.memo), check_invariants, format_graph,
          "IR after fuse_reductions"),
     Pass("read_materialized", read_materialized, check_invariants, format_graph,
          "IR after read_materialized"),
@@ -121,12 +139,24 @@ def _debug(title: str, text: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Pipeline:
-    """The passes of one compile (the :class:`flashlight.backoff.Compiler` the search runs)."""
+    """The passes of one compile (the :class:`flashlight.backoff.Compiler` the search runs).
+
+    [Note: one result per input in a search]
+    The back-off search compiles the same inputs many times: each round runs the graph
+    passes on the whole graph and the kernel passes on every nest again, and each trial
+    cut runs the graph passes once more; a nest no cut touches comes out of the graph
+    passes equal to itself. On a whole Evoformer block that was 480 graph runs and 844
+    kernel runs for one graph (three minutes on a 2-core CPU). The passes are pure
+    functions of their input (fresh dims only name new loops), so the pipeline keeps
+    each result, failures included, for the life of one compile: a graph by its nests
+    and which of them are kept separate, a kernel by its nests (structural equality)
+    and FX node. Only the dims' numbers differ from running the passes again."""
 
     context: Context
     check: bool
     graph_passes: tuple[Pass, ...] = GRAPH_PASSES
     kernel_passes: tuple[Pass, ...] = KERNEL_PASSES
+    _results: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def run(self, passes: tuple[Pass, ...], value, trace: bool, context: Context):
         for p in passes:
@@ -140,10 +170,31 @@ class Pipeline:
     def graph(self, base: Graph, trace: bool = True) -> Graph:
         if trace and settings.debug_level() >= 2:
             _debug("lowered IR", format_graph(base))
-        return self.run(self.graph_passes, base, trace, self.context)
+        key = ("graph", id(base.nests), base.inputs, base.materialized, base.recomputed)
+        return self._once(key, trace, lambda: self.run(self.graph_passes, base, trace, self.context),
+                          keep=base.nests)  # so that their id stays theirs
 
     def kernel(self, nest: Nest | tuple[Nest, ...], node: str, trace: bool = True) -> TiledKernel:
-        return self.run(self.kernel_passes, nest, trace, dataclasses.replace(self.context, node=node))
+        context = dataclasses.replace(self.context, node=node)
+        return self._once(("kernel", nest, node), trace,
+                          lambda: self.run(self.kernel_passes, nest, trace, context))
+
+    def _once(self, key: tuple, trace: bool, compute: Callable[[], Any], keep: Any = None):
+        """``compute()``, or what it gave (or raised) for ``key`` earlier in this compile
+        ([Note: one result per input in a search]). At ``FLASHLIGHT_DEBUG=2`` a traced call
+        runs the passes again, so that the IR after each of them is logged."""
+        if key in self._results and not (trace and settings.debug_level() >= 2):
+            ok, value, _ = self._results[key]
+            if ok:
+                return value
+            raise value
+        try:
+            value = compute()
+        except Exception as error:
+            self._results[key] = (False, error, keep)
+            raise
+        self._results[key] = (True, value, keep)
+        return value
 
 
 def pipeline_for(lowered: Lowered, check: bool = False) -> Pipeline:

@@ -7,8 +7,9 @@ import torch
 
 import flashlight
 from flashlight import settings
+from flashlight.backoff import repeats_loop_work
 from tests.helpers import matches_float64 as _matches_float64
-from tests.helpers import rand
+from tests.helpers import plan_of, rand
 
 pytest.importorskip("triton")
 
@@ -207,3 +208,27 @@ def test_nan_to_num_of_the_scores_fuses_and_replaces_every_non_finite_value():
 
     assert bias.isnan().any() and bias.isposinf().any() and bias.isneginf().any()
     _check(fn, (q, k, v, bias), kernels=1)
+
+
+def test_work_repeated_along_two_row_dims_is_cut_along_both():
+    """Attention over a pair representation with its layer norm, projections and a bias
+    from the same normed pairs, written as one function: the key and value projections
+    do not depend on the query (repeated along the queries) and the bias does not depend
+    on the batch row (repeated along the rows). Neither row's cuts alone relieve the
+    kernel; together they do, so the attention is tiled over its queries and repeats no
+    loop work, rather than running a program per query that recomputes the keys."""
+    L, C, H, D = 11, 8, 2, 4
+
+    def pair_attention(z, wq, wk, wv, wb):  # z: [L, L, C]
+        x = torch.nn.functional.layer_norm(z, (C,))
+        q, k, v = ((x @ w).view(L, L, H, D).transpose(1, 2) for w in (wq, wk, wv))  # [i, h, j, d]
+        bias = (x @ wb).permute(2, 0, 1)  # [h, j, k]
+        s = q @ k.transpose(-1, -2) * D ** -0.5 + bias  # [i, h, j, k]
+        return torch.softmax(s, -1) @ v
+
+    args = (rand(L, L, C, seed=91), *(rand(C, H * D, seed=92 + i) * 0.5 for i in range(3)), rand(C, H, seed=96))
+    plan = plan_of(pair_attention, args)
+    softmax_kernels = [t for t in plan.kernels.values() if t.kernel.loop and any(
+        red.op == "max" for red in t.kernel.loop)]
+    assert softmax_kernels and not any(repeats_loop_work(t) for t in plan.kernels.values()), plan.kernels
+    _matches_float64(pair_attention, args)

@@ -4,6 +4,7 @@ online rewrite's algebra, tiling decisions, and the fused form of many written v
 from __future__ import annotations
 
 import math
+import pickle
 
 import pytest
 import torch
@@ -35,6 +36,24 @@ def test_matmul_lowers_to_a_reduction_and_views_to_index_maps():
     assert not any("view" in n.name or "expand" in n.name or "transpose" in n.name for n in lowered.graph.nests)
     # the merged batch axis of bmm is a compound of two dims
     assert any(len(axis) == 2 for axis in matmuls[0].axes)
+
+
+def test_an_expression_hashes_once_and_its_pickle_carries_no_hash():
+    """[Note: hashing an expression once]: the structural hash is kept on the node after
+    its first use, equal nodes still hash alike, and a pickle leaves it out (another
+    process hashes strings differently)."""
+    i, j = Dim("i", 7), Dim("j", 5)
+
+    def expr():
+        return Reduce("sum", Pointwise("mul", (Load("q", ((i,), (j,)), torch.float32), Const(0.5, torch.float32)),
+                                       torch.float32), (j,), torch.float32)
+
+    first, second = expr(), expr()
+    assert first is not second and first == second and hash(first) == hash(second)
+    assert first.__dict__["_hash"] == hash(first) and "_hash" not in pickle.loads(pickle.dumps(expr())).__dict__
+    loaded = pickle.loads(pickle.dumps(first))
+    assert "_hash" not in loaded.__dict__ and loaded == first and hash(loaded) == hash(first)
+    assert {first: 1}[loaded] == 1
 
 
 def test_every_pass_keeps_the_invariants_and_attention_becomes_one_kernel():

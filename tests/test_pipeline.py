@@ -3,13 +3,16 @@ run through them, and the checker of the tiled IR catching a broken plan."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
 
 from flashlight import backoff, pipeline, settings
-from flashlight.ir import InvariantError, dim_names
+from flashlight.ir import InvariantError, Reduce, Ref, contains, dim_names, walk
+from flashlight.ir_print import format_tiled
 from flashlight.lower import lower
+from flashlight.passes.fusion import fuse_elementwise, fuse_reductions
 from flashlight.passes.tile_plan import check_plan
 from tests.golden import capture as capture_all
 
@@ -84,3 +87,85 @@ def test_the_tiled_ir_checker_catches_a_broken_plan():
     for bad in broken:
         with pytest.raises(InvariantError):
             check_plan(dataclasses.replace(tiled, plan=bad))
+
+
+def _gated_block_graph():
+    """Projections, attention, a sigmoid gate and an output projection: the search backs
+    off over several rounds, with trial cuts in each."""
+    B, L, H, D, C = 2, 13, 3, 8, 24
+
+    def gated_block(x, wq, wk, wv, wg, wo):
+        q, k, v = ((x @ w).view(B, L, H, D).transpose(1, 2) for w in (wq, wk, wv))  # [B, H, L, D]
+        o = torch.softmax(q @ k.transpose(-1, -2) * D ** -0.5, dim=-1) @ v
+        o = o.transpose(1, 2).reshape(B, L, H * D) * torch.sigmoid(x @ wg)  # [B, L, H*D]
+        return o @ wo
+
+    g = torch.Generator().manual_seed(7)
+    args = [torch.randn(B, L, C, generator=g), *(torch.randn(C, H * D, generator=g) for _ in range(4)),
+            torch.randn(H * D, C, generator=g)]
+    (gm,) = capture_all(gated_block, args)
+    return lower(gm)
+
+
+def _plan_text(plan) -> str:
+    """The plan's kernels as printed, dims renumbered in order of appearance."""
+    text = "\n".join(f"{name}: {format_tiled(plan.kernels[name])}" for name in sorted(plan.kernels))
+    text += repr(sorted(plan.rejected.items())) + repr(sorted(plan.outputs.items()))
+    numbers: dict[str, str] = {}
+    return re.sub(r"\b[jd]\d+\b", lambda m: numbers.setdefault(m.group(), f"#{len(numbers)}"), text)
+
+
+class _Forgetful(dict):
+    """A memo that never has what is asked for: every pass runs again."""
+
+    def __contains__(self, key):
+        return False
+
+
+@pytest.mark.parametrize("graph", [_chained_attention_graph, _gated_block_graph])
+def test_the_search_runs_the_kernel_passes_once_per_nest_and_plans_as_without_memos(graph):
+    """[Note: one result per input in a search]: the kernel passes see each (nest, node)
+    once, and the plan is the one the passes give when run afresh every time."""
+    lowered = graph()
+    seen: list[tuple] = []
+
+    class Counting(pipeline.Pipeline):
+        def run(self, passes, value, trace, context):
+            if passes is self.kernel_passes:
+                seen.append((value, context.node))
+            return super().run(passes, value, trace, context)
+
+    class Afresh(pipeline.Pipeline):
+        def _once(self, key, trace, compute, keep=None):
+            return compute()
+
+    base = pipeline.pipeline_for(lowered)
+    with dim_names(lowered.next_dim_id):
+        remembered = backoff.search(lowered, Counting(base.context, False), lambda title, text: None)
+    with dim_names(lowered.next_dim_id):
+        afresh = backoff.search(lowered, Afresh(pipeline.Context(base.context.node_of_nest, memo=_Forgetful()),
+                                                False), lambda title, text: None)
+    assert len(seen) == len(set(seen)) and len(seen) >= len(remembered.kernels) >= 1
+    assert _plan_text(remembered) == _plan_text(afresh)
+
+
+def test_inlining_again_reuses_what_a_new_cut_does_not_change():
+    """[Note: inlining again in a search]: with a shared memo, a kept nest that a new cut
+    does not feed is the same object as before, the output the cut feeds is inlined
+    anew, and both equal what inlining without a memo gives."""
+    graph = fuse_elementwise(_gated_block_graph().graph)
+    reads = {n.name: {r.nest for r in walk(n.body) if isinstance(r, Ref)} for n in graph.nests}
+
+    def feeds(a, b):  # whether nest a's value reaches nest b
+        return a in reads[b] or any(feeds(a, c) for c in reads[b])
+
+    reductions = [n.name for n in graph.nests if contains(n.body, Reduce) and n.name not in graph.materialized]
+    kept, cut = next((a, b) for a in reversed(reductions) for b in reductions
+                     if a != b and not feeds(b, a) and contains(graph.nest(a).body, Ref))
+    memo: dict = {}
+    before = fuse_reductions(graph.keeping_separate({kept}), memo)
+    after = fuse_reductions(graph.keeping_separate({kept, cut}), memo)
+    assert after.nests == fuse_reductions(graph.keeping_separate({kept, cut})).nests
+    assert after.nest(kept).body is before.nest(kept).body
+    output = next(iter(graph.materialized))
+    assert after.nest(output).body is not before.nest(output).body

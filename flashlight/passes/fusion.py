@@ -60,55 +60,91 @@ def _inline_ref(ref: Ref, producer: Nest, body: Expr) -> Expr | None:
     return substitute(body, mapping)
 
 
-def inline(graph: Graph, should_inline: Callable[[Nest], bool]) -> Graph:
+# [Note: inlining again in a search]
+# The back-off search runs the graph passes once per trial cut, each time on the same
+# lowered nests with one more nest kept separate; most nests come out as before. A
+# nest's inlined body depends only on its own body and on the inlined bodies (and FX
+# nodes) of the producers it inlines, so ``inline`` keeps each result in a memo shared
+# by the compile, keyed by the identity of those bodies (objects the memo keeps alive):
+# a nest no new cut reaches is found there, and only the nests downstream of the cut are
+# inlined again. ``read_materialized`` does the same per nest, keyed by its body and
+# the nests it reads that are materialized. Results are the same objects, equal to what
+# inlining afresh gives.
+
+
+def inline(graph: Graph, should_inline: Callable[[Nest], bool], memo: dict | None = None) -> Graph:
     """Inline every nest accepted by ``should_inline`` into its consumers.
 
     Nests that are materialized stay (their consumers still read them where they are
-    not inlined); nests left without readers are dropped.
+    not inlined); nests left without readers are dropped. ``memo``, shared by the
+    calls of one compile, keeps each nest's result by what it depends on ([Note:
+    inlining again in a search]).
     """
+    memo = {} if memo is None else memo
     bodies: dict[str, Expr] = {}
     absorbed: dict[str, tuple[str, ...]] = {}  # nest -> the FX nodes its body now computes
     by_name = {n.name: n for n in graph.nests}
     new_nests: list[Nest] = []
     for nest in graph.nests:
-        origins = set(nest.origins)
-
-        def fn(node: Expr) -> Expr | None:
-            if isinstance(node, Ref) and node.nest in bodies and should_inline(by_name[node.nest]):
-                producer = by_name[node.nest]
-                inlined = _inline_ref(node, producer, bodies[node.nest])
-                if inlined is not None:
-                    origins.update(absorbed[node.nest])
-                return inlined
-            return None
-
-        body = rebuild(nest.body, fn)
+        inlined = tuple((name, bodies[name], absorbed[name]) for name in producers(nest, memo)
+                        if name in bodies and should_inline(by_name[name]))
+        key = ("inline", nest.name, id(nest.body), nest.axes, nest.origins,
+               tuple((name, id(body), origins) for name, body, origins in inlined))
+        if key not in memo:  # the objects whose ids the key holds are kept alive with it
+            memo[key] = (_inlined(nest, dict((name, body) for name, body, _ in inlined), by_name, absorbed),
+                         nest, inlined)
+        (body, origins), _, _ = memo[key]
         bodies[nest.name] = body
-        absorbed[nest.name] = tuple(sorted(origins))
-        new_nests.append(Nest(nest.name, nest.axes, body, nest.dtype, absorbed[nest.name]))
-    return graph.replace(nests=_drop_unread(new_nests, graph.materialized))
+        absorbed[nest.name] = origins
+        new_nests.append(Nest(nest.name, nest.axes, body, nest.dtype, origins))
+    return graph.replace(nests=_drop_unread(new_nests, graph.materialized, memo))
 
 
-def _drop_unread(nests: list[Nest], materialized: frozenset[str]) -> tuple[Nest, ...]:
+def producers(nest: Nest, memo: dict) -> tuple[str, ...]:
+    """The nests ``nest``'s body reads, sorted."""
+    key = ("producers", id(nest.body))
+    if key not in memo:
+        memo[key] = (tuple(sorted({n.nest for n in walk(nest.body) if isinstance(n, Ref)})), nest.body)
+    return memo[key][0]
+
+
+def _inlined(nest: Nest, bodies: dict[str, Expr], by_name: dict[str, Nest],
+             absorbed: dict[str, tuple[str, ...]]) -> tuple[Expr, tuple[str, ...]]:
+    """``nest``'s body with the producers in ``bodies`` inlined, and the FX nodes it then
+    computes."""
+    origins = set(nest.origins)
+
+    def fn(node: Expr) -> Expr | None:
+        if isinstance(node, Ref) and node.nest in bodies:
+            inlined = _inline_ref(node, by_name[node.nest], bodies[node.nest])
+            if inlined is not None:
+                origins.update(absorbed[node.nest])
+            return inlined
+        return None
+
+    return rebuild(nest.body, fn), tuple(sorted(origins))
+
+
+def _drop_unread(nests: list[Nest], materialized: frozenset[str], memo: dict) -> tuple[Nest, ...]:
     read: set[str] = set(materialized)
     kept: list[Nest] = []
     for nest in reversed(nests):
         if nest.name in read:
             kept.append(nest)
-            read.update(n.nest for n in walk(nest.body) if isinstance(n, Ref))
+            read.update(producers(nest, memo))
     return tuple(reversed(kept))
 
 
-def fuse_elementwise(graph: Graph) -> Graph:
+def fuse_elementwise(graph: Graph, memo: dict | None = None) -> Graph:
     """Inline producers without reductions (pointwise chains, broadcasts, index maths)."""
-    return inline(graph, lambda nest: not contains(nest.body, Reduce))
+    return inline(graph, lambda nest: not contains(nest.body, Reduce), memo)
 
 
-def fuse_reductions(graph: Graph) -> Graph:
+def fuse_reductions(graph: Graph, memo: dict | None = None) -> Graph:
     """Inline reduction producers into their consumers, demoting dims where they meet.
 
     Producers kept separate (by the backoff) are read from memory; those materialized
     because something outside Flashlight reads them are inlined too (and still
     computed on their own); see [Note: demotion legality].
     """
-    return inline(graph, lambda nest: nest.name not in graph.separate)
+    return inline(graph, lambda nest: nest.name not in graph.separate, memo)
