@@ -18,7 +18,10 @@ Two scopes, each at every ``--n-res``:
 
 Modes: ``stock`` (OpenFold 0.0.1 as installed, with its CUDA extension);
 ``compile`` (stock with ``torch.compile`` applied to each Evoformer block via
-``Module.compile()``); ``flashlight`` (``flashlight.patch_openfold(model)``); ``ds4sci`` and
+``Module.compile()``); ``flashlight`` (``flashlight.patch_openfold(model)``);
+``flashlight-block`` (``patch_openfold(model, scope="block")``: each block compiled whole,
+Flashlight's kernels for the attentions and Inductor for the rest; no module breakdown,
+as for ``compile``); ``ds4sci`` and
 ``cueq`` (stock with every ``Attention`` module computing its attention with DeepSpeed's
 DS4Sci_EvoformerAttention or cuEquivariance, :mod:`bench.openfold_peers`; calls a peer
 cannot take run stock and are counted in ``peer``). A peer that is not installed is a
@@ -60,7 +63,7 @@ from typing import Any
 
 from bench.evoformer_inputs import build_model, cast_model, model_config, stack_inputs, synthetic_batch, torch_dtype
 
-MODES = ("stock", "compile", "flashlight", "ds4sci", "cueq")
+MODES = ("stock", "compile", "flashlight", "flashlight-block", "ds4sci", "cueq")
 DTYPE_NAMES = ("tf32", "bf16")
 SCOPES = ("stack", "model")
 EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
@@ -169,8 +172,8 @@ def _apply_mode(model, mode: str, blocks) -> dict:
         for block in blocks:
             block.compile()
         info["compiled_blocks"] = len(blocks)
-    elif mode == "flashlight":
-        report = flashlight.patch_openfold(model)
+    elif mode in ("flashlight", "flashlight-block"):
+        report = flashlight.patch_openfold(model, scope="block" if mode == "flashlight-block" else "attention")
         info["patched"] = {"total": report.total, "counts": report.counts}
     return info
 
@@ -267,7 +270,7 @@ def run_stack(args, n_res: int, mode: str, device: str) -> dict:
         rec["per_block_ms"] = [round(statistics.median(col), 3) for col in zip(*per_block)]
         if device == "cuda":
             rec["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-        if mode != "compile":  # hooks inside compiled blocks would break their graphs
+        if mode not in ("compile", "flashlight-block"):  # hooks inside compiled blocks would break their graphs
             spans: dict[str, list] = {}
             parts = {}
             for i, block in enumerate(blocks):

@@ -40,6 +40,7 @@ BLOCK_MASK = ("causal_tril", "causal_triu", "causal_index", "alibi", "sliding_wi
 HEAD_WIDTH_KEYS = ("D", "Dv", "c")  # the catalog's names for the widths a head's dots run over
 DTYPE_TITLES = {"bf16": "bf16", "tf32": "fp32 (TF32)", "fp32": "fp32 (IEEE)"}
 MODE_TITLES = {"stock": "stock", "compile": "torch.compile per block", "flashlight": "Flashlight",
+               "flashlight-block": "Flashlight, whole blocks",
                "ds4sci": "stock + DS4Sci", "cueq": "stock + cuEquivariance"}
 
 
