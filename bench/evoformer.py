@@ -98,6 +98,8 @@ def parse_args(argv):
     p.add_argument("--retry", action="store_true",
                    help="measure again cells recorded as error/oom, and timeouts when this call has more time")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile-kernels", action="store_true",
+                   help="stack scope: one more pass under torch.profiler; its longest kernels go in the cell")
     return p.parse_args(argv)
 
 
@@ -270,6 +272,10 @@ def run_stack(args, n_res: int, mode: str, device: str) -> dict:
         rec["per_block_ms"] = [round(statistics.median(col), 3) for col in zip(*per_block)]
         if device == "cuda":
             rec["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        if getattr(args, "profile_kernels", False):
+            from flashlight.structures.timing import kernel_profile
+
+            rec["kernels"] = kernel_profile(run_pass, torch.device(device))
         if mode not in ("compile", "flashlight-block"):  # hooks inside compiled blocks would break their graphs
             spans: dict[str, list] = {}
             parts = {}

@@ -52,13 +52,16 @@ Flags forced in a compiled block
 
 Which scope ``flashlight-fold`` uses
 ------------------------------------
-``"attention"``, measured: on an H200 (torch 2.11, Triton 3.6) the default fold of a
-256-residue record with a 5632-row MSA in scope ``"block"`` had not finished its first
-call with empty caches after 279 s (Inductor compiles the three block graphs, the
-Evoformer's with its symbolic lengths, from scratch), against about 23 s in scope
-``"attention"`` and 2-6 s for stock. A typical fold is one record in one process, so
-that first call outweighs any steady-state gain; ``--patch-scope block`` remains for
-long runs over many records of one length, where Inductor's on-disk caches pay back.
+``"attention"``, measured on an H200 (torch 2.11, Triton 3.6, TF32,
+``bench/results/block_scope``): whole blocks are faster once compiled (the 48-block
+Evoformer stack at 256 residues in 267 ms against 395-567 ms with the attention cores
+alone, 773 ms at 512 against 1628 ms for ``torch.compile`` per block; ``model_1`` one
+pass at 256 in 365 ms against 574 ms), but their first call takes 34-40 s against
+4-7 s: Inductor compiles each block graph from scratch. In a fold the stacks replay
+CUDA graphs after the first iteration, so the gain left is the difference in GPU time
+(the kernel profiles of the two stacks at 256 residues: 388 ms against 254 ms, about
+0.13 s per iteration), far less than that first call for a typical fold of one record. ``--patch-scope block`` is for long runs
+over many records of one length, where Inductor's on-disk caches pay it back.
 
 When the eager block runs instead
 ---------------------------------

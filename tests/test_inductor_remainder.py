@@ -72,9 +72,12 @@ def test_the_remainder_goes_through_inductor_and_matches_eager(compiled_block):
         assert not out.isnan().any()
         torch.testing.assert_close(out.double(), block(*_double(args)), rtol=1e-5, atol=1e-5)
     assert len(graphs) == 2  # both graphs went to Inductor
-    # which nodes went where: attention and its gate in Flashlight kernels, the rest to Inductor
+    # which nodes went where: attention in Flashlight kernels; the rest to Inductor, the
+    # gate's projection and sigmoid too (a single contraction: [Note: what Flashlight
+    # keeps when Inductor compiles the rest])
     kernel_ops = {op for kernel in report.kernels for op in kernel.aten_ops}
-    assert {"_softmax.default", "bmm.default", "sigmoid.default"} <= kernel_ops
+    assert {"_softmax.default", "bmm.default"} <= kernel_ops and "sigmoid.default" not in kernel_ops
+    assert any(op.name == "sigmoid.default" and "left to Inductor" in op.reason for op in report.fallback_ops)
     assert report.inductor_ops and len(report.inductor_ops) == len(report.fallback_ops)
     assert all(op.runs == "inductor" for op in report.fallback_ops)
     assert "compiled by Inductor" in str(report) and not report.errors
@@ -200,3 +203,36 @@ def test_a_graph_fused_whole_skips_inductor():
     torch.compiler.reset()
     want = attention_only(q.double(), k.double(), v.double())
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-6)
+
+
+def gated_product_then_attention(a, b, ga, gb, q, k):
+    """A gated contraction over a shared dim (as a triangle multiplication computes one),
+    used as the values of an attention: x [L, L, C] = sum_k (a * sigmoid(ga))[i, k] *
+    (b * sigmoid(gb))[j, k]."""
+    x = torch.einsum("ikc,jkc->ijc", a * torch.sigmoid(ga), b * torch.sigmoid(gb))  # [L, L, C]
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5  # [L, L, L]
+    return torch.softmax(s, dim=-1) @ x
+
+
+@pytest.mark.parametrize("remainder", ["eager", "inductor"])
+def test_single_contractions_are_left_to_inductor_and_attention_is_kept(remainder):
+    """[Note: what Flashlight keeps when Inductor compiles the rest]: with the Inductor
+    remainder the gated contraction runs in Inductor, with the reason, and only the
+    attention is a Flashlight kernel; with the eager remainder both are kernels."""
+    L, C = 9, 8
+    args = [rand(L, L, C, seed=40 + i) for i in range(4)] + [rand(L, L, C, seed=50 + i) for i in range(2)]
+    report = ExplainReport()
+    torch.compiler.reset()
+    with settings.override(on_error="raise"), torch.no_grad():
+        out = torch.compile(gated_product_then_attention,
+                            backend=make_backend(report=report, remainder=remainder))(*args)
+    torch.compiler.reset()
+    torch.testing.assert_close(out.double(), gated_product_then_attention(*_double(args)), rtol=1e-5, atol=1e-5)
+    kernels = [set(kernel.aten_ops) for kernel in report.kernels]
+    assert any("_softmax.default" in ops_ for ops_ in kernels), str(report)
+    contraction_kernels = [ops_ for ops_ in kernels if "sigmoid.default" in ops_]
+    if remainder == "eager":
+        assert contraction_kernels, str(report)
+    else:
+        assert not contraction_kernels, str(report)
+        assert any("left to Inductor" in op.reason and op.runs == "inductor" for op in report.fallback_ops), str(report)
