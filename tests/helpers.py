@@ -59,6 +59,17 @@ def attention(q, k, v, bias):
     return torch.softmax(s, dim=-1) @ v
 
 
+def gated_attention_block(x, wq, wk, wv, wg, wo, heads=3):
+    """Projections, attention over ``heads`` heads, a sigmoid gate and an output
+    projection: x ``[B, L, C]``, wq/wk/wv/wg ``[C, H*D]``, wo ``[H*D, C]``."""
+    B, L, _ = x.shape
+    D = wq.shape[1] // heads
+    q, k, v = ((x @ w).view(B, L, heads, D).transpose(1, 2) for w in (wq, wk, wv))  # [B, H, L, D]
+    o = torch.softmax(q @ k.transpose(-1, -2) * D ** -0.5, dim=-1) @ v
+    o = o.transpose(1, 2).reshape(B, L, heads * D) * torch.sigmoid(x @ wg)  # [B, L, H*D]
+    return o @ wo
+
+
 def attention_inputs(seed, L=19, D=16):
     """q, k, v ``[2, 3, L, D]`` and a bias ``[3, L, L]`` for :func:`attention`."""
     return rand(2, 3, L, D, seed=seed), rand(2, 3, L, D, seed=seed + 1), rand(2, 3, L, D, seed=seed + 2), rand(3, L, L, seed=seed + 3)

@@ -9,7 +9,7 @@ import flashlight
 from flashlight import settings
 from flashlight.backoff import repeats_loop_work
 from tests.helpers import matches_float64 as _matches_float64
-from tests.helpers import plan_of, rand
+from tests.helpers import gated_attention_block, plan_of, rand
 
 pytest.importorskip("triton")
 
@@ -137,20 +137,13 @@ def test_a_whole_gated_attention_block_is_not_left_to_pytorch():
     the whole block eagerly: the softmax and the gate run in kernels, and only matmuls
     are left to PyTorch."""
     B, L, H, D, C = 2, 29, 3, 8, 24
-
-    def gated_block(x, wq, wk, wv, wg, wo):
-        q, k, v = ((x @ w).view(B, L, H, D).transpose(1, 2) for w in (wq, wk, wv))  # [B, H, L, D]
-        o = torch.softmax(q @ k.transpose(-1, -2) * D ** -0.5, dim=-1) @ v
-        o = o.transpose(1, 2).reshape(B, L, H * D) * torch.sigmoid(x @ wg)  # [B, L, H*D]
-        return o @ wo
-
     args = (rand(B, L, C, seed=71), *(rand(C, H * D, seed=72 + i) * 0.3 for i in range(4)),
             rand(H * D, C, seed=79) * 0.3)
-    report = flashlight.explain(gated_block, *args)
+    report = flashlight.explain(gated_attention_block, *args)
     fused = [op for kr in report.kernels for op in kr.aten_ops]
     assert "_softmax.default" in fused and "sigmoid.default" in fused, str(report)
     assert all(op.name == "mm.default" for op in report.fallback_ops), str(report)
-    _matches_float64(gated_block, args)
+    _matches_float64(gated_attention_block, args)
 
 
 def test_a_value_over_three_tile_dims_is_never_handed_to_codegen():

@@ -15,6 +15,7 @@ from flashlight.lower import lower
 from flashlight.passes.fusion import fuse_elementwise, fuse_reductions
 from flashlight.passes.tile_plan import check_plan
 from tests.golden import capture as capture_all
+from tests.helpers import gated_attention_block
 
 L, D = 29, 16
 
@@ -93,17 +94,10 @@ def _gated_block_graph():
     """Projections, attention, a sigmoid gate and an output projection: the search backs
     off over several rounds, with trial cuts in each."""
     B, L, H, D, C = 2, 13, 3, 8, 24
-
-    def gated_block(x, wq, wk, wv, wg, wo):
-        q, k, v = ((x @ w).view(B, L, H, D).transpose(1, 2) for w in (wq, wk, wv))  # [B, H, L, D]
-        o = torch.softmax(q @ k.transpose(-1, -2) * D ** -0.5, dim=-1) @ v
-        o = o.transpose(1, 2).reshape(B, L, H * D) * torch.sigmoid(x @ wg)  # [B, L, H*D]
-        return o @ wo
-
     g = torch.Generator().manual_seed(7)
     args = [torch.randn(B, L, C, generator=g), *(torch.randn(C, H * D, generator=g) for _ in range(4)),
             torch.randn(H * D, C, generator=g)]
-    (gm,) = capture_all(gated_block, args)
+    (gm,) = capture_all(gated_attention_block, args)
     return lower(gm)
 
 
