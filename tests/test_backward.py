@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import flashlight
-from flashlight import settings
 from bench.variants import VARIANTS
 from bench.variants_base import as_outputs
 from flashlight.report import ExplainReport
@@ -121,11 +120,7 @@ def test_the_saved_tensor_check_can_fail(gen):
 
 
 def test_bfloat16_gradients(gen):
-    """With the default remainder (Inductor), as a user compiles: the backward's single
-    contractions run in Inductor ([Note: what Flashlight keeps when Inductor compiles the
-    rest] in flashlight/backend.py)."""
-    with settings.override(remainder="inductor"):
-        _check_variant("msa_row_pair_bias", gen, torch.bfloat16)
+    _check_variant("msa_row_pair_bias", gen, torch.bfloat16)
 
 
 def test_plain_attention_backward_is_flashlight_kernels_only(gen):
