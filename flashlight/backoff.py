@@ -16,6 +16,7 @@ graph passes on a whole graph, the kernel passes on one nest); trials run it qui
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Protocol
 
 from flashlight.ir import Dim, Gather, Graph, Kernel, Load, Nest, Reduce, Ref, TiledKernel, contains, free_dims, walk
@@ -295,7 +296,11 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str]) 
     attentions in a chain the first one's output is kept, not its scores. Else the
     earliest candidate that becomes a kernel itself: an output projection after the
     attention then runs as PyTorch's matmul on the attention kernel's output (the rest
-    is examined again on the next round). Last, a rescue whose kernel recomputes
+    is examined again on the next round); but not one that writes more values than one
+    of the rescues below (:func:`_elements`): a cut holds for every consumer, and the
+    gradient of a mask, which sums score gradients over heads and queries, is rescued by
+    keeping its sum over the queries, not ``dp``, which every other backward kernel
+    then would read from memory. Last, a rescue whose kernel recomputes
     reductions across its grid (:func:`recomputes_across_grid`), which the next round
     may relieve (:func:`_relieving_cuts`), and after it a rescue that materializes a
     matrix over the kernel's rows and keys (:func:`_rows_by_keys`): the scores of an
@@ -314,10 +319,22 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str]) 
         elif rescued:
             wasteful.append(candidate)
         trials.append((candidate, graph))
+    least = min((_elements(s, c) for c in wasteful + matrices), default=None)
     for candidate, graph in trials:
-        if candidate not in matrices and s.attempt(graph, candidate):
+        if (candidate not in matrices and (least is None or _elements(s, candidate) <= least)
+                and s.attempt(graph, candidate)):
             return candidate
     return next(iter(wasteful + matrices), None)
+
+
+_DYNAMIC_EXTENT = 256  # what a dynamic size counts for when cuts are compared (a length)
+
+
+def _elements(s: _Search, name: str) -> int:
+    """How many values keeping nest ``name`` separate writes to memory (a dynamic size
+    counted as :data:`_DYNAMIC_EXTENT`)."""
+    nest = next(n for n in s.lowered.graph.nests if n.name == name)
+    return math.prod(d.size if d.is_static else _DYNAMIC_EXTENT for d in nest.dims)
 
 
 def _row_dims(kernel: Kernel) -> list[Dim]:

@@ -19,6 +19,16 @@ re-indexing that keeps each element in place (views, a same-shape expand, detach
 cast both factors share. It replaces the sum by ``sum_c(G * bmm(P, B))``, viewed to the
 sum's shape. The remaining uses of ``dp`` (``ds`` itself) are untouched, and the
 forward's output is a value the forward kernel stores, which the backward then reads.
+
+[Note: a row term from a rounded output]
+In a low-precision graph the forward's output is rounded (to bfloat16, say) while the
+term is summed in float32. ``D`` from the rounded ``o`` is off by about the rounding
+of ``|do| |o|``, but ``dp - D`` cancels to much less where one key dominates a row,
+so ``ds`` there loses most of its digits (several times the error of PyTorch's own
+backward, which takes ``D`` from the rounded ``p`` and ``dp``). The forward's matmul is
+then computed in the term's precision and rounded after: the forward kernel accumulates
+in float32 anyway and now also stores that value, one more output the size of ``o``,
+which the backward reads for ``D``. Nothing of the size of the scores is kept.
 """
 from __future__ import annotations
 
@@ -43,6 +53,8 @@ def rewrite_row_terms(joint: fx.GraphModule) -> int:
         if found is None:
             continue
         grad, forward_out, dtype, scores_shape = found
+        if dtype is not None and forward_out.meta["val"].dtype != dtype:
+            forward_out = _widened(joint, forward_out, dtype)  # [Note: a row term from a rounded output]
         with joint.graph.inserting_before(node):
             a, b = grad, forward_out
             if dtype is not None:
@@ -60,6 +72,19 @@ def rewrite_row_terms(joint: fx.GraphModule) -> int:
         joint.recompile()
         log.debug("[flashlight] the backward computes %d softmax row term(s) from the output", count)
     return count
+
+
+def _widened(joint: fx.GraphModule, forward_mm: fx.Node, dtype: torch.dtype) -> fx.Node:
+    """``forward_mm = bmm(P, B)`` computed in ``dtype`` (a new node the forward returns
+    rounded to its old dtype, in place of ``forward_mm``); returns the wide node."""
+    p, value = forward_mm.args
+    with joint.graph.inserting_before(forward_mm):
+        wide = _call(joint, aten.bmm.default, tuple(
+            _call(joint, aten._to_copy.default, (x,), {"dtype": dtype}) for x in (p, value)))
+        narrow = _call(joint, aten._to_copy.default, (wide,), {"dtype": forward_mm.meta["val"].dtype})
+    forward_mm.replace_all_uses_with(narrow)
+    joint.graph.erase_node(forward_mm)
+    return wide
 
 
 def _row_term(node: fx.Node):

@@ -139,6 +139,15 @@ def test_a_broadcast_bias_gradient_is_a_serial_loop_of_dots(gen):
     assert len(serial) == 1 and serial[0].source.count("tl.dot(") == 2, str(report)
 
 
+def test_a_mask_gradient_leaves_the_scores_in_the_kernels(gen):
+    """The gradient of a float mask sums the score gradients over heads and queries, two
+    reductions one kernel cannot nest: the back-off keeps the smallest value separate
+    (the sum over queries), not the scores or ``dp``, which every other backward kernel
+    then would read from memory, rounded to the graph's dtype."""
+    _, _, _, report = _check_variant("msa_row_pair_bias", gen)
+    assert not [op for op in report.fallback_ops if op.name.startswith("bmm")], str(report)
+
+
 def test_gradients_are_deterministic(gen):
     v = VARIANTS["msa_row_pair_bias"]
     args = _leaves(v.make_inputs(_small_shape("msa_row_pair_bias"), torch.float32, "cpu", gen))

@@ -76,3 +76,24 @@ def test_the_backward_kernels_run_fewer_dots(gen):
     assert all(torch.isfinite(g).all() for g in grads)
     dots = [sum(op == "bmm.default" for op in kernel.aten_ops) for kernel in report.kernels]
     assert sum(dots) <= 11 and 4 in dots, str(report)
+
+
+def test_bfloat16_rows_one_key_dominates(gen):
+    """Each query matches one key: ``dp - D`` cancels in every row, so ``D`` from the
+    bfloat16 output would lose the gradient's digits. The forward keeps its matmul in
+    float32 for the row term ([Note: a row term from a rounded output]) and the
+    gradients stay within bfloat16's tolerance of float64."""
+    q, k, v, bias, g = (a.detach() for a in _inputs(gen, B=4, H=4, L=16, D=8))
+    q = 3 * k[:, :, torch.randperm(16, generator=gen)] + 0.3 * q  # one dominant key per query
+    exact = [a.requires_grad_() for a in (q, k, v, bias, g)]
+    args = [a.detach().bfloat16().requires_grad_() for a in exact]
+    grad_out = torch.randn(q.shape, generator=gen, dtype=torch.float64)
+    torch.compiler.reset()
+    out = torch.compile(_gated, backend="flashlight")(*args)
+    got = torch.autograd.grad(out, args, grad_out.bfloat16())
+    torch.compiler.reset()
+    want = torch.autograd.grad(_gated(*exact), exact, grad_out)
+    for n, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert torch.isfinite(a).all()
+        err = (a.double() - b).abs().max().item()
+        assert err <= 2e-2 * b.abs().max().item(), f"input {n}: error {err:.3g} of {b.abs().max().item():.3g}"
