@@ -410,3 +410,49 @@ def test_a_repeated_call_signature_launches_through_its_plan(monkeypatch):
     assert len(planned) == 2 and len(launcher._plans) == 2
     launcher.pin_choice((), dict(launcher._chosen[()]))
     assert not launcher._plans  # a changed choice drops the plans
+
+
+def test_a_plan_launches_the_kernel_its_first_launch_compiled(monkeypatch):
+    """[Note: launching the compiled kernel]: after its first launch a plan calls the
+    compiled kernel's launcher itself, with the grid, the current stream and every
+    argument (constexprs last); a misaligned input, Triton's launch hooks or another
+    current device launch through the JIT function."""
+    import triton
+
+    from flashlight import launch_plan
+
+    calls = []
+
+    class Compiled:  # stands in for Triton's compiled kernel
+        function, packed_metadata = "function", "metadata"
+
+        def run(self, *args):
+            calls.append(("direct", args))
+
+    class Jit:  # stands in for the JIT function: in0, out, size0, BLOCK_M, BLOCK_N
+        params = [type("Param", (), {"name": n, "default": None}) for n in ("in0", "out", "size0", "BLOCK_M", "BLOCK_N")]
+
+        def __getitem__(self, grid):
+            return lambda *args, **kw: calls.append(("jit", grid, args, kw)) or Compiled()
+
+    device = {"now": 0}
+    monkeypatch.setattr(launch_plan, "current_device", lambda: device["now"])
+    monkeypatch.setattr(launch_plan, "current_stream", lambda d: 1000 + d)
+    chosen = {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4}
+    plan = launch_plan.LaunchPlan((), ((4,),), (torch.float32,), (4,), (3,), chosen)
+    x = torch.randn(8, generator=torch.Generator().manual_seed(0))
+    kinds = []
+    profiling = triton.knobs.HookChain()
+    profiling.add(print)
+    for inputs, hook, now in [(x, None, 0), (x, triton.knobs.HookChain(), 0), (x[1:5], None, 0), (x, profiling, 0),
+                              (x, None, 1)]:
+        monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", hook)
+        device["now"] = now
+        out = plan.launch(Jit(), [inputs])[0]
+        kinds.append(calls[-1][0])
+        if calls[-1][0] == "direct":
+            assert calls[-1][1][:9] == (3, 1, 1, 1000, "function", "metadata", None, None, None)
+            assert calls[-1][1][9] is inputs and calls[-1][1][10] is out and calls[-1][1][11:] == (4, 16, 32)
+        else:
+            assert calls[-1][1:] == ((3,), (inputs, out, 4), chosen)
+    assert kinds == ["jit", "direct", "jit", "jit", "jit"]
