@@ -432,8 +432,33 @@ def _contract(lw: LowerContext, node: fx.Node, a_arg, b_arg) -> Access:
     k_axis = tuple(Dim.fresh(s) for s in finest([a.axes[-1], b.axes[-2]]))
     a_read = lw.read(a, batch + (m_axis, k_axis))
     b_read = lw.read(b, batch + (k_axis, n_axis))
-    body = reduce_over("sum", Pointwise("mul", (a_read, b_read), dtype), k_axis, dtype)
+    body = reduce_over("sum", Pointwise("mul", (a_read, b_read), _product_dtype(a_arg, b_arg, dtype)), k_axis, dtype)
     return lw.add_nest(batch + (m_axis, n_axis), body, dtype, "matmul")
+
+
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def _product_dtype(a_arg, b_arg, dtype: torch.dtype) -> torch.dtype:
+    """The dtype of a matmul's products: its own, or, for a float32 matmul of two
+    factors both widened from one 16-bit dtype (a matmul asked for in float32 to keep its
+    sum unrounded: [Note: a row term from a rounded output]), that 16-bit dtype. Widening
+    is exact and a product of two 16-bit floats is exact in float32, so the products
+    are the same; the kernel's ``tl.dot`` then takes 16-bit operands (tensor cores) and
+    still accumulates in float32."""
+    narrow = {_widened_from(a_arg), _widened_from(b_arg)}
+    return narrow.pop() if dtype == torch.float32 and len(narrow) == 1 and narrow <= set(_HALF) else dtype
+
+
+def _widened_from(arg) -> torch.dtype | None:
+    """The 16-bit dtype ``arg`` is a float cast of (through re-indexing), else None."""
+    while isinstance(arg, fx.Node) and arg.target in REINDEXING:
+        arg = arg.args[0]
+    casts = (aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+    if not (isinstance(arg, fx.Node) and arg.target in casts and isinstance(arg.args[0], fx.Node)):
+        return None
+    source = meta_val(arg.args[0])
+    return source.dtype if source is not None and source.dtype in _HALF else None
 
 
 # operations that give their input's values re-indexed (or copied as they are)

@@ -13,7 +13,7 @@ import flashlight
 from flashlight.ir import Dim, Kernel, Load, LoopReduction, LoopResult, Pointwise, Reduce, check_kernel_invariants
 from flashlight.passes.contractions import group_dot_operands
 from tests.helpers import matches_float64 as _matches_float64
-from tests.helpers import rand
+from tests.helpers import plan_of, rand
 from tests.test_backoff_projections import B, D, H, L, _assert_row_tiled, _plan
 
 pytest.importorskip("triton")
@@ -176,3 +176,26 @@ def test_regrouping_keeps_the_product_and_finds_a_dot_exactly_when_one_exists(or
     is_dot = two_operands(sides)
     assert is_dot == splittable, (order, sides)
 
+
+
+def _widened_output(q, k, v):  # bf16 [B, H, L, D]; the probabilities' matmul asked for in float32
+    p = torch.softmax((q @ k.transpose(-1, -2)).float(), -1).to(q.dtype)
+    return p.float() @ v.float()
+
+
+def _float32_probabilities(q, k, v):  # the probabilities never rounded to 16 bits
+    return torch.softmax((q @ k.transpose(-1, -2)).float(), -1) @ v.float()
+
+
+@pytest.mark.parametrize("fn, pv_dtype", [(_widened_output, torch.bfloat16), (_float32_probabilities, F32)],
+                         ids=["widened_from_bf16", "float32_factor"])
+def test_a_float32_matmul_of_widened_16_bit_factors_runs_in_16_bits(fn, pv_dtype):
+    """Widening is exact and ``tl.dot`` accumulates in float32, so a float32 product of
+    two factors widened from bfloat16 (the backward's row term keeps the forward's
+    matmul so: [Note: a row term from a rounded output]) goes into the tensor cores as
+    bfloat16; a factor that was never 16-bit keeps the product in float32."""
+    q, k, v = (rand(B, H, L, D, seed=s).bfloat16() for s in (1, 2, 3))
+    plan = plan_of(fn, (q, k, v))
+    (tiled,) = plan.kernels.values()
+    dtypes = sorted(str(d.dtype) for d in tiled.plan.dots.values())
+    assert dtypes == sorted(["torch.bfloat16", str(pv_dtype)]), dtypes

@@ -130,7 +130,7 @@ def factor_invariants(expr: Expr) -> Expr:
         dep_den = [f for f in den if free_dims(f) & bound]
         if len(dep_num) == len(num) and len(dep_den) == len(den):
             return None
-        kept = _product(dep_num, dep_den, node.dtype) if dep_num or dep_den else _ones_over(node.dims, node.dtype)
+        kept = _product(dep_num, dep_den, node.body.dtype) if dep_num or dep_den else _ones_over(node.dims, node.body.dtype)
         inner = Reduce("sum", kept, node.dims, node.dtype)
         inv_num = [f for f in num if not free_dims(f) & bound]
         inv_den = [f for f in den if not free_dims(f) & bound]
