@@ -153,6 +153,7 @@ def random_model(config, seed: int = 0, gain: float = 0.5):
     from openfold.model.triangular_attention import TriangleAttention
 
     torch.manual_seed(seed)
+    np.random.seed(seed)  # OpenFold draws its truncated-normal initial weights with NumPy
     model = AlphaFold(config).eval()
     generator = torch.Generator().manual_seed(seed)
     for module in model.modules():
