@@ -48,7 +48,7 @@ from flashlight.ir import (
 from flashlight.lower_context import LowerContext, compared
 from flashlight.lower_gather import GATHER_LOWERINGS
 from flashlight.lower_reductions import REDUCTION_LOWERINGS, reduce_over
-from flashlight.vocabulary import COMPARISONS, INTEGER_EXACT, KERNEL_DTYPES, OPS
+from flashlight.vocabulary import COMPARISONS, HALF_DTYPES, INTEGER_EXACT, KERNEL_DTYPES, OPS
 
 aten = torch.ops.aten
 
@@ -436,9 +436,6 @@ def _contract(lw: LowerContext, node: fx.Node, a_arg, b_arg) -> Access:
     return lw.add_nest(batch + (m_axis, n_axis), body, dtype, "matmul")
 
 
-_HALF = (torch.bfloat16, torch.float16)
-
-
 def _product_dtype(a_arg, b_arg, dtype: torch.dtype) -> torch.dtype:
     """The dtype of a matmul's products: its own, or, for a float32 matmul of two
     factors both widened from one 16-bit dtype (a matmul asked for in float32 to keep its
@@ -447,18 +444,17 @@ def _product_dtype(a_arg, b_arg, dtype: torch.dtype) -> torch.dtype:
     are the same; the kernel's ``tl.dot`` then takes 16-bit operands (tensor cores) and
     still accumulates in float32."""
     narrow = {_widened_from(a_arg), _widened_from(b_arg)}
-    return narrow.pop() if dtype == torch.float32 and len(narrow) == 1 and narrow <= set(_HALF) else dtype
+    return narrow.pop() if dtype == torch.float32 and len(narrow) == 1 and narrow <= set(HALF_DTYPES) else dtype
 
 
 def _widened_from(arg) -> torch.dtype | None:
     """The 16-bit dtype ``arg`` is a float cast of (through re-indexing), else None."""
     while isinstance(arg, fx.Node) and arg.target in REINDEXING:
         arg = arg.args[0]
-    casts = (aten._to_copy.default, torch.ops.prims.convert_element_type.default)
-    if not (isinstance(arg, fx.Node) and arg.target in casts and isinstance(arg.args[0], fx.Node)):
+    if not (isinstance(arg, fx.Node) and LOWERINGS.get(arg.target) is _to_copy and isinstance(arg.args[0], fx.Node)):
         return None
     source = meta_val(arg.args[0])
-    return source.dtype if source is not None and source.dtype in _HALF else None
+    return source.dtype if source is not None and source.dtype in HALF_DTYPES else None
 
 
 # operations that give their input's values re-indexed (or copied as they are)

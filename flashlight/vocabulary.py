@@ -100,5 +100,6 @@ INTERVAL_OPS = frozenset(name for name, op in OPS.items() if op.bounds not in (N
 DIVISION_OPS = frozenset(name for name, op in OPS.items() if op.bounds == "division")
 BOOLEAN_OPS = frozenset(name for name, op in OPS.items() if op.kind)  # never typed as float
 # the dtypes a kernel loads, computes on and stores (float64 values are left to PyTorch)
+HALF_DTYPES = (torch.float16, torch.bfloat16)  # the 16-bit float types a tl.dot takes as they are
 KERNEL_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
                            torch.int16, torch.int8, torch.uint8, torch.bool})

@@ -32,6 +32,7 @@ from flashlight.ir import (
     canonical,
     walk,
 )
+from flashlight.vocabulary import HALF_DTYPES
 
 
 class _Recorder:
@@ -78,7 +79,7 @@ class _Recorder:
         x = [r for r in la if r != reduced][0]
         y = [r for r in lb if r != reduced][0]
         out = canonical((x, y))
-        low = body.dtype in (torch.bfloat16, torch.float16)
+        low = body.dtype in HALF_DTYPES
         self.dots[body] = DotPlan(reduced, la != (x, reduced), lb != (reduced, y), out, out != (x, y),
                                   body.dtype if low else torch.float32)
 
