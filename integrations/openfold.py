@@ -86,10 +86,11 @@ attention at 256 residues 0.8 ms where stock takes 31 (1.2 unchunked).
 
 CUDA graphs
 -----------
-With ``cuda_graphs=True`` each ``EvoformerStack`` and ``ExtraMSAStack`` also gets an
-instance ``forward`` that, on a GPU without autograd, records the stack's call into a
-CUDA graph on the second call of each input shape and replays it on later calls, so the
-host's Python of the unpatched modules no longer paces the device
+With ``cuda_graphs=True`` each ``EvoformerStack`` and ``ExtraMSAStack`` and the
+``StructureModule`` also get an instance ``forward`` that, on a GPU without autograd,
+records the module's call into a CUDA graph on the second call of each input shape and
+replays it on later calls, so the host's Python of the unpatched modules no longer
+paces the device
 ([Note: CUDA graphs for the stacks] in :mod:`flashlight.integrations.openfold_graphs`).
 ``flashlight-fold`` turns it on by default on a GPU.
 
@@ -152,7 +153,7 @@ class PatchReport:
     those that a previous call had patched (their options are updated). ``scope`` is
     ``"attention"`` or ``"block"``; with ``"block"``, ``blocks[stack]`` counts the blocks
     compiled whole (:mod:`~flashlight.integrations.openfold_blocks`). ``cuda_graphs``:
-    how many stacks replay CUDA graphs (:mod:`~flashlight.integrations.openfold_graphs`).
+    how many modules (stacks, structure module) replay CUDA graphs (:mod:`~flashlight.integrations.openfold_graphs`).
     """
 
     counts: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
@@ -195,7 +196,7 @@ class PatchReport:
             blocks = ", ".join(f"{n} {stack}" for stack, n in self.blocks.items())
             lines.append(f"  whole blocks compiled: {sum(self.blocks.values())} ({blocks or 'none'})")
         if self.cuda_graphs:
-            lines.append(f"  stacks replayed as CUDA graphs: {self.cuda_graphs}")
+            lines.append(f"  modules replayed as CUDA graphs: {self.cuda_graphs}")
         return "\n".join(lines)
 
 
@@ -325,8 +326,8 @@ def patch_openfold(
             compile each Evoformer, extra-MSA and template pair block whole (see
             :mod:`~flashlight.integrations.openfold_blocks`). Patching again with
             ``"attention"`` removes the block patches.
-        cuda_graphs: also replay each Evoformer and extra-MSA stack in ``model`` as a
-            CUDA graph, recorded on the second call of each input shape, when it runs on
+        cuda_graphs: also replay each Evoformer and extra-MSA stack and the structure
+            module in ``model`` as a CUDA graph, recorded on the second call of each input shape, when it runs on
             a GPU without autograd (:mod:`~flashlight.integrations.openfold_graphs`).
             Patching again without it removes it.
 

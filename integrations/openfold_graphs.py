@@ -1,33 +1,44 @@
-"""OpenFold's stacks replayed as CUDA graphs: ``patch_openfold(model, cuda_graphs=True)``.
+"""OpenFold's stacks and structure module replayed as CUDA graphs: ``patch_openfold(model, cuda_graphs=True)``.
 
 [Note: CUDA graphs for the stacks]
 With the attentions fused, an OpenFold pass on a GPU is bound by the host: the Python
 of the unpatched modules (layer norms, transitions, the triangle multiplications' chunk
-loops) issues kernels more slowly than the device runs them (H200, bf16, 256 residues,
-5632 MSA rows: the timed span of an unpatched module equalled its span with a
-synchronised start, ``bench/results/fold_product_runs/README.md``). ``AlphaFold``
-calls its Evoformer stack and its extra-MSA stack once per recycling iteration, with
-the same shapes every time, so the patch sets an instance ``forward``
-(:class:`GraphedForward`) on each ``EvoformerStack`` and ``ExtraMSAStack``: it records
-the class's ``forward`` once into a CUDA graph and replays it on the calls after that;
-the device runs the recorded kernels back to back and the host only copies the inputs
-in and the outputs out.
+loops, the structure module's eight blocks of small operations) issues kernels more
+slowly than the device runs them (H200, bf16, 256 residues, 5632 MSA rows: the timed
+span of an unpatched module equalled its span with a synchronised start,
+``bench/results/fold_product_runs/README.md``; one structure-module call launches about
+4300 kernels that run for 8 ms and takes 60-95 ms of host time, its spread the host's
+from process to process). ``AlphaFold`` calls its Evoformer stack, its extra-MSA stack
+and its structure module once per recycling iteration, with the same shapes every time,
+so the patch sets an instance ``forward`` (:class:`GraphedForward`) on each module of a
+class in :data:`GRAPHED_CLASSES`: it records the class's ``forward`` once into a CUDA
+graph and replays it on the calls after that; the device runs the recorded kernels back
+to back and the host only copies the inputs in and the outputs out.
 
-- *Why the stacks and not the whole iteration.* Recording ``AlphaFold.iteration``
+- *Why these modules and not the whole iteration.* Recording ``AlphaFold.iteration``
   fails: OpenFold's recycling embedder makes a tensor from a Python list on every call
-  (``new_tensor([inf])``), a copy from pageable host memory that a graph cannot hold,
-  and the structure module's quaternion updates do the same. The two stacks hold the
-  48 + 4 blocks, nearly all the launches.
+  (``new_tensor([inf])``), a copy from pageable host memory that a graph cannot hold.
+  The stacks hold the 48 + 4 blocks, the structure module most of the remaining
+  launches; the embedders and heads stay eager.
+- *Kernels a graph does not see.* A recording holds only kernels launched on the
+  capturing stream. OpenFold's in-place softmax extension (``attn_core_inplace_cuda``,
+  used by the structure module's invariant point attention when ``inplace_safe`` is set,
+  as it is in inference) launches on the legacy default stream: recorded, the softmax
+  is missing from the graph and the replay is wrong (measured on an H200: atom positions
+  off by 30 A). So the structure module is recorded and replayed with
+  ``inplace_safe=False``: its out-of-place path, ``torch.softmax``, which the graph
+  holds; the in-place path only saves memory, of an ``[H, N, N]`` tensor here.
+  :data:`GRAPHED_CLASSES` holds such keyword arguments per class.
 - *When it records.* A call is keyed by its tensors' shapes, dtypes and devices and its
   other arguments (flags such as ``chunk_size``, ``inplace_safe``). The first call of a
   key runs eagerly: it compiles and tunes Flashlight's kernels and makes every lazy
-  initialisation (cuBLAS handles and workspaces) that a recording must not contain. The
-  second call records and replays; later ones replay. In a fold the warm-up pass is the
-  eager call, so every timed iteration replays.
+  initialisation (cuBLAS handles and workspaces, OpenFold's cached constants) that a
+  recording must not contain. The second call records and replays; later ones replay.
+  In a fold the warm-up pass is the eager call, so every timed iteration replays.
 - *What it keeps.* A graph reads its inputs from, and writes its outputs to, fixed
   buffers: each call copies its tensors into the input buffers (OpenFold's inference path
   updates ``m`` and ``z`` in place: the buffers, not the caller's tensors) and returns
-  clones of the outputs, so results stay valid after later calls. Each stack keeps only
+  clones of the outputs, so results stay valid after later calls. Each module keeps only
   its newest key's graph (a record of another length records again), with the memory
   pool the recording allocated, about the eager call's own working memory.
 - *When it stays eager.* Training or autograd (``self.training`` or grad enabled),
@@ -35,10 +46,10 @@ in and the outputs out.
   pass times every module with hooks, which a replay does not run), or a key whose
   recording failed (an operation a graph cannot hold; the reason is logged once and
   kept in :attr:`GraphedForward.failures`).
-- *Hooks.* Forward hooks on a stack run around every call, replayed or not; hooks on
-  modules inside it run on eager calls and while a call is recorded, not on replays.
-  :func:`recording` tells such a hook that what it sees is being recorded (or replayed
-  by a stand-in recorder), so it must not time it.
+- *Hooks.* Forward hooks on a graphed module run around every call, replayed or not;
+  hooks on modules inside it run on eager calls and while a call is recorded, not on
+  replays. :func:`recording` tells such a hook that what it sees is being recorded (or
+  replayed by a stand-in recorder), so it must not time it.
 """
 from __future__ import annotations
 
@@ -51,12 +62,17 @@ import torch
 from torch.utils import _pytree as pytree
 
 log = logging.getLogger("flashlight.openfold")
-STACK_CLASSES = ("EvoformerStack", "ExtraMSAStack")
+# class name -> keyword arguments its recorded calls use ([Note: CUDA graphs for the stacks])
+GRAPHED_CLASSES: dict[str, dict[str, Any]] = {
+    "EvoformerStack": {},
+    "ExtraMSAStack": {},
+    "StructureModule": {"inplace_safe": False},  # its in-place softmax escapes the graph
+}
 _QUIET = threading.local()  # .depth: recordings or replays in progress on this thread
 
 
 def recording() -> bool:
-    """Whether a stack call is being recorded or replayed on this thread: a forward hook
+    """Whether a graphed call is being recorded or replayed on this thread: a forward hook
     inside it that runs now must not time it."""
     if getattr(_QUIET, "depth", 0):
         return True
@@ -99,7 +115,9 @@ class _Recording:
 
 
 class GraphedForward:
-    """A stack's ``forward`` recorded once per key and replayed (see the module note).
+    """A module's ``forward`` recorded once per key and replayed (see the module note);
+    ``recorded_kwargs`` are keyword arguments the recorded calls use instead of the
+    caller's.
 
     Attributes:
         replays: calls replayed so far.
@@ -107,9 +125,12 @@ class GraphedForward:
         failures: ``{key: reason}`` for keys whose recording failed.
     """
 
-    def __init__(self, module: torch.nn.Module, recorder: CudaGraphRecorder | None = None):
+    def __init__(self, module: torch.nn.Module, recorder: CudaGraphRecorder | None = None,
+                 recorded_kwargs: dict[str, Any] | None = None):
         self.module = module
         self.recorder = recorder or CudaGraphRecorder()
+        self.recorded_kwargs = dict(GRAPHED_CLASSES.get(type(module).__name__, {})
+                                    if recorded_kwargs is None else recorded_kwargs)
         self.replays = 0
         self.recordings = 0
         self.failures: dict[str, str] = {}
@@ -119,12 +140,12 @@ class GraphedForward:
 
     # picklable and copyable without its graphs
     def __reduce__(self):
-        return (GraphedForward, (self.module,))
+        return (GraphedForward, (self.module, None, self.recorded_kwargs))
 
     def __deepcopy__(self, memo):
         import copy
 
-        return GraphedForward(copy.deepcopy(self.module, memo))
+        return GraphedForward(copy.deepcopy(self.module, memo), None, self.recorded_kwargs)
 
     def _stock(self, args, kwargs):
         return type(self.module).forward(self.module, *args, **kwargs)
@@ -158,7 +179,7 @@ class GraphedForward:
 
         def body():
             args, kwargs = pytree.tree_unflatten(buffers, spec)
-            return self._stock(args, kwargs)
+            return self._stock(args, {**kwargs, **self.recorded_kwargs})
 
         with _quiet_hooks():
             try:
@@ -211,39 +232,41 @@ def _describe(value) -> str:
 # -- installing -------------------------------------------------------------------------
 
 
-def find_stacks(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """OpenFold's Evoformer and extra-MSA stacks in ``model`` (found by class name)."""
-    return [m for m in model.modules() if type(m).__name__ in STACK_CLASSES]
+def find_graphed_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules of ``model`` that replay graphs once patched: OpenFold's Evoformer and
+    extra-MSA stacks and its structure module (by class name, :data:`GRAPHED_CLASSES`)."""
+    return [m for m in model.modules() if type(m).__name__ in GRAPHED_CLASSES]
 
 
 def installed(model: torch.nn.Module) -> list[GraphedForward]:
-    """The :class:`GraphedForward` objects set on the stacks of ``model``."""
+    """The :class:`GraphedForward` objects set on the modules of ``model``."""
     found = (m.__dict__.get("forward") for m in model.modules())
     return [f for f in found if isinstance(f, GraphedForward)]
 
 
 def install(model: torch.nn.Module, recorder: CudaGraphRecorder | None = None) -> list[GraphedForward]:
-    """Set a :class:`GraphedForward` as the ``forward`` of every stack in ``model`` (a
-    stack that has one keeps it, and drops its graph); returns them all."""
-    stacks = find_stacks(model)
-    taken = [type(s).__name__ for s in stacks
+    """Set a :class:`GraphedForward` as the ``forward`` of every module of
+    :data:`GRAPHED_CLASSES` in ``model`` (a module that has one keeps it, and drops its
+    graph); returns them all."""
+    modules = find_graphed_modules(model)
+    taken = [type(s).__name__ for s in modules
              if "forward" in s.__dict__ and not isinstance(s.__dict__["forward"], GraphedForward)]
     if taken:
         raise ValueError(
             f"patch_openfold: an {taken[0]} already has a forward of its own set on the "
             "instance (by another tool's hook or patch); remove it first"
         )
-    for stack in stacks:
-        current = stack.__dict__.get("forward")
+    for module in modules:
+        current = module.__dict__.get("forward")
         if isinstance(current, GraphedForward):
             current.release()  # recorded with the previous patch's kernels
         else:
-            stack.forward = GraphedForward(stack, recorder)
+            module.forward = GraphedForward(module, recorder)
     return installed(model)
 
 
 def uninstall(model: torch.nn.Module) -> int:
-    """Remove the graphed forwards from the stacks in ``model``; returns how many."""
+    """Remove the graphed forwards from the modules of ``model``; returns how many."""
     removed = 0
     for module in model.modules():
         if isinstance(module.__dict__.get("forward"), GraphedForward):
@@ -254,7 +277,7 @@ def uninstall(model: torch.nn.Module) -> int:
 
 @contextlib.contextmanager
 def eager(model: torch.nn.Module) -> Iterator[None]:
-    """Within the block, the stacks of ``model`` run eagerly (hooks see every module)."""
+    """Within the block, the graphed modules of ``model`` run eagerly (hooks see every module)."""
     with contextlib.ExitStack() as stack:
         for graphed in installed(model):
             stack.enter_context(graphed.suspended())

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--no-cuda-graphs", dest="cuda_graphs", action="store_false",
-        help="run the Flashlight model's Evoformer and extra-MSA stacks eagerly in every "
+        help="run the Flashlight model's Evoformer and extra-MSA stacks and structure module eagerly in every "
         "recycling iteration (default on a GPU: after their first call they replay a CUDA "
         "graph, which saves the host's launch time; block and module times then come "
         "from the calls run eagerly)",

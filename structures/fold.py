@@ -67,7 +67,7 @@ class FoldOptions:
     compare: bool = False
     require_flashlight: bool = False
     patch_scope: str = "attention"  # patch_openfold's scope: "attention" or "block"
-    cuda_graphs: bool = True  # replay the stacks as CUDA graphs (GPU, Flashlight)
+    cuda_graphs: bool = True  # replay the stacks and structure module as CUDA graphs (GPU, Flashlight)
     mmcif: bool = False
     plot: bool = True
     repeats: int = 1
@@ -450,7 +450,7 @@ class Folder:
         run["chunk_size"] = model.globals.chunk_size
         graphed = openfold_graphs.installed(model)
         if graphed:  # [Note: CUDA graphs for the stacks]
-            run["cuda_graphs"] = [g.summary() | {"stack": type(g.module).__name__} for g in graphed]
+            run["cuda_graphs"] = [g.summary() | {"module": type(g.module).__name__} for g in graphed]
         if kernels is not None:
             run["kernels"] = kernels
         return run, _prediction(out), timer.method

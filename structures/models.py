@@ -265,7 +265,7 @@ class PatchStatus:
     reason: Optional[str] = None
     details: Optional[str] = None
     scope: Optional[str] = None  # patch_openfold's scope, once patched
-    cuda_graphs: int = 0  # stacks replayed as CUDA graphs
+    cuda_graphs: int = 0  # modules (stacks, structure module) replayed as CUDA graphs
 
     def to_json(self) -> dict:
         """The status as a JSON-ready dict."""
@@ -275,7 +275,7 @@ class PatchStatus:
 def apply_flashlight(model: torch.nn.Module, scope: str = "attention", cuda_graphs: bool = False) -> PatchStatus:
     """Patch ``model`` in place with :func:`flashlight.patch_openfold` (``scope``:
     ``"attention"`` or ``"block"``; ``cuda_graphs``: the Evoformer and extra-MSA stacks
-    replayed as CUDA graphs; see there).
+    and the structure module replayed as CUDA graphs; see there).
 
     Never raises: a failure comes back as an inactive status with the reason, for the
     caller to report.

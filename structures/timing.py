@@ -25,12 +25,13 @@ passes each variant runs one more pass with synchronised starts, and the compari
 module rows come from it (``latency.json``: ``runs.<variant>.modules_synchronised``).
 
 [Note: layer spans under CUDA graphs]
-A Flashlight model whose stacks replay CUDA graphs ([Note: CUDA graphs for the stacks]
-in ``flashlight.integrations.openfold_graphs``) runs no Python, and so no hook, inside
-a replayed stack call, and a hook must not record events or synchronise while a call
-is being recorded. Stage spans (hooks around the stacks) cover every call; block and
-module spans skip recordings (``openfold_graphs.recording()``) and cover the eager
-calls only, and a pass's ``replayed_iterations`` counts the stack calls it replayed.
+A Flashlight model whose stacks and structure module replay CUDA graphs ([Note: CUDA
+graphs for the stacks] in ``flashlight.integrations.openfold_graphs``) runs no Python,
+and so no hook, inside a replayed call, and a hook must not record events or
+synchronise while a call is being recorded. Stage spans (hooks around the stacks and
+the structure module) cover every call; block and module spans skip recordings
+(``openfold_graphs.recording()``) and cover the eager calls only, and a pass's
+``replayed_iterations`` counts the graphed calls it replayed.
 Comparisons of modules use the synchronised pass, which runs every call eagerly.
 
 Timed modules, found by structure rather than by one fixed attribute path:
@@ -140,7 +141,7 @@ class RunTiming:
     blocks: List[float]
     modules: List[Dict[str, float]]
     host: Dict[str, float] = dataclasses.field(default_factory=dict)  # HostRecord.to_json()
-    # stack calls replayed as CUDA graphs: not in the block and module spans
+    # stack and structure-module calls replayed as CUDA graphs: not in the block and module spans
     # ([Note: layer spans under CUDA graphs])
     replayed_iterations: int = 0
 
@@ -339,7 +340,7 @@ class LayerTimer:
 
 
 def _recording() -> bool:
-    """Whether a stack call is being recorded into a CUDA graph (or replayed) here."""
+    """Whether a graphed call is being recorded into a CUDA graph (or replayed) here."""
     from flashlight.integrations.openfold_graphs import recording
 
     return recording()

@@ -1,4 +1,4 @@
-"""OpenFold's stacks replayed as graphs (``patch_openfold(model, cuda_graphs=True)``), on CPU.
+"""OpenFold's stacks and structure module replayed as graphs (``patch_openfold(model, cuda_graphs=True)``), on CPU.
 
 A CUDA graph needs a GPU, so these tests give :class:`GraphedForward` a stand-in
 recorder with a graph's semantics: what it records reads fixed input buffers and writes
@@ -83,10 +83,10 @@ def stock_outputs(setup):
 
 
 class Counts:
-    """Recordings and replays summed over the model's graphed stacks."""
+    """Recordings and replays summed over the model's graphed modules."""
 
     def __init__(self, graphed: list):
-        assert len(graphed) == 2  # the Evoformer stack and the extra-MSA stack
+        assert len(graphed) == 3  # the Evoformer stack, the extra-MSA stack, the structure module
         self.graphed = graphed
 
     @property
@@ -118,12 +118,12 @@ def test_recycled_folds_replay_one_graph_and_match_stock(setup, stock_outputs):
     model, batches = setup
     graphed_model, graphed = _graphed(model)
     first = _fold(graphed_model, batches[0])
-    # per stack: iteration 0 eager, 1 recorded and replayed, 2 replayed
-    assert (graphed.recordings, graphed.replays) == (2, 4)
+    # per module: iteration 0 eager, 1 recorded and replayed, 2 replayed
+    assert (graphed.recordings, graphed.replays) == (3, 6)
     _same(first, stock_outputs[0])
     kept = {k: v.clone() for k, v in first.items()}
     second = _fold(graphed_model, batches[1])  # other sequence, same shapes: every call replays
-    assert (graphed.recordings, graphed.replays) == (2, 10)
+    assert (graphed.recordings, graphed.replays) == (3, 15)
     _same(second, stock_outputs[1])
     assert not torch.equal(second["pair"], stock_outputs[0]["pair"])  # the inputs were copied in
     _same(first, kept)  # results are clones, not the graph's buffers
@@ -138,13 +138,13 @@ def test_autograd_training_and_suspension_stay_eager(setup, stock_outputs):
     with cpu_compat():
         out = graphed_model({k: v.clone() for k, v in batches[0].items()})  # grad enabled
     # AlphaFold.forward runs the iterations before the last without grad: iteration 0
-    # eager, 1 recorded and replayed; the last one, with grad, eager (per stack)
+    # eager, 1 recorded and replayed; the last one, with grad, eager (per module)
     assert out["final_atom_positions"].requires_grad
-    assert (graphed.recordings, graphed.replays) == (2, 2)
+    assert (graphed.recordings, graphed.replays) == (3, 3)
     graphed_model.train()
     with torch.no_grad(), cpu_compat():
         graphed_model({k: v.clone() for k, v in batches[0].items()})
-    assert (graphed.recordings, graphed.replays) == (2, 2)  # training: dropout, no graphs
+    assert (graphed.recordings, graphed.replays) == (3, 3)  # training: dropout, no graphs
 
 
 def test_a_failed_recording_is_kept_eager_and_logged(setup, stock_outputs, caplog):
@@ -153,9 +153,9 @@ def test_a_failed_recording_is_kept_eager_and_logged(setup, stock_outputs, caplo
     with caplog.at_level(logging.WARNING, logger="flashlight.openfold"):
         _same(_fold(graphed_model, batches[0]), stock_outputs[0])
         _same(_fold(graphed_model, batches[1]), stock_outputs[1])
-    assert graphed.replays == 0 and len(graphed.failures) == 2  # one key per stack
+    assert graphed.replays == 0 and len(graphed.failures) == 3  # one key per module
     assert all("not permitted" in reason for reason in graphed.failures.values())
-    assert sum("stays eager" in r.message for r in caplog.records) == 2  # each tried once
+    assert sum("stays eager" in r.message for r in caplog.records) == 3  # each tried once
 
 
 def test_a_changed_flag_records_again(setup, stock_outputs):
@@ -167,8 +167,9 @@ def test_a_changed_flag_records_again(setup, stock_outputs):
         _same(_fold(graphed_model, batches[0]), stock_outputs[0])
     finally:
         graphed_model.globals.chunk_size = None
-    # the chunked key: eager at iteration 0 (first seen), recorded at 1, per stack
-    assert graphed.recordings == 4
+    # the chunked key: eager at iteration 0 (first seen), recorded at 1, per stack; the
+    # structure module takes no chunk size and keeps its graph
+    assert graphed.recordings == 5
 
 
 def test_layer_timer_under_replays(setup):
@@ -178,7 +179,7 @@ def test_layer_timer_under_replays(setup):
     with torch.no_grad(), cpu_compat(), LayerTimer(graphed_model, torch.device("cpu"), lambda: ticks.append(1)) as timer:
         timings = [timer.run(lambda: graphed_model({k: v.clone() for k, v in b.items()}))[1] for b in batches]
     assert len(ticks) == 6  # one per iteration, replayed or not
-    assert [t.replayed_iterations for t in timings] == [4, 6]  # stack calls
+    assert [t.replayed_iterations for t in timings] == [6, 9]  # stack and structure-module calls
     # stage spans cover every call; block and module spans the eager ones only
     assert all(t.stages["evoformer"] > 0 and t.stages["extra_msa_stack"] > 0 for t in timings)
     assert timings[0].blocks[0] > 0 and timings[1].blocks[0] == 0
@@ -189,13 +190,37 @@ def test_patch_installs_and_removes_the_graphs(setup):
     model, _ = setup
     patched = copy.deepcopy(model)
     report = flashlight.patch_openfold(patched, cuda_graphs=True)
-    assert report.cuda_graphs == 2 and "CUDA graphs: 2" in str(report)
-    assert [type(g.module).__name__ for g in openfold_graphs.installed(patched)] == ["ExtraMSAStack", "EvoformerStack"]
+    assert report.cuda_graphs == 3 and "CUDA graphs: 3" in str(report)
+    assert [type(g.module).__name__ for g in openfold_graphs.installed(patched)] == [
+        "ExtraMSAStack", "EvoformerStack", "StructureModule"]
     for copied in (copy.deepcopy(patched), pickle.loads(pickle.dumps(patched))):
-        stacks = openfold_graphs.find_stacks(copied)
-        assert [g.module for g in openfold_graphs.installed(copied)] == stacks
+        graphed = openfold_graphs.find_graphed_modules(copied)
+        assert [g.module for g in openfold_graphs.installed(copied)] == graphed
+        assert openfold_graphs.installed(copied)[-1].recorded_kwargs == {"inplace_safe": False}
     assert flashlight.patch_openfold(patched).cuda_graphs == 0  # patching again without
     assert openfold_graphs.installed(patched) == []
     flashlight.patch_openfold(patched, cuda_graphs=True)
     flashlight.unpatch_openfold(patched)
-    assert all("forward" not in s.__dict__ for s in openfold_graphs.find_stacks(patched))
+    assert all("forward" not in s.__dict__ for s in openfold_graphs.find_graphed_modules(patched))
+
+
+def test_the_structure_module_records_its_out_of_place_softmax(setup, stock_outputs):
+    # OpenFold's in-place softmax launches on the default stream, outside a graph: the
+    # structure module's recorded calls take the out-of-place path ([Note: CUDA graphs
+    # for the stacks])
+    model, batches = setup
+    graphed_model, graphed = _graphed(model)
+    seen = []
+
+    def note(module, args, kwargs):
+        seen.append((openfold_graphs.recording(), kwargs.get("inplace_safe")))
+
+    handle = graphed_model.structure_module.ipa.register_forward_pre_hook(note, with_kwargs=True)
+    try:
+        _same(_fold(graphed_model, batches[0]), stock_outputs[0])
+    finally:
+        handle.remove()
+    eager_calls = [flag for recorded, flag in seen if not recorded]
+    recorded_calls = [flag for recorded, flag in seen if recorded]
+    assert eager_calls and set(eager_calls) == {True}  # the caller's inference flag
+    assert recorded_calls and set(recorded_calls) == {False}
