@@ -90,5 +90,5 @@ def fold_rows(rows: list[dict]) -> list[str]:
 CAPTION = ("Fold rows: the command a user runs (`flashlight-fold RECORD --compare`, `--dtype bf16` for "
            "bf16; `bench/fold_product.py`), OpenFold `model_1` with seeded random weights, 4 recycling "
            "iterations, synthetic records (5632-row MSA, or none); model time of the timed pass (which records "
-           "the stacks' CUDA graphs; `--repeats 2`: the median of two passes) in a process with empty caches, "
+           "the CUDA graphs of the stacks and the structure module; `--repeats 2`: the median of two passes) in a process with empty caches, "
            "then in one with them filled; first call: the warm-up pass of one iteration.")

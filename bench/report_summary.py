@@ -50,10 +50,11 @@ FLEX_EVOFORMER_NOTE = (
     "(`bench/variants_evoformer.py`), which reads OpenFold's permuted pair bias inside `score_mod`. "
     "A same-run measurement on 2026-12-01 (the same H200, torch 2.11, Triton 3.6) with one contiguous "
     "copy of the pair bias found Flashlight 1.17× faster than Flex on the bf16 MSA-row case "
-    "(0.293 vs 0.344 ms); on the bare attention core (q, k, v contiguous, biases only) FlexAttention "
-    "was 5-12% faster in bf16 (MSA row, 512 sequences × 256 residues: Flashlight 0.249 vs Flex 0.226 ms; "
-    "triangle attention at 1024 residues: 3.400 vs 3.125 ms) and Flashlight was faster in TF32 "
-    "(0.421 vs 0.576 ms; 5.65 vs 7.19 ms)."
+    "(0.293 vs 0.344 ms). On the bare attention core (q, k, v contiguous, biases only), measured in one "
+    "run on 2026-12-03 after the base-2 softmax (`bench/results/core_terms/`), Flashlight is 1.05-1.08× "
+    "faster than Flex in bf16 (512 sequences × 256 residues: 0.210 vs 0.228 ms; × 1024 residues: "
+    "2.98 vs 3.12 ms) and even with Flex on the pair bias alone; in TF32 it was faster on 2026-12-01 "
+    "(0.421 vs 0.576 ms; triangle attention at 1024 residues 5.65 vs 7.19 ms)."
 )
 
 
