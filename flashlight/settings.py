@@ -49,6 +49,11 @@ FLASHLIGHT_PREPARE     1           patch_openfold starts a thread that pays a
                                    process's one-time compile costs (PyTorch's
                                    tracing machinery, Triton's driver) early
                                    (flashlight.prepare; 0: off)
+FLASHLIGHT_GRAPH_      drain       how patch_openfold's CUDA graphs are recorded:
+CAPTURE                            drain (the device idle first, as torch.cuda.graph
+                                   does) or overlap (captured while the device runs
+                                   earlier work, where free memory allows;
+                                   flashlight.integrations.openfold_graphs)
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
                                    on CPU tensors through the Triton interpreter
 =====================  ==========  ==================================================
@@ -105,6 +110,7 @@ _KNOBS: dict[str, _Knob] = {
     "warmup_compile": _Knob("FLASHLIGHT_WARMUP_COMPILE", "background", _choice("background", "inline")),
     "graph_cache": _Knob("FLASHLIGHT_GRAPH_CACHE", True, _bool),
     "prepare": _Knob("FLASHLIGHT_PREPARE", True, _bool),
+    "graph_capture": _Knob("FLASHLIGHT_GRAPH_CAPTURE", "drain", _choice("drain", "overlap")),
 }
 
 _overrides: dict[str, Any] = {}

@@ -224,3 +224,15 @@ def test_the_structure_module_records_its_out_of_place_softmax(setup, stock_outp
     recorded_calls = [flag for recorded, flag in seen if recorded]
     assert eager_calls and set(eager_calls) == {True}  # the caller's inference flag
     assert recorded_calls and set(recorded_calls) == {False}
+
+
+def test_recording_without_draining_needs_spare_memory():
+    # [Note: recording without draining the device]: the recording's pool comes from
+    # free device memory only when it covers what the allocator's cache holds unused
+    assert openfold_graphs.spare_memory(free=8 << 30, reserved=6 << 30, allocated=1 << 30)
+    assert not openfold_graphs.spare_memory(free=4 << 30, reserved=6 << 30, allocated=1 << 30)
+    from flashlight import settings
+
+    assert settings.get("graph_capture") == "drain"
+    with settings.override(graph_capture="overlap"):
+        assert settings.get("graph_capture") == "overlap"
