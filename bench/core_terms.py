@@ -62,14 +62,12 @@ def flex(term: str):
 
 
 def inputs(N: int, L: int, H: int, c: int, dtype: torch.dtype, device: str = "cuda") -> tuple:
-    """Seeded q, k, v ``[N, H, L, c]``, a mask bias (0 or -1e9, about 10% masked) and a
-    pair bias, as :mod:`bench.variants_core` makes them."""
-    g = torch.Generator(device=device).manual_seed(0)
-    q, k, v = (torch.randn(N, H, L, c, device=device, dtype=dtype, generator=g) for _ in range(3))
-    keep = torch.rand(N, L, device=device, generator=g) > 0.1
-    mask_bias = (1e9 * (keep.to(dtype) - 1)).reshape(N, 1, 1, L)
-    pair_bias = torch.randn(1, H, L, L, device=device, dtype=dtype, generator=g)
-    return q, k, v, mask_bias, pair_bias
+    """Seeded q, k, v ``[N, H, L, c]``, a mask bias and a pair bias: the catalog core's
+    inputs (:data:`bench.variants_core.CORE_VARIANTS`)."""
+    from bench.variants_core import CORE_VARIANTS
+
+    generator = torch.Generator(device=device).manual_seed(0)
+    return CORE_VARIANTS[0].make_inputs({"N": N, "L": L, "H": H, "c": c}, dtype, device, generator)
 
 
 def measure(term: str, shape: tuple, label: str) -> dict:
