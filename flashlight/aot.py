@@ -82,6 +82,20 @@ def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtyp
     load_module(src)
     path = os.path.join(settings.get("cache_dir"), "kernels",
                         f"{src.name}_{hashlib.sha1(src.source.encode()).hexdigest()[:16]}.py")
+    signature, constexprs, attrs = specialization(src, input_dtypes, out_dtype, block_m, block_n, specialize)
+    args = json.dumps([path, src.name, signature, constexprs, capability, num_warps, num_stages, attrs])
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, args], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"Triton could not compile {src.name} for sm_{capability}:\n{done.stderr[-3000:]}")
+    shared, regs, stack, warps = json.loads(done.stdout.strip().splitlines()[-1])
+    return AotResult(shared, regs, stack, warps)
+
+
+def specialization(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtype, block_m: int,
+                   block_n: int, specialize: dict[str, int] | None = None) -> tuple[dict, dict, dict]:
+    """(signature, constants by name, attributes by argument position as text) of a launch
+    of ``src``, built as Triton's JIT builds them (see :func:`aot_compile`)."""
     signature: dict[str, str] = {f"in{k}": "*" + _sig(dtype) for k, dtype in enumerate(input_dtypes)}
     out_dtypes = tuple(out_dtype) if isinstance(out_dtype, (tuple, list)) else (out_dtype,)
     ranks = (src.out_rank, *getattr(src, "extra_out_ranks", ()))
@@ -101,13 +115,7 @@ def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtyp
             signature[arg], constexprs[arg] = "constexpr", 1
         elif value is not None and value % 16 == 0:
             attrs[str(k)] = [["tt.divisibility", 16]]
-    args = json.dumps([path, src.name, signature, constexprs, capability, num_warps, num_stages, attrs])
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, args], capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"Triton could not compile {src.name} for sm_{capability}:\n{done.stderr[-3000:]}")
-    shared, regs, stack, warps = json.loads(done.stdout.strip().splitlines()[-1])
-    return AotResult(shared, regs, stack, warps)
+    return signature, constexprs, attrs
 
 
 def integer_arguments(launcher: Launcher, tensors: Sequence[torch.Tensor]) -> dict[str, int]:

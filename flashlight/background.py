@@ -7,7 +7,9 @@ first launches each, and then Triton's launcher for it (C code compiled for the 
 signature). Inside :func:`compiling_in_background`, the first launch of a kernel
 whose launch configuration is already known (recorded by an earlier process or shipped
 for this GPU, :mod:`flashlight.tuned_configs`) hands both, for that one configuration,
-to a thread pool and computes its value with the kernel's unfused graph
+to a thread pool (whose threads hand Triton's compile itself to worker processes, which
+do not hold this process's interpreter lock: [Note: compiling in other processes] in
+:mod:`flashlight.compile_workers`) and computes its value with the kernel's unfused graph
 (the PyTorch operations it replaces) instead; later launches at those sizes do the same
 until the compile is done, then launch the kernel. Several kernels thus compile at once,
 beside the program's own work, and on leaving the context every compile has finished, so
@@ -32,6 +34,8 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Hashable, Iterator
+
+from flashlight import compile_workers
 
 log = logging.getLogger("flashlight")
 
@@ -105,6 +109,7 @@ def compiling_in_background(threads: int | None = None) -> Iterator[Compiles]:
     while their unfused graphs compute their values; on leaving it every compile has
     finished and the deferred calls have run ([Note: compiling in the background])."""
     global _active
+    compile_workers.start()  # [Note: compiling in other processes]; started already by patch_openfold
     with _active_lock:
         if _active is not None:
             raise RuntimeError("compiling_in_background() is already active")

@@ -34,7 +34,7 @@ from typing import Sequence
 
 import torch
 
-from flashlight import background, launch_plan, prepare, settings, tuned_configs, tuning
+from flashlight import background, compile_workers, launch_plan, prepare, settings, tuned_configs, tuning
 from flashlight.codegen import KernelSource
 from flashlight.ir import Dim, Gather, Iota, Kernel, Load, TiledKernel, walk
 
@@ -322,6 +322,9 @@ class Launcher:
         signature), so that the first launch finds everything done; returns ``chosen``."""
         prepare.wait()  # [Note: a process's one-time costs]
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            # into Triton's disk cache from another process, where workers run ([Note:
+            # compiling in other processes]); the compile below then only loads it
+            compile_workers.compile_elsewhere(self._raw, args, grid, chosen)
             kernel = self._raw.warmup(*args, grid=grid, **chosen)
             getattr(kernel, "run", None)
         return chosen

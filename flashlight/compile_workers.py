@@ -1,0 +1,315 @@
+"""Triton compiles in worker processes, for the warm-up's background compiles.
+
+[Note: compiling in other processes]
+A Triton compile run on a thread of the program's own process mostly holds the
+interpreter lock: Triton's front end walks the kernel's Python syntax tree and drives
+its MLIR passes from Python, and only ``ptxas`` and the launcher's C compiler run
+outside it. Measured on this project's 2-core CI machine (one flash-attention kernel
+compiled for sm_90 on a thread while the main thread ran a Python loop): the loop ran at
+43% of its speed alone, and the compile took 1.29 s instead of 0.67 s. So compiling a
+fold's kernels on threads (:mod:`flashlight.background`) slows the very pass the threads
+were meant to overlap with, whose host work (issuing OpenFold's unfused modules) is the
+pass's span.
+
+Here the compile runs in separate processes, each with its own interpreter:
+
+* **What to compile.** The parent asks Triton's JIT what it would compile for the launch,
+  without compiling: Triton calls its ``jit_cache_hook`` knob before each compile with the
+  launch's specialization (signature, constants, alignment attributes, options, target)
+  serialised as text, and a hook that returns True skips that compile
+  (:func:`specialization`; the hook is installed once, passes every other call on to a
+  hook set before it, and answers only for the launch this thread asked about).
+* **Where it is compiled.** A worker (``python -c`` running :data:`_WORKER_SOURCE`, which
+  imports Triton and nothing of PyTorch) imports the kernel's generated module from its
+  file under the same module name, rebuilds the specialization and calls
+  ``triton.compile``, which writes the binary into Triton's on-disk cache (the parent's
+  ``TRITON_*`` environment is passed with each job).
+* **How the parent gets it.** The parent then compiles the same launch as before; the cache
+  key (the kernel's source and specialization, the options, the target, Triton's own
+  installation and its cache-relevant environment) is the one the worker filed its result
+  under, so Triton loads the binary instead of compiling it (a different key only costs the
+  compile the parent would have done anyway).
+
+Workers start when :func:`start` is first called (``patch_openfold`` does, through
+:mod:`flashlight.prepare`, while the caller loads weights and inputs), one per CPU core up
+to 8 (``FLASHLIGHT_COMPILE_PROCESSES``; 0: compile on threads as before); they exit with
+the program (their input closes). Anything that goes wrong here (no CUDA device, a Triton
+without the hook, a worker that died) leaves the compile to the parent, as before.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from flashlight import settings
+
+log = logging.getLogger("flashlight")
+
+MAX_PROCESSES = 8
+
+# Runs in each worker: jobs in, results out, as length-prefixed pickles on stdin/stdout.
+_WORKER_SOURCE = r'''
+import importlib.util, json, os, pickle, struct, sys, time
+out = sys.stdout.buffer
+sys.stdout = sys.stderr  # anything the compiler prints stays off the result channel
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+modules = {}
+
+
+def load(path, name):
+    if name not in modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        modules[name] = module
+    return modules[name]
+
+
+def tuples(value):
+    return tuple(tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def constant(value):
+    if isinstance(value, str) and tl.dtype.is_dtype(value):
+        return tl.dtype(value)
+    if isinstance(value, dict) and "constexpr" in value:
+        return tl.constexpr(tuples(value["constexpr"]))
+    return tuples(value)
+
+
+def compile_job(job):
+    for key, value in job["env"].items():
+        os.environ[key] = value
+    fn = getattr(load(job["path"], job["module"]), job["name"])
+    data = json.loads(job["specialization"])
+    constants = {tuple(k): constant(v) for k, v in zip(data["constant_keys"], data["constant_vals"])}
+    attrs = {tuple(k): v for k, v in zip(data["attrs_keys"], data["attrs_vals"])}
+    signature = {k: tuples(v) for k, v in data["signature"].items()}
+    options = {k: tuples(v) for k, v in data["options"].items()}
+    target = GPUTarget(**(data.get("target") or job["target"]))
+    triton.compile(ASTSource(fn, signature, constants, attrs), target=target, options=options)
+
+
+def read():
+    head = sys.stdin.buffer.read(8)
+    if len(head) < 8:
+        return None
+    return pickle.loads(sys.stdin.buffer.read(struct.unpack("<Q", head)[0]))
+
+
+while (job := read()) is not None:
+    start = time.perf_counter()
+    try:
+        compile_job(job)
+        result = {"ok": True}
+    except BaseException as error:
+        result = {"ok": False, "error": f"{type(error).__name__}: {error}"[:2000]}
+    result["seconds"] = time.perf_counter() - start
+    blob = pickle.dumps(result)
+    out.write(struct.pack("<Q", len(blob)) + blob)
+    out.flush()
+'''
+
+
+class WorkerError(RuntimeError):
+    """A worker process died or answered nothing."""
+
+
+class _Worker:
+    """One ``python -c`` process running :data:`_WORKER_SOURCE`."""
+
+    def __init__(self):
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER_SOURCE], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+
+    def call(self, job: dict) -> dict:
+        blob = pickle.dumps(job)
+        try:
+            self.proc.stdin.write(struct.pack("<Q", len(blob)) + blob)
+            self.proc.stdin.flush()
+            head = self.proc.stdout.read(8)  # blocks without the interpreter lock
+            if len(head) < 8:
+                raise WorkerError(f"the compile worker exited (status {self.proc.poll()})")
+            return pickle.loads(self.proc.stdout.read(struct.unpack("<Q", head)[0]))
+        except (BrokenPipeError, OSError) as error:
+            raise WorkerError(f"the compile worker is gone ({error})") from error
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+
+class Pool:
+    """Worker processes; :meth:`compile` hands a job to an idle one and waits for it."""
+
+    def __init__(self, processes: int):
+        self.processes = processes
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._all: list[_Worker] = []
+        for _ in range(processes):
+            worker = _Worker()
+            self._all.append(worker)
+            self._idle.put(worker)
+        self.jobs = 0
+        self.compile_s = 0.0  # seconds the workers spent compiling
+
+    def compile(self, job: dict) -> dict:
+        worker = self._idle.get()
+        try:
+            result = worker.call(job)
+        except WorkerError:
+            worker.close()
+            self._idle.put(_Worker())  # a fresh one in its place
+            raise
+        self._idle.put(worker)
+        self.jobs += 1
+        self.compile_s += result.get("seconds", 0.0)
+        return result
+
+    def close(self) -> None:
+        for worker in self._all:
+            worker.close()
+
+
+_pool: Pool | None = None
+_pool_lock = threading.Lock()
+
+
+def wanted_processes() -> int:
+    """Worker processes to start: ``FLASHLIGHT_COMPILE_PROCESSES`` (negative: one per CPU core
+    this process may use, at most :data:`MAX_PROCESSES`; 0: none)."""
+    wanted = int(settings.get("compile_processes"))
+    if wanted < 0:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        wanted = min(MAX_PROCESSES, cores)
+    return wanted
+
+
+def start() -> Pool | None:
+    """Start the worker processes once per process, where they are wanted and a CUDA
+    device compiles Triton kernels; returns the pool (None: compiles stay in process)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None and _usable():
+            n = wanted_processes()
+            if n > 0:
+                try:
+                    _pool = Pool(n)
+                    _install_hook()
+                except Exception as error:  # noqa: BLE001 - compiles stay in process
+                    log.debug("flashlight: no compile workers (%s: %s)", type(error).__name__, error)
+                    _pool = None
+                else:
+                    atexit.register(_pool.close)
+        return _pool
+
+
+def pool() -> Pool | None:
+    """The running pool, if :func:`start` started one."""
+    return _pool
+
+
+def _usable() -> bool:
+    if settings.get("interpret"):
+        return False
+    try:
+        import torch
+        import triton
+
+        return torch.cuda.is_available() and hasattr(getattr(triton, "knobs", None), "runtime")
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# -- asking Triton what it would compile ---------------------------------------------------
+
+_PROBE = threading.local()  # .jit_fn: the JIT function whose next compile this thread asks about
+_previous_hook: Any = None
+_hook_installed = False
+
+
+def _hook(*args, **kwargs):
+    """Triton's ``jit_cache_hook``: for the launch this thread asked about, keep its
+    serialised specialization and skip the compile; any other call goes to the hook set
+    before this one."""
+    wanted = getattr(_PROBE, "jit_fn", None)
+    info = kwargs.get("fn")
+    if wanted is not None and info is not None and getattr(info, "jit_function", None) is wanted:
+        _PROBE.found = kwargs["compile"]["specialization_data"]
+        return True
+    return _previous_hook(*args, **kwargs) if _previous_hook is not None else None
+
+
+def _install_hook() -> None:
+    global _previous_hook, _hook_installed
+    if _hook_installed:
+        return
+    import triton
+
+    _previous_hook = triton.knobs.runtime.jit_cache_hook
+    triton.knobs.runtime.jit_cache_hook = _hook
+    _hook_installed = True
+
+
+def specialization(jit_fn, args: tuple, grid, options: dict) -> str | None:
+    """Triton's serialised specialization of launching ``jit_fn`` on ``args`` with
+    ``options`` (its compile skipped), or None where Triton would compile nothing (the
+    kernel is already in its in-memory cache) or the hook is not installed."""
+    if not _hook_installed:
+        return None
+    _PROBE.jit_fn, _PROBE.found = jit_fn, None
+    try:
+        jit_fn.warmup(*args, grid=grid, **options)
+    finally:
+        _PROBE.jit_fn = None
+    return _PROBE.found
+
+
+def compile_elsewhere(jit_fn, args: tuple, grid, options: dict) -> bool:
+    """Compile the launch of ``jit_fn`` on ``args`` in a worker process, into Triton's
+    on-disk cache, so that the caller's own compile of it only loads the binary ([Note:
+    compiling in other processes]); False where it was not done (the caller compiles)."""
+    workers = pool()
+    if workers is None:
+        return False
+    start_s = time.perf_counter()
+    try:
+        data = specialization(jit_fn, args, grid, options)
+        if data is None:
+            return False
+        module = sys.modules[jit_fn.fn.__module__]
+        import triton
+
+        target = triton.runtime.driver.active.get_current_target()
+        job = {"path": module.__file__, "module": module.__name__, "name": jit_fn.fn.__name__,
+               "specialization": data, "target": dict(vars(target)),
+               "env": {k: v for k, v in os.environ.items() if k.startswith("TRITON_") and k != "TRITON_INTERPRET"}}
+        result = workers.compile(job)
+    except Exception as error:  # noqa: BLE001 - the caller compiles in process
+        log.debug("flashlight: compile worker not used for %s (%s: %s)", getattr(jit_fn, "__name__", jit_fn),
+                  type(error).__name__, error)
+        return False
+    if not result.get("ok"):
+        log.debug("flashlight: a compile worker failed on %s (%s); compiling in process",
+                  jit_fn.fn.__name__, result.get("error"))
+        return False
+    log.debug("flashlight: %s compiled in a worker in %.2f s (%.2f s in all)", jit_fn.fn.__name__,
+              result.get("seconds", 0.0), time.perf_counter() - start_s)
+    return True

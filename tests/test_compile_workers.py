@@ -1,0 +1,116 @@
+"""Triton compiles in worker processes ([Note: compiling in other processes] in
+``flashlight.compile_workers``): a worker compiles a generated kernel for sm_90 into the
+Triton cache a job names, a second process finds it there under the same key, a broken
+job or worker never loses the caller's compile, and the JIT hook answers only the
+launch its thread asked about."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+from flashlight import compile_workers, runtime
+from flashlight.aot import specialization
+from tests.test_runtime_tuning import _attention, _built, _inputs
+
+
+def _cache_groups(folder) -> set[str]:
+    return {d for d in os.listdir(folder)} if os.path.isdir(folder) else set()
+
+
+@pytest.fixture(scope="module")
+def kernel_job(tmp_path_factory):
+    """A job for the generated attention kernel: its module file and a specialization in
+    the serialised form Triton's JIT hands its cache hook."""
+    inputs = _inputs(seed=5)
+    _, (launcher,) = _built(_attention, *inputs)
+    src = launcher.src
+    runtime.load_module(src)
+    module = next(m for name, m in sys.modules.items()
+                  if name.startswith("flashlight_kernel_") and getattr(m, src.name, None) is not None
+                  and open(m.__file__).read() == src.source)
+    signature, constexprs, attrs = specialization(src, launcher.input_dtypes, torch.float32, 64, 32)
+    names = list(signature)
+    data = {"name": f"{module.__name__}.{src.name}", "signature": signature,
+            "constant_keys": [[names.index(k)] for k in constexprs], "constant_vals": list(constexprs.values()),
+            "attrs_keys": [[int(k)] for k in attrs], "attrs_vals": list(attrs.values()),
+            "options": {"num_warps": 4, "num_stages": 2}}
+    cache = tmp_path_factory.mktemp("triton-cache")
+    return {"path": module.__file__, "module": module.__name__, "name": src.name,
+            "specialization": json.dumps(data), "target": {"backend": "cuda", "arch": 90, "warp_size": 32},
+            "env": {"TRITON_CACHE_DIR": str(cache)}}
+
+
+def test_a_worker_compiles_into_the_named_cache_and_another_process_finds_it_there(kernel_job):
+    cache = kernel_job["env"]["TRITON_CACHE_DIR"]
+    pool = compile_workers.Pool(1)
+    try:
+        result = pool.compile(kernel_job)
+        assert result["ok"], result.get("error")
+        groups = _cache_groups(cache)
+        files = [f for d in groups for f in os.listdir(os.path.join(cache, d))]
+        assert any(f.endswith(".cubin") for f in files), files
+        # a fresh process, the same job: Triton's cache key is the same, nothing new is written
+        again = compile_workers.Pool(1)
+        try:
+            assert again.compile(kernel_job)["ok"]
+        finally:
+            again.close()
+        assert _cache_groups(cache) == groups
+    finally:
+        pool.close()
+
+
+def test_a_failing_job_reports_its_error_and_the_worker_serves_the_next(kernel_job):
+    pool = compile_workers.Pool(1)
+    try:
+        broken = {**kernel_job, "name": "no_such_kernel"}
+        result = pool.compile(broken)
+        assert not result["ok"] and "no_such_kernel" in result["error"]
+        assert pool.compile(kernel_job)["ok"]
+    finally:
+        pool.close()
+
+
+def test_a_dead_worker_is_replaced_and_its_job_reported(kernel_job):
+    pool = compile_workers.Pool(1)
+    try:
+        (worker,) = pool._all
+        worker.proc.kill()
+        worker.proc.wait()
+        with pytest.raises(compile_workers.WorkerError):
+            pool.compile(kernel_job)
+        assert pool.compile(kernel_job)["ok"]  # the replacement
+    finally:
+        pool.close()
+
+
+class _Info:
+    def __init__(self, fn):
+        self.jit_function = fn
+
+
+def test_the_hook_answers_only_the_launch_its_thread_asked_about(monkeypatch):
+    seen = []
+    monkeypatch.setattr(compile_workers, "_previous_hook", lambda **kw: seen.append(kw["fn"]) or None)
+    wanted, other = object(), object()
+    compile_data = {"specialization_data": '{"x": 1}'}
+    # nobody asked: the earlier hook decides, Triton compiles
+    assert compile_workers._hook(fn=_Info(wanted), compile=compile_data) is None
+    compile_workers._PROBE.jit_fn = wanted
+    try:
+        assert compile_workers._hook(fn=_Info(other), compile=compile_data) is None
+        assert compile_workers._hook(fn=_Info(wanted), compile=compile_data) is True
+        assert compile_workers._PROBE.found == '{"x": 1}'
+    finally:
+        compile_workers._PROBE.jit_fn = None
+    assert len(seen) == 2
+
+
+def test_without_workers_the_caller_compiles(monkeypatch):
+    monkeypatch.setattr(compile_workers, "_pool", None)
+    assert compile_workers.compile_elsewhere(object(), (), (1,), {}) is False
+    assert compile_workers.start() is None  # the interpreter / no CUDA device: no workers
