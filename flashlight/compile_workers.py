@@ -39,6 +39,7 @@ without the hook, a worker that died) leaves the compile to the parent, as befor
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import pickle
@@ -67,6 +68,37 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 modules = {}
+
+
+def warm_up(target):
+    """Pay this process's one-time compile costs before the first job: the digest of
+    Triton's installation in every cache key, and a first compile (MLIR and LLVM set up)."""
+    import tempfile
+    for where in ("triton.runtime.cache", "triton.compiler.compiler"):
+        key = getattr(importlib.import_module(where), "triton_key", None)
+        if key is not None:
+            key()
+            break
+    if target is None:
+        return
+    saved = os.environ.get("TRITON_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ["TRITON_CACHE_DIR"] = folder  # the warm-up's kernel is kept nowhere
+        path = os.path.join(folder, "warm.py")
+        with open(path, "w") as f:
+            f.write("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                    "def warm(x, y, BLOCK: tl.constexpr):\n"
+                    "    offs = tl.arange(0, BLOCK)\n"
+                    "    tl.store(y + offs, tl.exp2(tl.load(x + offs)))\n")
+        fn = load(path, "flashlight_compile_worker_warm").warm
+        src = ASTSource(fn, {"x": "*fp32", "y": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 128}, {})
+        try:
+            triton.compile(src, target=GPUTarget(*target), options={"num_warps": 4})
+        finally:
+            if saved is None:
+                del os.environ["TRITON_CACHE_DIR"]
+            else:
+                os.environ["TRITON_CACHE_DIR"] = saved
 
 
 def load(path, name):
@@ -111,6 +143,10 @@ def read():
     return pickle.loads(sys.stdin.buffer.read(struct.unpack("<Q", head)[0]))
 
 
+try:
+    warm_up(json.loads(sys.argv[1]) if len(sys.argv) > 1 else None)
+except Exception:
+    pass  # only an optimisation: the first job pays it
 while (job := read()) is not None:
     start = time.perf_counter()
     try:
@@ -132,9 +168,10 @@ class WorkerError(RuntimeError):
 class _Worker:
     """One ``python -c`` process running :data:`_WORKER_SOURCE`."""
 
-    def __init__(self):
+    def __init__(self, target: tuple | None = None):
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER_SOURCE], stdin=subprocess.PIPE,
+        argv = [sys.executable, "-c", _WORKER_SOURCE] + ([json.dumps(list(target))] if target else [])
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
 
     def call(self, job: dict) -> dict:
@@ -159,16 +196,25 @@ class _Worker:
 class Pool:
     """Worker processes; :meth:`compile` hands a job to an idle one and waits for it."""
 
-    def __init__(self, processes: int):
+    def __init__(self, processes: int, target: tuple | None = None):
         self.processes = processes
+        self.target = target  # (backend, arch, warp size) the workers warm up for, if known
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._all: list[_Worker] = []
         for _ in range(processes):
-            worker = _Worker()
+            worker = _Worker(target)
             self._all.append(worker)
             self._idle.put(worker)
+        self._lock = threading.Lock()
         self.jobs = 0
+        self.failed = 0
         self.compile_s = 0.0  # seconds the workers spent compiling
+        self.load_s = 0.0  # seconds the callers' own compiles took after a worker's
+
+    def stats(self) -> dict:
+        """Jobs, failed jobs, the workers' compile seconds and the callers' load seconds, for reports."""
+        return {"processes": self.processes, "jobs": self.jobs, "failed": self.failed,
+                "compile_s": round(self.compile_s, 3), "load_s": round(self.load_s, 3)}
 
     def compile(self, job: dict) -> dict:
         worker = self._idle.get()
@@ -176,12 +222,21 @@ class Pool:
             result = worker.call(job)
         except WorkerError:
             worker.close()
-            self._idle.put(_Worker())  # a fresh one in its place
+            self._idle.put(_Worker(self.target))  # a fresh one in its place
+            with self._lock:
+                self.jobs += 1
+                self.failed += 1
             raise
         self._idle.put(worker)
-        self.jobs += 1
-        self.compile_s += result.get("seconds", 0.0)
+        with self._lock:
+            self.jobs += 1
+            self.failed += not result.get("ok")
+            self.compile_s += result.get("seconds", 0.0)
         return result
+
+    def note_load(self, seconds: float) -> None:
+        with self._lock:
+            self.load_s += seconds
 
     def close(self) -> None:
         for worker in self._all:
@@ -211,7 +266,7 @@ def start() -> Pool | None:
             n = wanted_processes()
             if n > 0:
                 try:
-                    _pool = Pool(n)
+                    _pool = Pool(n, _device_target())
                     _install_hook()
                 except Exception as error:  # noqa: BLE001 - compiles stay in process
                     log.debug("flashlight: no compile workers (%s: %s)", type(error).__name__, error)
@@ -219,6 +274,22 @@ def start() -> Pool | None:
                 else:
                     atexit.register(_pool.close)
         return _pool
+
+
+def _device_target() -> tuple | None:
+    """(backend, arch, warp size) of the current CUDA device as Triton names it, for the
+    workers' warm-up compile (None on other devices: no warm-up compile)."""
+    import torch
+
+    if getattr(torch.version, "hip", None):
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return ("cuda", 10 * major + minor, 32)
+
+
+def stats() -> dict | None:
+    """The running pool's :meth:`Pool.stats`, or None without one."""
+    return None if _pool is None else _pool.stats()
 
 
 def pool() -> Pool | None:
@@ -313,3 +384,9 @@ def compile_elsewhere(jit_fn, args: tuple, grid, options: dict) -> bool:
     log.debug("flashlight: %s compiled in a worker in %.2f s (%.2f s in all)", jit_fn.fn.__name__,
               result.get("seconds", 0.0), time.perf_counter() - start_s)
     return True
+
+
+def note_load(seconds: float) -> None:
+    """Count ``seconds`` of a caller's own compile after a worker's (Triton loading the binary)."""
+    if _pool is not None:
+        _pool.note_load(seconds)

@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import sys
+import time
 from typing import Sequence
 
 import torch
@@ -324,8 +325,11 @@ class Launcher:
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             # into Triton's disk cache from another process, where workers run ([Note:
             # compiling in other processes]); the compile below then only loads it
-            compile_workers.compile_elsewhere(self._raw, args, grid, chosen)
+            elsewhere = compile_workers.compile_elsewhere(self._raw, args, grid, chosen)
+            start = time.perf_counter()
             kernel = self._raw.warmup(*args, grid=grid, **chosen)
+            if elsewhere:
+                compile_workers.note_load(time.perf_counter() - start)
             getattr(kernel, "run", None)
         return chosen
 

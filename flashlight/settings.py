@@ -53,10 +53,10 @@ FLASHLIGHT_COMPILE_    -1          worker processes that compile the warm-up's
 PROCESSES                          kernels in the background (-1: one per CPU core,
                                    at most 8; 0: on threads of this process;
                                    flashlight.compile_workers)
-FLASHLIGHT_GRAPH_      drain       how patch_openfold's CUDA graphs are recorded:
-CAPTURE                            drain (the device idle first, as torch.cuda.graph
-                                   does) or overlap (captured while the device runs
-                                   earlier work, where free memory allows;
+FLASHLIGHT_GRAPH_      overlap     how patch_openfold's CUDA graphs are recorded:
+CAPTURE                            overlap (captured while the device runs earlier
+                                   work, where free memory allows) or drain (the
+                                   device idle first, as torch.cuda.graph does;
                                    flashlight.integrations.openfold_graphs)
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
                                    on CPU tensors through the Triton interpreter
@@ -115,7 +115,7 @@ _KNOBS: dict[str, _Knob] = {
     "graph_cache": _Knob("FLASHLIGHT_GRAPH_CACHE", True, _bool),
     "prepare": _Knob("FLASHLIGHT_PREPARE", True, _bool),
     "compile_processes": _Knob("FLASHLIGHT_COMPILE_PROCESSES", -1, int),
-    "graph_capture": _Knob("FLASHLIGHT_GRAPH_CAPTURE", "drain", _choice("drain", "overlap")),
+    "graph_capture": _Knob("FLASHLIGHT_GRAPH_CAPTURE", "overlap", _choice("drain", "overlap")),
 }
 
 _overrides: dict[str, Any] = {}

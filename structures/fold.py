@@ -127,9 +127,10 @@ def _compiling_in_background(first: bool, device: torch.device, report: dict):
     4.4-5.3 s to 2.5-2.7 s, and with the stacks replayed as CUDA graphs the timed passes
     after it measured the same as after an inline one
     (bench/results/fold_product_runs/README.md).
-    ``report`` receives the mode, the kernels compiled in the background and the seconds
-    the pass waited for them at its end."""
-    from flashlight import background, settings
+    ``report`` receives the mode, the kernels compiled in the background, the seconds
+    the pass waited for them at its end, and what the compile worker processes did
+    ([Note: compiling in other processes]; None without them)."""
+    from flashlight import background, compile_workers, settings
 
     mode = settings.get("warmup_compile")
     if not first or mode != "background":
@@ -138,7 +139,8 @@ def _compiling_in_background(first: bool, device: torch.device, report: dict):
         return
     with background.compiling_in_background() as compiles:
         yield
-    report.update(mode=mode, kernels=len(compiles.jobs()), wait_s=compiles.wait_s)
+    report.update(mode=mode, kernels=len(compiles.jobs()), wait_s=compiles.wait_s,
+                  workers=compile_workers.stats())
     if compiles.jobs() and device.type == "cuda":
         torch.cuda.empty_cache()
 

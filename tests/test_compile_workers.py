@@ -46,13 +46,15 @@ def kernel_job(tmp_path_factory):
 
 def test_a_worker_compiles_into_the_named_cache_and_another_process_finds_it_there(kernel_job):
     cache = kernel_job["env"]["TRITON_CACHE_DIR"]
-    pool = compile_workers.Pool(1)
+    pool = compile_workers.Pool(1, ("cuda", 90, 32))  # with its warm-up compile
     try:
         result = pool.compile(kernel_job)
         assert result["ok"], result.get("error")
         groups = _cache_groups(cache)
         files = [f for d in groups for f in os.listdir(os.path.join(cache, d))]
         assert any(f.endswith(".cubin") for f in files), files
+        assert not any(f.startswith("warm") for f in files)  # the warm-up's kernel is kept nowhere
+        assert pool.stats()["jobs"] == 1 and pool.stats()["failed"] == 0
         # a fresh process, the same job: Triton's cache key is the same, nothing new is written
         again = compile_workers.Pool(1)
         try:
@@ -71,6 +73,7 @@ def test_a_failing_job_reports_its_error_and_the_worker_serves_the_next(kernel_j
         result = pool.compile(broken)
         assert not result["ok"] and "no_such_kernel" in result["error"]
         assert pool.compile(kernel_job)["ok"]
+        assert pool.stats()["jobs"] == 2 and pool.stats()["failed"] == 1
     finally:
         pool.close()
 
