@@ -36,8 +36,10 @@ before ``--max-minutes`` (exit status 3: run again). Status 0: every row is in t
 ``--warmup-compile inline,background`` folds every record under each setting of
 ``FLASHLIGHT_WARMUP_COMPILE`` in the same call (own caches per setting; the rows carry
 ``warmup_compile_setting``), for a same-machine comparison of how the warm-up compiles.
-Each row also keeps the variants' host records of the timed pass (``*_host``) and how
-their warm-up compiled (``*_warmup_compile``).
+Each row also keeps the variants' host records of the timed pass (``*_host``), how
+their warm-up compiled (``*_warmup_compile``), the first call's stage times
+(``*_warmup_stages_s``) and each graphed module's recordings, replays and failed
+recordings (``*_cuda_graphs``).
 
 ``--fold-args`` passes extra options to every fold (``--num-blocks 1 --recycles 0
 --device cpu`` in the CPU smoke test).
@@ -166,6 +168,9 @@ def summarise(report: dict) -> dict:
         row[f"{name}_stages_s"] = steady.get("stages")
         row[f"{name}_host"] = steady.get("host")  # the timed pass's host record
         row[f"{name}_warmup_compile"] = run.get("warmup_compile")
+        warmups = run.get("warmup") or []
+        row[f"{name}_warmup_stages_s"] = warmups[0].get("stages") if warmups else None  # the first call's
+        row[f"{name}_cuda_graphs"] = run.get("cuda_graphs")  # recordings, replays, failures per module
         if run.get("kernels") is not None:
             row[f"{name}_kernels"] = run["kernels"]
         row["chunk_size"] = run.get("chunk_size")

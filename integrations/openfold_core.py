@@ -37,6 +37,21 @@ or the Evoformer's ``C = 32`` and the template stack's ``C = 16``, never compete
 limit. Sequence lengths and batch sizes are not part of the signature: a second length
 makes those sizes symbolic instead of compiling once per length.
 
+[Note: the cores' remainder]
+A core is one attention, which Flashlight fuses into one kernel with a loop over the keys.
+Where a size of 1 removes that loop (a single-sequence record: MSA column attention over
+one sequence, the extra-MSA stack's global attention over its one row), the kernel is a
+single contraction, which Flashlight leaves to Inductor when Inductor compiles the rest
+of a graph ([Note: what Flashlight keeps when Inductor compiles the rest] in
+``flashlight.backend``); Inductor would then compile the whole core. That gains nothing
+on a graph this small, costs the process Inductor's first use (seconds), and leaves a
+compiled graph that the cores' disk cache cannot keep, so every later process traces and
+compiles it again (on the CPU test model: two of five cores of a single-sequence record
+traced again in a second process). The cores are therefore compiled with the eager
+remainder (``remainder="eager"``, unless a caller's options say otherwise): Flashlight
+keeps its kernel, the graph is fused whole and kept on disk. Tested in
+``tests/test_openfold_patch_model.py``.
+
 [Note: global column attention]
 The extra-MSA stack's ``MSAColumnGlobalAttention`` (``GlobalAttention``) attends, per
 column ``r``, from ``H`` queries to the ``S`` sequences of that column::
@@ -184,7 +199,10 @@ class CompiledFunctions:
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, plain: Callable, name: str, options: dict) -> Callable:
-        """``plain`` compiled as ``name`` on first request for ``key``, then cached."""
+        """``plain`` compiled as ``name`` on first request for ``key``, then cached; what
+        Flashlight leaves of it runs eagerly unless ``options`` say otherwise ([Note: the
+        cores' remainder])."""
+        options = {"remainder": "eager", **options}
         key = (key, tuple(sorted(options.items())))
         with self._lock:
             entry = self._entries.get(key)

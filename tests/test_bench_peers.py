@@ -246,6 +246,8 @@ first = 30.0 if cold else 3.0
 def run(model_s):
     block = {"index": 0, "total_s": model_s, "modules": {"msa_att_row": model_s / 4, "tri_att_start": model_s / 8}}
     return {"warmup_s": [first], "runs_s": [model_s], "chunk_size": None,
+            "warmup": [{"model_s": first, "stages": {"evoformer": first / 2}}],
+            "cuda_graphs": [{"module": "EvoformerStack", "recordings": 1, "replays": 3, "failures": []}],
             "steady": {"model_s": model_s, "stages": {"evoformer": model_s}, "blocks": [block, block]}}
 report = {"runs": {"stock": run(4.0), "flashlight": run(2.0 if "--dtype" not in args else 1.0)},
           "comparison": {"max_atom_deviation_A": 0.01}, "record": {"msa_depth": 7 if "--alignment-dir" in args else 1}}
@@ -270,6 +272,8 @@ def test_fold_product_runs_cold_then_warm_and_resumes(tmp_path, monkeypatch):
     assert cold["flashlight_first_call_s"] == 30.0 and warm["flashlight_first_call_s"] == 3.0  # caches filled
     assert cold["speedup"] == 2.0 and rows[(20, "deep", "bf16", "cold")]["speedup"] == 4.0
     assert cold["flashlight_modules_s"] == {"msa_att_row": 1.0, "tri_att_start": 0.5}  # both blocks summed
+    assert cold["flashlight_warmup_stages_s"] == {"evoformer": 15.0}  # the first call's stages
+    assert cold["stock_cuda_graphs"][0]["replays"] == 3
     assert cold["msa_depth"] == 7 and rows[(20, "single", "fp32", "cold")]["msa_depth"] == 1
     assert cold["command"][0] == "flashlight-fold" and "--compare" in cold["command"]
     assert "--dtype" not in cold["command"] and "bf16" in rows[(20, "deep", "bf16", "warm")]["command"]

@@ -218,6 +218,25 @@ def test_a_later_process_loads_the_cores_from_disk(gen, tmp_path):
     assert traced == [1, 0], f"graphs traced by each process: {traced}"
 
 
+def test_a_single_sequence_column_attention_is_kept_on_disk_too(gen, tmp_path):
+    """One sequence leaves MSA column attention a single key, and its kernel no loop;
+    with Inductor compiling remainders (the default) the core still runs Flashlight's
+    kernel with the eager remainder, so it is kept on disk and a later process traces
+    nothing ([Note: the cores' remainder])."""
+    from flashlight.integrations import openfold_core
+
+    kwargs = _msa_inputs(gen, (), 1, 9, torch.float32, pair=False)
+    traced = []
+    with flashlight.settings.override(cache_dir=str(tmp_path), remainder="inductor"):
+        for _ in range(2):
+            openfold_core.clear_compiled()
+            patched, stock, reference = make_twins("msa_column_attention", gen, torch.float32)
+            check_against_stock(patched, stock, reference, kwargs, torch.float32)
+            traced.append(_graph_count())
+    openfold_core.clear_compiled()
+    assert traced == [1, 0], f"graphs traced by each process: {traced}"
+
+
 def test_inplace_safe_and_mask_none(gen):
     patched, stock, reference = make_twins("triangle_attention_start", gen, torch.float32)
     kwargs = _pair_inputs(gen, (), 0, 12, torch.float32)
