@@ -30,10 +30,13 @@ Here the compile runs in separate processes, each with its own interpreter:
   under, so Triton loads the binary instead of compiling it (a different key only costs the
   compile the parent would have done anyway).
 
-Workers start when :func:`start` is first called (``patch_openfold`` does, through
-:mod:`flashlight.prepare`, while the caller loads weights and inputs), one per CPU core up
-to 8 (``FLASHLIGHT_COMPILE_PROCESSES``; 0: compile on threads as before); they exit with
-the program (their input closes). Anything that goes wrong here (no CUDA device, a Triton
+Workers start when :func:`start` is first called (``flashlight-fold`` calls
+:func:`start_soon` once it has patched a model, so that their start, about a second of
+imports and a first compile each, overlaps its feature processing; a background compile
+starts them otherwise), one per CPU core this process may use, shared among the
+processes of a ``torchrun`` node (``LOCAL_WORLD_SIZE``), at most 8
+(``FLASHLIGHT_COMPILE_PROCESSES``; 0: compile on threads as before); they exit with the
+program (their input closes). Anything that goes wrong here (no CUDA device, a Triton
 without the hook, a worker that died) leaves the compile to the parent, as before.
 """
 from __future__ import annotations
@@ -249,11 +252,13 @@ _pool_lock = threading.Lock()
 
 def wanted_processes() -> int:
     """Worker processes to start: ``FLASHLIGHT_COMPILE_PROCESSES`` (negative: one per CPU core
-    this process may use, at most :data:`MAX_PROCESSES`; 0: none)."""
+    this process may use, divided among ``torchrun``'s processes on the node, at most
+    :data:`MAX_PROCESSES`; 0: none)."""
     wanted = int(settings.get("compile_processes"))
     if wanted < 0:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        wanted = min(MAX_PROCESSES, cores)
+        ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))  # torchrun's processes on this node
+        wanted = max(1, min(MAX_PROCESSES, cores // ranks))
     return wanted
 
 
@@ -274,6 +279,11 @@ def start() -> Pool | None:
                 else:
                     atexit.register(_pool.close)
         return _pool
+
+
+def start_soon() -> None:
+    """:func:`start` on a daemon thread (the caller does not wait for the processes to spawn)."""
+    threading.Thread(target=start, name="flashlight-compile-workers", daemon=True).start()
 
 
 def _device_target() -> tuple | None:

@@ -19,9 +19,7 @@ weights and builds inputs. It traces nothing itself (an FX tracer patches
 compile path calls :func:`wait` before its first trace and its first Triton compile:
 where the thread is still running, the caller waits for it (never longer than doing the
 work itself), so the same work never runs twice at once.
-The thread also starts the worker processes that compile the warm-up's kernels ([Note:
-compiling in other processes] in :mod:`flashlight.compile_workers`), so their imports
-overlap the caller's loading too. ``FLASHLIGHT_PREPARE=0`` turns the thread off.
+``FLASHLIGHT_PREPARE=0`` turns the thread off.
 """
 from __future__ import annotations
 
@@ -31,7 +29,7 @@ import time
 
 import torch
 
-from flashlight import compile_workers, settings
+from flashlight import settings
 
 log = logging.getLogger("flashlight")
 
@@ -65,8 +63,6 @@ def wait() -> None:
 
 def _run() -> None:
     try:
-        # worker processes import Triton meanwhile ([Note: compiling in other processes])
-        _step("compile_workers", compile_workers.start)
         _step("trace", _first_trace)
         if torch.cuda.is_available() and not settings.get("interpret"):
             _step("triton_driver", _triton_driver)

@@ -26,6 +26,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import torch
 
+from flashlight import compile_workers, settings
 from flashlight.integrations import openfold_graphs
 from flashlight.structures import confidence
 from flashlight.structures import features as feature_builder
@@ -130,7 +131,7 @@ def _compiling_in_background(first: bool, device: torch.device, report: dict):
     ``report`` receives the mode, the kernels compiled in the background, the seconds
     the pass waited for them at its end, and what the compile worker processes did
     ([Note: compiling in other processes]; None without them)."""
-    from flashlight import background, compile_workers, settings
+    from flashlight import background
 
     mode = settings.get("warmup_compile")
     if not first or mode != "background":
@@ -156,8 +157,6 @@ def _flashlight_unusable(device: torch.device) -> Optional[str]:
     if device.type == "cuda":
         return None
     if device.type == "cpu":
-        from flashlight import settings
-
         if settings.get("interpret"):
             return None
         return (
@@ -290,6 +289,10 @@ class Folder:
                     patched, scope=options.patch_scope,
                     cuda_graphs=options.cuda_graphs and self.device.type == "cuda")
             if self.status.active:
+                if self.device.type == "cuda" and settings.get("warmup_compile") == "background":
+                    # the warm-up's compile workers start while the features are made
+                    # ([Note: compiling in other processes] in flashlight.compile_workers)
+                    compile_workers.start_soon()
                 if options.compare:
                     self.variants["stock"] = self.stock
                 self.variants["flashlight"] = patched

@@ -117,3 +117,18 @@ def test_without_workers_the_caller_compiles(monkeypatch):
     monkeypatch.setattr(compile_workers, "_pool", None)
     assert compile_workers.compile_elsewhere(object(), (), (1,), {}) is False
     assert compile_workers.start() is None  # the interpreter / no CUDA device: no workers
+
+
+def test_the_workers_share_the_cores_among_a_nodes_processes(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    from flashlight import settings
+
+    with settings.override(compile_processes=-1):
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+        assert compile_workers.wanted_processes() == 8  # one per core, at most 8
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+        assert compile_workers.wanted_processes() == 4  # 16 cores among 4 ranks
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
+        assert compile_workers.wanted_processes() == 1
+    with settings.override(compile_processes=0):
+        assert compile_workers.wanted_processes() == 0
