@@ -36,7 +36,9 @@ imports and a first compile each, overlaps its feature processing; a background 
 starts them otherwise), one per CPU core this process may use, shared among the
 processes of a ``torchrun`` node (``LOCAL_WORLD_SIZE``), at most 8
 (``FLASHLIGHT_COMPILE_PROCESSES``; 0: compile on threads as before); they exit with the
-program (their input closes). Anything that goes wrong here (no CUDA device, a Triton
+program (their input closes). Each says when its warm-up is done; a comparison of
+variants (``flashlight-fold --compare``) waits for that before it times anything
+(:func:`wait_ready`), so no variant's timing shares the CPU with their start. Anything that goes wrong here (no CUDA device, a Triton
 without the hook, a worker that died) leaves the compile to the parent, as before.
 """
 from __future__ import annotations
@@ -146,10 +148,17 @@ def read():
     return pickle.loads(sys.stdin.buffer.read(struct.unpack("<Q", head)[0]))
 
 
+def send(result):
+    blob = pickle.dumps(result)
+    out.write(struct.pack("<Q", len(blob)) + blob)
+    out.flush()
+
+
 try:
     warm_up(json.loads(sys.argv[1]) if len(sys.argv) > 1 else None)
 except Exception:
     pass  # only an optimisation: the first job pays it
+send({"ready": True})
 while (job := read()) is not None:
     start = time.perf_counter()
     try:
@@ -158,9 +167,7 @@ while (job := read()) is not None:
     except BaseException as error:
         result = {"ok": False, "error": f"{type(error).__name__}: {error}"[:2000]}
     result["seconds"] = time.perf_counter() - start
-    blob = pickle.dumps(result)
-    out.write(struct.pack("<Q", len(blob)) + blob)
-    out.flush()
+    send(result)
 '''
 
 
@@ -176,18 +183,34 @@ class _Worker:
         argv = [sys.executable, "-c", _WORKER_SOURCE] + ([json.dumps(list(target))] if target else [])
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self.ready = False  # its warm-up is done (it said so)
+        self._ready_lock = threading.Lock()  # one reader of that message
 
-    def call(self, job: dict) -> dict:
-        blob = pickle.dumps(job)
+    def _receive(self) -> dict:
         try:
-            self.proc.stdin.write(struct.pack("<Q", len(blob)) + blob)
-            self.proc.stdin.flush()
             head = self.proc.stdout.read(8)  # blocks without the interpreter lock
             if len(head) < 8:
                 raise WorkerError(f"the compile worker exited (status {self.proc.poll()})")
             return pickle.loads(self.proc.stdout.read(struct.unpack("<Q", head)[0]))
-        except (BrokenPipeError, OSError) as error:
+        except OSError as error:
             raise WorkerError(f"the compile worker is gone ({error})") from error
+
+    def wait_ready(self) -> None:
+        """Block until the worker has warmed up (it says so once, before any result)."""
+        with self._ready_lock:
+            if not self.ready:
+                self._receive()
+                self.ready = True
+
+    def call(self, job: dict) -> dict:
+        self.wait_ready()
+        blob = pickle.dumps(job)
+        try:
+            self.proc.stdin.write(struct.pack("<Q", len(blob)) + blob)
+            self.proc.stdin.flush()
+        except OSError as error:
+            raise WorkerError(f"the compile worker is gone ({error})") from error
+        return self._receive()
 
     def close(self) -> None:
         try:
@@ -236,6 +259,15 @@ class Pool:
             self.failed += not result.get("ok")
             self.compile_s += result.get("seconds", 0.0)
         return result
+
+    def wait_ready(self) -> None:
+        """Block until every worker has warmed up (a worker that died is left to
+        :meth:`compile` to replace)."""
+        for worker in list(self._all):
+            try:
+                worker.wait_ready()
+            except WorkerError:
+                pass
 
     def note_load(self, seconds: float) -> None:
         with self._lock:
@@ -394,6 +426,16 @@ def compile_elsewhere(jit_fn, args: tuple, grid, options: dict) -> bool:
     log.debug("flashlight: %s compiled in a worker in %.2f s (%.2f s in all)", jit_fn.fn.__name__,
               result.get("seconds", 0.0), time.perf_counter() - start_s)
     return True
+
+
+def wait_ready() -> None:
+    """Block until the workers, if any were started, have warmed up: their start uses
+    the CPU for about a second each, which a timing (a comparison's stock pass) must not
+    share."""
+    with _pool_lock:
+        workers = _pool
+    if workers is not None:
+        workers.wait_ready()
 
 
 def note_load(seconds: float) -> None:

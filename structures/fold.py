@@ -484,6 +484,8 @@ class Folder:
         runs: Dict[str, dict] = {}
         predictions: Dict[str, dict] = {}
         timer_method = None
+        if len(self.variants) > 1:
+            compile_workers.wait_ready()  # no variant is timed while the workers start
         for name in list(self.variants):
             model = self.variants[name]
             try:

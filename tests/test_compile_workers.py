@@ -132,3 +132,14 @@ def test_the_workers_share_the_cores_among_a_nodes_processes(monkeypatch):
         assert compile_workers.wanted_processes() == 1
     with settings.override(compile_processes=0):
         assert compile_workers.wanted_processes() == 0
+
+
+def test_waiting_for_the_workers_warm_up_then_compiling(kernel_job, monkeypatch):
+    pool = compile_workers.Pool(2, ("cuda", 90, 32))
+    try:
+        monkeypatch.setattr(compile_workers, "_pool", pool)
+        compile_workers.wait_ready()  # what a comparison does before timing
+        assert all(worker.ready for worker in pool._all)
+        assert pool.compile(kernel_job)["ok"]  # the ready message is not taken for a result
+    finally:
+        pool.close()
