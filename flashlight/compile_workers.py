@@ -1,15 +1,17 @@
 """Triton compiles in worker processes, for the warm-up's background compiles.
 
 [Note: compiling in other processes]
-A Triton compile run on a thread of the program's own process mostly holds the
-interpreter lock: Triton's front end walks the kernel's Python syntax tree and drives
-its MLIR passes from Python, and only ``ptxas`` and the launcher's C compiler run
-outside it. Measured on this project's 2-core CI machine (one flash-attention kernel
-compiled for sm_90 on a thread while the main thread ran a Python loop): the loop ran at
-43% of its speed alone, and the compile took 1.29 s instead of 0.67 s. So compiling a
-fold's kernels on threads (:mod:`flashlight.background`) slows the very pass the threads
-were meant to overlap with, whose host work (issuing OpenFold's unfused modules) is the
-pass's span.
+A Triton compile run on a thread of the program's own process holds the interpreter
+lock much of the time: Triton's front end walks the kernel's Python syntax tree and
+drives its MLIR passes from Python; only ``ptxas`` and the launcher's C compiler run
+outside it. The program's own thread and the compile then take turns.
+``python -m bench.compile_interference`` measures it (``bench/results/compile_interference``):
+on this project's 2-core CI machine, one flash-attention kernel compiled for sm_90 on a
+thread took 1.28-1.35 s while a Python loop beside it ran at 0.89x its speed alone; in a
+worker process the compile took 0.53-0.72 s and the loop ran at 0.96-1.03x. A fold's
+warm-up compiles five kernels at once: sampling the main thread's stack during a cold
+first call on an H200 host (16 cores) found it starved (1-13 samples per 100 ms where
+an idle process gives 30), and the pass it issues is the warm-up's span.
 
 Here the compile runs in separate processes, each with its own interpreter:
 

@@ -2,7 +2,9 @@
 cells with their errors against float64, resumes, stops on its time budget, and the
 report turns its output into tables."""
 import json
+import os
 import pathlib
+import sys
 import time
 
 import pytest
@@ -536,3 +538,19 @@ def test_fold_rows_show_the_newest_default_fold_with_both_processes(tmp_path):
         "warm-up): stock 1300, Flashlight 2500 | 1.20× |"]
     section = report_summary.readme_section({}, [], [], [], rows)
     assert lines[0] in section and report_fold.CAPTION in section
+
+
+def test_compile_interference_compares_threads_and_worker_processes(tmp_path):
+    """bench.compile_interference runs without the interpreter (a child process) and
+    reports the loop alone, beside a compile on a thread and beside a worker's."""
+    import subprocess
+
+    out = tmp_path / "ci.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "bench.compile_interference", "--compiles", "1", "--out", str(out)],
+                          capture_output=True, text=True, env=env, cwd=str(pathlib.Path(__file__).parent.parent))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["mode"] for r in rows] == ["alone", "thread", "process"]
+    assert rows[0]["loop_relative"] == 1.0 and all(r["loop_per_s"] > 0 for r in rows)
+    assert all(r["compile_wall_s"] > 0 for r in rows[1:])
