@@ -172,6 +172,10 @@ class _Printer(TileText):
             text = f"({args[0]} != 0)"
         elif op == "cast" and expr.dtype.is_floating_point:  # floats are computed on in float32
             text = args[0] if expr.args[0].dtype.is_floating_point else f"({args[0]}).to(tl.float32)"
+            if expr.dtype.itemsize == 2 and expr.dtype != expr.args[0].dtype:
+                # a cast to a 16-bit float rounds, as eager's does: a comparison or a
+                # floor after it must see the rounded value (held in float32 again)
+                text = f"({text}).to({TL_DTYPES[expr.dtype]}).to(tl.float32)"
         elif op == "cast":
             text = f"({args[0]}).to({TL_DTYPES[expr.dtype]})"
         else:
