@@ -109,7 +109,7 @@ def compiling_in_background(threads: int | None = None) -> Iterator[Compiles]:
     while their unfused graphs compute their values; on leaving it every compile has
     finished and the deferred calls have run ([Note: compiling in the background])."""
     global _active
-    compile_workers.start()  # [Note: compiling in other processes]; started already by patch_openfold
+    compile_workers.start()  # [Note: compiling in other processes]; flashlight-fold started them already
     with _active_lock:
         if _active is not None:
             raise RuntimeError("compiling_in_background() is already active")

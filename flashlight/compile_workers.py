@@ -40,8 +40,9 @@ processes of a ``torchrun`` node (``LOCAL_WORLD_SIZE``), at most 8
 (``FLASHLIGHT_COMPILE_PROCESSES``; 0: compile on threads as before); they exit with the
 program (their input closes). Each says when its warm-up is done; a comparison of
 variants (``flashlight-fold --compare``) waits for that before it times anything
-(:func:`wait_ready`), so no variant's timing shares the CPU with their start. Anything that goes wrong here (no CUDA device, a Triton
-without the hook, a worker that died) leaves the compile to the parent, as before.
+(:func:`wait_ready`), so no variant's timing shares the CPU with their start. Anything
+that goes wrong here (no CUDA device, a Triton without the hook, a worker that died)
+leaves the compile to the parent, as before.
 """
 from __future__ import annotations
 

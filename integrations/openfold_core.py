@@ -50,7 +50,7 @@ compiles it again (on the CPU test model: two of five cores of a single-sequence
 traced again in a second process). The cores are therefore compiled with the eager
 remainder (``remainder="eager"``, unless a caller's options say otherwise): Flashlight
 keeps its kernel, the graph is fused whole and kept on disk. Tested in
-``tests/test_openfold_patch_model.py``.
+``tests/test_openfold_patch.py``.
 
 [Note: global column attention]
 The extra-MSA stack's ``MSAColumnGlobalAttention`` (``GlobalAttention``) attends, per

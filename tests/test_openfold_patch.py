@@ -204,18 +204,25 @@ def test_a_later_process_loads_the_cores_from_disk(gen, tmp_path):
     """The cores' compiled graphs are kept on disk ([Note: traced capture]): a process
     that patches the same modules again (here: after forgetting every compiled core)
     traces nothing and matches stock."""
+    kwargs = _pair_inputs(gen, (), 0, 13, torch.float32)
+    traced = _traced_by_two_processes("triangle_attention_start", gen, kwargs, cache_dir=str(tmp_path))
+    assert traced == [1, 0], f"graphs traced by each process: {traced}"
+
+
+def _traced_by_two_processes(name, gen, kwargs, **settings) -> list[int]:
+    """Graphs traced by each of two "processes" patching module ``name`` (every compiled
+    core forgotten before each) under ``settings``, each call checked against stock."""
     from flashlight.integrations import openfold_core
 
-    kwargs = _pair_inputs(gen, (), 0, 13, torch.float32)
     traced = []
-    with flashlight.settings.override(cache_dir=str(tmp_path)):
+    with flashlight.settings.override(**settings):
         for _ in range(2):
             openfold_core.clear_compiled()
-            patched, stock, reference = make_twins("triangle_attention_start", gen, torch.float32)
+            patched, stock, reference = make_twins(name, gen, torch.float32)
             check_against_stock(patched, stock, reference, kwargs, torch.float32)
             traced.append(_graph_count())
     openfold_core.clear_compiled()
-    assert traced == [1, 0], f"graphs traced by each process: {traced}"
+    return traced
 
 
 def test_a_single_sequence_column_attention_is_kept_on_disk_too(gen, tmp_path):
@@ -223,17 +230,9 @@ def test_a_single_sequence_column_attention_is_kept_on_disk_too(gen, tmp_path):
     with Inductor compiling remainders (the default) the core still runs Flashlight's
     kernel with the eager remainder, so it is kept on disk and a later process traces
     nothing ([Note: the cores' remainder])."""
-    from flashlight.integrations import openfold_core
-
     kwargs = _msa_inputs(gen, (), 1, 9, torch.float32, pair=False)
-    traced = []
-    with flashlight.settings.override(cache_dir=str(tmp_path), remainder="inductor"):
-        for _ in range(2):
-            openfold_core.clear_compiled()
-            patched, stock, reference = make_twins("msa_column_attention", gen, torch.float32)
-            check_against_stock(patched, stock, reference, kwargs, torch.float32)
-            traced.append(_graph_count())
-    openfold_core.clear_compiled()
+    traced = _traced_by_two_processes("msa_column_attention", gen, kwargs, cache_dir=str(tmp_path),
+                                      remainder="inductor")
     assert traced == [1, 0], f"graphs traced by each process: {traced}"
 
 
