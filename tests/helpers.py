@@ -4,7 +4,7 @@ attention every stage is tested on, checks against float64 eager, the plan the
 pipeline makes for a function, and the ATen operations a compiled function still runs
 outside its kernels (the profiler's view).
 
-Tests by pipeline stage (see the README's compiler section for the stages):
+Tests by pipeline stage (see flashlight/README.md for the stages):
 
 - lowering and the graph passes: ``test_compiler.py`` (also the online rewrite's
   algebra and many written variants), ``test_vocabulary.py``;
