@@ -302,6 +302,46 @@ def test_sums_over_combined_probabilities_split_by_linearity(fn):
     _one_exact_kernel(fn, q, k, v)
 
 
+def _entropy(q, k, v):  # a sum over keys of p log p: a second sum of the online loop
+    p = torch.softmax(q @ k.transpose(-1, -2), -1)
+    return -(p * torch.log(p + 1e-9)).sum(-1)
+
+
+def _thresholded(q, k, v):  # a predicate on the normalised probability
+    p = torch.softmax(q @ k.transpose(-1, -2), -1)
+    return (p * (p > 0.05)) @ v
+
+
+def _over_queries(q, k, v):  # the softmax over the query dim: each key column normalised
+    return torch.softmax(q @ k.transpose(-1, -2), dim=-2) @ v
+
+
+def _norm_epilogue_head_mean(q, k, v):  # reductions after the key loop, over features and heads
+    o = F.layer_norm(torch.softmax(q @ k.transpose(-1, -2), -1) @ v, (q.shape[-1],))
+    return o.mean(dim=1)
+
+
+def test_a_softmax_over_the_query_dim_is_one_kernel():
+    """A variant first tried after the catalog was written: each key column normalised
+    over the queries, then ``@ v``."""
+    _one_exact_kernel(_over_queries, *_inputs(47, L=37)[:3])
+
+
+@pytest.mark.parametrize("fn, kernels", [(_entropy, 1), (_thresholded, 1), (_norm_epilogue_head_mean, 2)])
+def test_probabilities_used_beyond_a_value_product(fn, kernels):
+    """Variants first tried after the catalog was written. A log of ``p + eps`` or a
+    comparison of ``p`` needs the row's final sum, which one online pass does not have
+    while it visits the keys: the kernel computes the statistics and the rest runs
+    outside, with the reason; a mean over heads after the loop is a second kernel (the
+    heads are programs of the first). Every result matches float64."""
+    q, k, v, _ = _inputs(47, L=37)
+    report = flashlight.explain(fn, q, k, v)
+    assert len(report.kernels) == kernels, report
+    assert all(op.reason for op in report.fallback_ops), report
+    ref = fn(q.double(), k.double(), v.double())
+    torch.testing.assert_close(flashlight.compile(fn)(q, k, v).double(), ref, rtol=1e-5, atol=1e-5)
+
+
 def test_a_sum_that_qualifies_as_written_is_not_split():
     (nest,) = [tk.kernel for tk in compile_graph(lower(capture(attention, *_inputs(0))), check=True).kernels.values()]
     assert sorted(red.op for red in nest.loop) == ["max", "sum", "sum"]
