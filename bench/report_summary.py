@@ -14,6 +14,7 @@ from bench.report import (
     EVOFORMER,
     IMPL_TITLES,
     MODE_TITLES,
+    best_flashlight,
     case_shape,
     cases,
     cell_text,
@@ -138,7 +139,9 @@ def e2e_rows(evo: list[dict]) -> list[str]:
         blocks = next((m.get("blocks") for m in modes.values() if m.get("blocks")), None)
         label = ("Evoformer stack" if scope == "stack" else "`model_1` inference") + (
             f" ({blocks} blocks)" if blocks else "") + f", N_res {n}"
-        fl = modes.get("flashlight")
+        mode, fl = best_flashlight(modes)
+        if mode == "flashlight-block":
+            label += ", whole blocks compiled"
         others = [(modes[m]["ms"], m) for m in ("compile", "stock") if ok_ms(modes.get(m))]
         peer_text = "; ".join(f"{MODE_TITLES[m]} {_e2e_text(modes.get(m))}" for m in ("compile", "stock")
                               if m in modes)

@@ -554,3 +554,28 @@ def test_compile_interference_compares_threads_and_worker_processes(tmp_path):
     assert [r["mode"] for r in rows] == ["alone", "thread", "process"]
     assert rows[0]["loop_relative"] == 1.0 and all(r["loop_per_s"] > 0 for r in rows)
     assert all(r["compile_wall_s"] > 0 for r in rows[1:])
+
+
+def test_end_to_end_rows_take_flashlight_at_its_faster_scope(tmp_path):
+    """An end-to-end row shows Flashlight at the faster of its two scopes (the attention
+    cores, or whole blocks from ``block_scope/``), labelled when it is whole blocks, and
+    the report keeps both scopes' times."""
+    from bench import report_summary
+
+    def cell(mode, ms, when):
+        return {"scope": "stack", "n_res": 256, "mode": mode, "status": "ok", "ms": ms, "blocks": 48,
+                "run": 0, "measured_at": when}
+
+    runs = [{"id": 0, "gpu": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0", "date": "2026-12-01"}]
+    (tmp_path / "evoformer.json").write_text(json.dumps({"runs": runs, "cells": [
+        cell("stock", 880.0, "2026-12-01T00:00:00"), cell("compile", 510.0, "2026-12-01T00:00:00"),
+        cell("flashlight", 485.0, "2026-12-01T00:00:00")]}))
+    (tmp_path / "block_scope").mkdir()
+    (tmp_path / "block_scope" / "stack.json").write_text(json.dumps({"runs": runs, "cells": [
+        cell("flashlight-block", 267.0, "2026-12-03T00:00:00")]}))
+    evo, _ = report.load_evoformer(tmp_path)
+    (row,) = report_summary.e2e_rows(evo)
+    assert row == ("| Evoformer stack (48 blocks), N_res 256, whole blocks compiled | fp32 (TF32) | 267 | "
+                   "torch.compile per block 510; stock 880 | 1.91× |")
+    table = "\n".join(report.evoformer_table(evo))
+    assert "| 485 | 267 | 3.30× |" in table
