@@ -59,7 +59,7 @@ def plot_evoformer(cells: list[dict], out_dir: pathlib.Path) -> list[pathlib.Pat
     if not ok:
         return []
     groups = sorted({(c["scope"], c["n_res"]) for c in ok}, key=lambda g: (g[0] != "stack", g[1]))
-    modes = [m for m in ("stock", "compile", "flashlight") if any(c["mode"] == m for c in ok)]
+    modes = [m for m in ("stock", "compile", "flashlight", "flashlight-block") if any(c["mode"] == m for c in ok)]
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / len(modes)
     for j, mode in enumerate(modes):
