@@ -330,10 +330,11 @@ def test_a_softmax_over_the_query_dim_is_one_kernel():
 @pytest.mark.parametrize("fn, kernels", [(_entropy, 1), (_thresholded, 1), (_norm_epilogue_head_mean, 2)])
 def test_probabilities_used_beyond_a_value_product(fn, kernels):
     """Variants first tried after the catalog was written. A log of ``p + eps`` or a
-    comparison of ``p`` needs the row's final sum, which one online pass does not have
-    while it visits the keys: the kernel computes the statistics and the rest runs
-    outside, with the reason; a mean over heads after the loop is a second kernel (the
-    heads are programs of the first). Every result matches float64."""
+    comparison of ``p`` needs the row's final sum while the loop visits the keys, which
+    no online loop has: the back-off keeps a rows x keys value separate (the scores, a
+    product of probabilities), as eager does, and what runs outside says why; a layer
+    norm and a mean over heads after the loop are a second kernel. Every result matches
+    float64."""
     q, k, v, _ = _inputs(47, L=37)
     report = flashlight.explain(fn, q, k, v)
     assert len(report.kernels) == kernels, report
