@@ -51,12 +51,14 @@ def shape_label(shape: dict) -> str:
     return " ".join(f"{k}{v}" for k, v in shape.items())
 
 
-def _latest_cells(results: pathlib.Path, pattern: str, key) -> tuple[list[dict], list[dict]]:
-    """The latest cell per ``key(cell)`` over every result file matching ``pattern``,
-    each with its run's metadata (``_run``) and file name (``_file``), plus all runs."""
+def _latest_cells(results: pathlib.Path, patterns: str | tuple[str, ...], key) -> tuple[list[dict], list[dict]]:
+    """The latest cell per ``key(cell)`` over every result file matching one of
+    ``patterns`` (``rglob`` patterns), each with its run's metadata (``_run``) and file
+    name (``_file``), plus all runs."""
     latest: dict[tuple, dict] = {}
     runs: list[dict] = []
-    for path in sorted(results.rglob(pattern)):
+    patterns = (patterns,) if isinstance(patterns, str) else patterns
+    for path in sorted({p for pattern in patterns for p in results.rglob(pattern)}):
         if "smoke" in path.name:
             continue
         data = json.loads(path.read_text())
@@ -86,15 +88,8 @@ def load_evoformer(results: pathlib.Path, everything: bool = False) -> tuple[lis
         return (c["scope"], c["n_res"], c["mode"], c.get("n_seq"), c.get("n_extra"), c.get("iters"), c.get("blocks"),
                 c.get("dtype", "tf32"))
 
-    cells, runs = _latest_cells(results, "evoformer*.json", key)
-    if (results / "block_scope").is_dir():  # the same benchmark's runs of whole-block compilation
-        block_cells, block_runs = _latest_cells(results / "block_scope", "*.json", key)
-        latest = {key(c): c for c in cells}
-        for c in block_cells:
-            old = latest.get(key(c))
-            if old is None or c.get("measured_at", "") >= old.get("measured_at", ""):
-                latest[key(c)] = c
-        cells, runs = list(latest.values()), runs + block_runs
+    # block_scope/: the same benchmark's runs of whole-block compilation
+    cells, runs = _latest_cells(results, ("evoformer*.json", "block_scope/*.json"), key)
     if not everything:
         cells = [c for c in cells if c.get("dtype", "tf32") == "tf32" and c["mode"] in E2E_MODES]
     return cells, runs
@@ -104,13 +99,13 @@ def load_evoformer(results: pathlib.Path, everything: bool = False) -> tuple[lis
 E2E_MODES = ("stock", "compile", "flashlight", "flashlight-block")
 
 
-def best_flashlight(modes: dict[str, dict]) -> tuple[str | None, dict | None]:
+def best_flashlight(modes: dict[str, dict]) -> tuple[str, dict | None]:
     """The faster of Flashlight's scopes that ran (attention cores, whole blocks):
     ``(mode, cell)``; the cores' cell (or None) when neither has a time."""
     timed = [(modes[m]["ms"], m) for m in ("flashlight", "flashlight-block")
              if modes.get(m) is not None and modes[m]["status"] == "ok"]
     if not timed:
-        return ("flashlight", modes.get("flashlight")) if "flashlight" in modes else (None, None)
+        return "flashlight", modes.get("flashlight")
     mode = min(timed)[1]
     return mode, modes[mode]
 
