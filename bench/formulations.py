@@ -10,7 +10,15 @@ formulation listed here for a peer and keeps the fastest per cell, recording whi
 - ``bias_contiguous``: one contiguous copy of the shared pair bias per call, inside the
   timed call, which ``score_mod`` (Flex) or the bias sum (SDPA) then reads;
 - ``qkv_contiguous``: that, plus contiguous ``[rows, H, L, c]`` copies of q, k and v; the
-  output is gated as before.
+  output is gated as before;
+- ``compiled_call``: the same copies made eagerly, around ``torch.compile(flex_attention)``
+  alone (the usage FlexAttention's documentation shows). Compiling the whole form lets
+  Inductor fuse the copies into the kernel's loads, which reads the pair bias strided
+  again; this form keeps them copies.
+
+The forms compiled whole by the caller are plain functions; a ``compiled_call`` form
+compiles its own ``flex_attention`` call (:func:`compiles_itself`) and is called as it
+is. ``compiled=False`` runs its eager twin (the same arithmetic), which the CPU tests check.
 
 ``flex_flash`` (FlexAttention's ``BACKEND="FLASH"``, CuTeDSL) uses the Flex forms with
 ``kernel_options={"BACKEND": "FLASH"}``. Each form takes the variant's inputs and returns
@@ -32,7 +40,23 @@ FLASH_OPTIONS = {"BACKEND": "FLASH"}
 # ---------------------------------------------------------------------------- FlexAttention
 
 
-def _flex_rows(q, k, v, mask_bias, bias, rows_per_bias: int, scale, kernel_options, contiguous_qkv: bool):
+@functools.cache
+def _compiled_flex_attention() -> Callable:
+    return torch.compile(flex_attention)
+
+
+def _attend(compiled: bool) -> Callable:
+    """``flex_attention`` itself (the caller compiles the whole form) or compiled alone."""
+    return _compiled_flex_attention() if compiled else flex_attention
+
+
+def compiles_itself(form: Callable) -> bool:
+    """Whether ``form`` compiles its own ``flex_attention`` call (a ``compiled_call`` form)."""
+    return bool(getattr(form, "keywords", {}).get("compiled"))
+
+
+def _flex_rows(q, k, v, mask_bias, bias, rows_per_bias: int, scale, kernel_options, contiguous_qkv: bool,
+               compiled: bool = False):
     """Flex over ``[R, H, L, c]`` rows; ``mask_bias`` [R, L]; ``bias`` [R // rows_per_bias, H, L, L]."""
     if contiguous_qkv:
         q, k, v = (t.contiguous() for t in (q, k, v))
@@ -40,20 +64,20 @@ def _flex_rows(q, k, v, mask_bias, bias, rows_per_bias: int, scale, kernel_optio
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + mask_bias[b, kv_idx] + bias[b // rows_per_bias, h, q_idx, kv_idx]
 
-    return flex_attention(q, k, v, score_mod=score_mod, scale=scale, kernel_options=kernel_options)
+    return _attend(compiled)(q, k, v, score_mod=score_mod, scale=scale, kernel_options=kernel_options)
 
 
-def msa_row_flex(q, k, v, mask, pair_bias, g, *, contiguous_qkv=False, kernel_options=None):
+def msa_row_flex(q, k, v, mask, pair_bias, g, *, contiguous_qkv=False, kernel_options=None, compiled=False):
     # q, k, v: [B, S, H, L, c] (q pre-scaled); pair_bias [B, 1, H, L, L] (a permuted view)
     B, S, H, L, c = q.shape
     mask_bias = (1e9 * (mask - 1)).reshape(B * S, L)
     bias = pair_bias[:, 0].contiguous()  # [B, H, L, L]: the one copy per call
     rows = [t.reshape(B * S, H, L, c) for t in (q, k, v)]
-    o = _flex_rows(*rows, mask_bias, bias, S, 1.0, kernel_options, contiguous_qkv)
+    o = _flex_rows(*rows, mask_bias, bias, S, 1.0, kernel_options, contiguous_qkv, compiled)
     return o.reshape(B, S, H, L, c).transpose(-2, -3) * torch.sigmoid(g)
 
 
-def msa_column_flex(q, k, v, mask, g, *, kernel_options=None, **_):
+def msa_column_flex(q, k, v, mask, g, *, kernel_options=None, compiled=False, **_):
     # q, k, v, g: [B, S, L, H, c]; contiguous [B * L, H, S, c] copies (the permute needs one anyway)
     B, S, L, H, c = q.shape
     qt, kt, vt = (t.permute(0, 2, 3, 1, 4).contiguous().reshape(B * L, H, S, c) for t in (q, k, v))
@@ -62,17 +86,17 @@ def msa_column_flex(q, k, v, mask, g, *, kernel_options=None, **_):
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + mask_bias[b, kv_idx]
 
-    o = flex_attention(qt, kt, vt, score_mod=score_mod, kernel_options=kernel_options)
+    o = _attend(compiled)(qt, kt, vt, score_mod=score_mod, kernel_options=kernel_options)
     return o.reshape(B, L, H, S, c).permute(0, 3, 1, 2, 4) * torch.sigmoid(g)
 
 
-def triangle_start_flex(q, k, v, mask, tri_bias, g, *, contiguous_qkv=False, kernel_options=None):
+def triangle_start_flex(q, k, v, mask, tri_bias, g, *, contiguous_qkv=False, kernel_options=None, compiled=False):
     # q, k, v, g: [B, I, J, H, c]; tri_bias [B, J, K, H]
     B, N, _, H, c = q.shape
     rows = [t.transpose(-2, -3).reshape(B * N, H, N, c) for t in (q, k, v)]
     mask_bias = (1e9 * (mask - 1)).reshape(B * N, N)
     bias = tri_bias.permute(0, 3, 1, 2).contiguous()  # [B, H, J, K]
-    o = _flex_rows(*rows, mask_bias, bias, N, c ** -0.5, kernel_options, contiguous_qkv)
+    o = _flex_rows(*rows, mask_bias, bias, N, c ** -0.5, kernel_options, contiguous_qkv, compiled)
     return o.reshape(B, N, H, N, c).transpose(-2, -3) * torch.sigmoid(g)
 
 
@@ -112,14 +136,18 @@ def triangle_end_sdpa(q, k, v, mask, tri_bias, g):
 
 # ---------------------------------------------------------------------------- the table
 
+def _flex_forms(fn: Callable, bias_copy: bool = True) -> dict[str, Callable]:
+    forms = {"bias_contiguous": fn} if bias_copy else {}
+    forms["qkv_contiguous"] = functools.partial(fn, contiguous_qkv=True) if bias_copy else fn
+    forms["compiled_call"] = functools.partial(fn, contiguous_qkv=True, compiled=True)
+    return forms
+
+
 _FLEX_EXTRA: dict[str, dict[str, Callable]] = {
-    "msa_row_pair_bias": {"bias_contiguous": msa_row_flex,
-                          "qkv_contiguous": functools.partial(msa_row_flex, contiguous_qkv=True)},
-    "msa_column": {"qkv_contiguous": msa_column_flex},
-    "triangle_start": {"bias_contiguous": triangle_start_flex,
-                       "qkv_contiguous": functools.partial(triangle_start_flex, contiguous_qkv=True)},
-    "triangle_end": {"bias_contiguous": triangle_end_flex,
-                     "qkv_contiguous": functools.partial(triangle_end_flex, contiguous_qkv=True)},
+    "msa_row_pair_bias": _flex_forms(msa_row_flex),
+    "msa_column": _flex_forms(msa_column_flex, bias_copy=False),
+    "triangle_start": _flex_forms(triangle_start_flex),
+    "triangle_end": _flex_forms(triangle_end_flex),
 }
 _SDPA_EXTRA: dict[str, dict[str, Callable]] = {
     "msa_row_pair_bias": {"qkv_contiguous": msa_row_sdpa},
@@ -133,7 +161,8 @@ _TAKES_OPTIONS = {"evoformer_core"}
 
 def forms(variant, impl: str) -> dict[str, Callable]:
     """Formulation name -> callable for ``impl`` in ``("flex", "flex_flash", "sdpa")``;
-    eager callables (``flex`` forms are compiled by the caller). Empty when the variant has
+    eager callables (``flex`` forms are compiled by the caller unless they
+    :func:`compiles_itself`). Empty when the variant has
     no such peer."""
     if impl == "sdpa":
         if variant.sdpa is None:
@@ -148,7 +177,7 @@ def forms(variant, impl: str) -> dict[str, Callable]:
         if variant.name in _TAKES_OPTIONS:
             found["catalog"] = functools.partial(variant.flex, kernel_options=FLASH_OPTIONS)
         for name, fn in _FLEX_EXTRA.get(variant.name, {}).items():
-            found[name] = functools.partial(fn, kernel_options=FLASH_OPTIONS)
+            found[name] = functools.partial(fn, kernel_options=FLASH_OPTIONS)  # keeps fn's keywords
         return found
     raise ValueError(f"no formulations for {impl!r}")
 

@@ -176,12 +176,14 @@ def make_impl(variant, impl: str, device: str, report, form: Callable | None = N
     if impl == "torch_compile":
         return torch.compile(variant.fn)
     if impl == "flex":
-        return torch.compile(form or variant.flex)
+        form = form or variant.flex
+        return form if formulations.compiles_itself(form) else torch.compile(form)
     if impl == "flex_flash":
         why = formulations.flash_availability()
         if why:
             raise Unavailable(why)
-        return torch.compile(form or next(iter(formulations.forms(variant, impl).values())))
+        form = form or next(iter(formulations.forms(variant, impl).values()))
+        return form if formulations.compiles_itself(form) else torch.compile(form)
     if impl == "flashlight":
         return flashlight.compile(variant.fn, report=report)
     if impl == "sdpa":

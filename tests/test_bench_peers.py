@@ -72,7 +72,8 @@ def test_every_formulation_computes_its_variant(impl):
         v = VARIANTS[name]
         args, ref = _inputs(v)
         for form, fn in formulations.forms(v, impl).items():
-            got = fn(*args)
+            # a form compiling its own call is checked through its eager twin (same arithmetic)
+            got = fn(*args, compiled=False) if formulations.compiles_itself(fn) else fn(*args)
             assert torch.isfinite(got).all(), (name, form)
             torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9, msg=lambda m: f"{name} {form}: {m}")
             checked += 1
@@ -81,7 +82,10 @@ def test_every_formulation_computes_its_variant(impl):
 
 def test_flash_forms_pass_the_flash_backend_and_are_unavailable_here():
     forms = formulations.forms(VARIANTS["msa_row_pair_bias"], "flex_flash")
-    assert set(forms) == {"bias_contiguous", "qkv_contiguous"}
+    assert set(forms) == {"bias_contiguous", "qkv_contiguous", "compiled_call"}
+    assert formulations.compiles_itself(forms["compiled_call"]) and not formulations.compiles_itself(forms["bias_contiguous"])
+    own = formulations.forms(VARIANTS["msa_row_pair_bias"], "flex")["compiled_call"]
+    assert kernels.make_impl(VARIANTS["msa_row_pair_bias"], "flex", "cpu", None, own) is own  # not compiled whole
     assert all(f.keywords["kernel_options"] == {"BACKEND": "FLASH"} for f in forms.values())
     assert "catalog" in formulations.forms(VARIANTS["evoformer_core"], "flex_flash")
     assert "CUDA" in formulations.flash_availability() or "flash-attn-4" in formulations.flash_availability()
@@ -344,6 +348,9 @@ def test_fidelity_deviation_is_zero_for_the_same_prediction_and_measures_atoms()
     assert math.isclose(got["rms_atom_deviation_A"], 5.0, rel_tol=1e-6)
     assert math.isclose(got["max_atom_deviation_A"], 5.0, rel_tol=1e-6) and got["atoms"] == int(mask.sum())
     assert not deviation(ref, {**ref, "plddt": ref["plddt"] * float("nan")})["finite"]
+    single = torch.randn(5, 8)
+    trunk = deviation({**ref, "single": single}, {**ref, "single": single * 1.5})
+    assert math.isclose(trunk["single_relative_rms"], 0.5, rel_tol=1e-6) and "pair_relative_rms" not in trunk
 
 
 def test_long_chain_records_out_of_memory_and_resumes(tmp_path, monkeypatch):
