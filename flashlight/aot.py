@@ -98,12 +98,16 @@ def specialization(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_d
     of ``src``, built as Triton's JIT builds them (see :func:`aot_compile`)."""
     signature: dict[str, str] = {f"in{k}": "*" + _sig(dtype) for k, dtype in enumerate(input_dtypes)}
     out_dtypes = tuple(out_dtype) if isinstance(out_dtype, (tuple, list)) else (out_dtype,)
+    if getattr(src, "split", False):  # float32 partial sums ([Note: split serial loops])
+        out_dtypes = (torch.float32,)
     ranks = (src.out_rank, *getattr(src, "extra_out_ranks", ()))
     outs = [f"out{k}" if k else "out" for k in range(len(ranks))]
     signature.update({out: "*" + _sig(dtype) for out, dtype in zip(outs, out_dtypes)})
     signature.update({f"size{k}": "i32" for k in range(len(src.size_args))})
     signature.update({f"in{k}_s{a}": "i32" for k, rank in enumerate(src.input_ranks) for a in range(rank)})
     signature.update({f"{out}_s{a}": "i32" for out, rank in zip(outs, ranks) for a in range(rank)})
+    if getattr(src, "split", False):
+        signature.update({"SPLITS": "i32", "SPLIT_LEN": "i32", "out_split": "i32"})
     signature.update({"BLOCK_M": "constexpr", "BLOCK_N": "constexpr"})
     constexprs: dict[str, int] = {"BLOCK_M": block_m, "BLOCK_N": block_n}
     attrs: dict[str, list] = {}
@@ -131,6 +135,8 @@ def integer_arguments(launcher: Launcher, tensors: Sequence[torch.Tensor]) -> di
     for k, output in enumerate(launcher.kernel.outputs()):  # out, out1, ...: each contiguous
         shape = [math.prod(launcher._size(d, values) for d in axis) for axis in output.axes]
         args.update({f"out{k or ''}_s{a}": math.prod(shape[a + 1:]) for a in range(len(shape))})
+        if k == 0 and getattr(launcher.src, "split", False):  # the partial sums' buffer, contiguous
+            args["out_split"] = math.prod(shape)
     return args
 
 

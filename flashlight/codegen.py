@@ -60,6 +60,9 @@ class KernelSource:
     # CUDA cores, operands and products in registers (the launcher then tries smaller tiles)
     fma_dots: bool = False
     extra_out_ranks: tuple[int, ...] = ()  # of the kernel's extra outputs (out1, out2, ...)
+    # the output is float32 partial sums over runs of a serial loop, and the kernel takes
+    # SPLITS, SPLIT_LEN and out_split after the strides ([Note: split serial loops])
+    split: bool = False
 
 
 class _Printer(TileText):
@@ -386,12 +389,15 @@ class _Printer(TileText):
         if not lay and out_roles:
             var = f"tl.full({self.shape(out_roles)}, {var}, tl.float32)"
         offset = " + ".join(f"({self.index(axis, out_roles)}) * {out}_s{a}" for a, axis in enumerate(output.axes) if axis) or "0"
+        dtype = TL_DTYPES[output.dtype]
+        if self.tiling.split:  # this program's float32 partial sum ([Note: split serial loops])
+            offset, dtype = f"pid_s * {out}_split + {offset}", "tl.float32"
         mask = self.mask(output.dims, out_roles)
         others = [f"({self.grid_var(d)} == 0)" for d in self.tiling.grid if d not in output.dims]
         mask = " & ".join(([mask] if mask else []) + others) or None
         masked = f", mask={mask}" if mask else ""
         self.assert_in_bounds("post", out, offset, mask, out_roles)
-        self.post.append(f"tl.store({out} + {offset}, ({var}).to({TL_DTYPES[output.dtype]}){masked})")
+        self.post.append(f"tl.store({out} + {offset}, ({var}).to({dtype}){masked})")
 
     # --------------------------------------------------------------------- whole
     def print(self) -> KernelSource:
@@ -408,6 +414,9 @@ class _Printer(TileText):
             head.append("pid_n = rest % num_n")
             head.append("rest = rest // num_n")
             head.append("offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)")
+        if self.tiling.split:  # this program's run of loop positions ([Note: split serial loops])
+            head.append("pid_s = rest % SPLITS")
+            head.append("rest = rest // SPLITS")
         for d in reversed(self.tiling.grid):
             head.append(f"{self.grid_var(d)} = rest % {self.size(d)}")
             head.append(f"rest = rest // {self.size(d)}")
@@ -422,6 +431,8 @@ class _Printer(TileText):
         params += [f"size{k}" for k in range(len(self.sizes))]
         params += [f"in{k}_s{a}" for k, r in enumerate(self.ranks) for a in range(r)]
         params += [f"{out}_s{a}" for out, o in zip(outs, self.kernel.outputs()) for a in range(len(o.axes))]
+        if self.tiling.split:
+            params += ["SPLITS", "SPLIT_LEN", f"{outs[0]}_split"]
         if self.check_bounds:
             params += [f"in{k}_span" for k in range(len(self.inputs))] + [f"{out}_span" for out in outs] + ["errors"]
         params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
@@ -443,6 +454,10 @@ class _Printer(TileText):
                          (full_end, end, self.loop)]
         body = head + self.pre
         for start, stop, steps in loops:
+            if self.tiling.split:
+                first = "pid_s * SPLIT_LEN"
+                start = first if start == "0" else f"tl.maximum({start}, {first})"
+                stop = f"tl.minimum({stop}, {first} + SPLIT_LEN)"
             if self.tiling.serial:
                 body.append(f"for start_n in range({start}, {stop}):")
             else:
@@ -461,7 +476,7 @@ class _Printer(TileText):
                             tuple((self.inputs.index(name), axis) for name, axis in self.plan.relayouts),
                             self.check_bounds, self.fp32_precision,
                             self.plan.fma_dots(self.fp32_precision, self.interpret),
-                            tuple(len(o.axes) for o in self.kernel.extra_outputs))
+                            tuple(len(o.axes) for o in self.kernel.extra_outputs), self.tiling.split)
 
 
 def output_arg(k: int) -> str:

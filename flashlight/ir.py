@@ -563,6 +563,8 @@ class Tiling:
     ``column``: an output dim tiled by ``BLOCK_N`` across the grid, set when the loop is
     *serial*: one loop position per step, the loop dim in no tile ([Note: serial
     loops] in :mod:`flashlight.passes.tiling`). None: the loop dim is the ``n`` role.
+    ``split``: the serial loop's positions may be shared out among programs that each
+    store a float32 partial sum, added up after the launch ([Note: split serial loops]).
     """
 
     row: Dim | None
@@ -573,6 +575,7 @@ class Tiling:
     dots: int  # how many contractions map to tl.dot
     scan_tiles: int = 1
     column: Dim | None = None
+    split: bool = False
 
     @property
     def serial(self) -> bool:

@@ -412,7 +412,7 @@ class Launcher:
         call = launch_plan.signature(tensors)
         plan = self._plans.get(call)
         if plan is not None:  # [Note: launch plans]
-            return self._result(plan.launch(self._raw, tensors))
+            return self._result(self._summed(plan.launch(self._raw, tensors)))
         if any(t.numel() == 0 for t in tensors):
             return self._call_empty(tensors)
         relayouts = []
@@ -438,13 +438,21 @@ class Launcher:
         fn = self._jit(interpret)
         column = getattr(self, "column", None)
         columns = self._size(column, values) if column is not None else 1
-        grid = lambda meta: (triton.cdiv(rows, meta["BLOCK_M"]) * grid_size  # noqa: E731
+        out_strides = [st for o in outs for st in o.stride()]
+        splits, split_args = 1, ()
+        if self.tiled.tiling.split:  # [Note: split serial loops]
+            tiles = triton.cdiv(rows, tuning.NOMINAL_TILE) * grid_size * triton.cdiv(columns, tuning.NOMINAL_TILE)
+            splits, length = tuning.split_count(self._size(self.kernel.loop[0].dim, values), tiles,
+                                                _multiprocessors(out.device))
+            outs = [torch.empty((splits, *out.shape), dtype=torch.float32, device=out.device)]  # partial sums
+            out_strides, split_args = list(outs[0].stride()[1:]), (splits, length, outs[0].stride(0))
+        grid = lambda meta: (triton.cdiv(rows, meta["BLOCK_M"]) * grid_size * splits  # noqa: E731
                              * (triton.cdiv(columns, meta["BLOCK_N"]) if column is not None else 1),)
         checks: list = []
         if self.src.check_bounds:
             errors = torch.zeros(len(tensors) + len(outs), dtype=torch.int32, device=out.device)
             checks = [_span(t) for t in (*tensors, *outs)] + [errors]
-        args = (*tensors, *outs, *size_args, *strides, *(st for o in outs for st in o.stride()), *checks)
+        args = (*tensors, *outs, *size_args, *strides, *out_strides, *split_args, *checks)
         sizes = tuple(size_args)
         chosen = self._chosen.get(sizes)
         tune = not interpret and bool(self.autotune)
@@ -471,7 +479,14 @@ class Launcher:
             names = [*self.src.inputs, "the output", *(f"output {k}" for k in range(1, len(outs)))]
             bad = [f"{names[k]} ({int(n)} lanes)" for k, n in enumerate(errors.tolist()) if n]
             raise RuntimeError(f"{self.__name__}: memory access out of bounds in {', '.join(bad)}")
-        return self._result(outs)
+        return self._result(self._summed(outs))
+
+    def _summed(self, outs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The outputs; for a split serial loop, its partial sums added in order, in the
+        output's dtype ([Note: split serial loops])."""
+        if not self.tiled.tiling.split:
+            return outs
+        return [outs[0].sum(0).to(self.kernel.dtype)]
 
     def _shape(self, axes, values: dict[str, int]) -> list[int]:
         return [math.prod(self._size(d, values) for d in axis) for axis in axes]
@@ -493,6 +508,14 @@ class Launcher:
                                  for shape, output in zip(shapes, outputs)])
         raise RuntimeError(f"{self.__name__}: an input has a zero-size dim and no PyTorch form of "
                            f"this kernel is attached to compute its {shapes[0]} result")
+
+
+def _multiprocessors(device: torch.device) -> int:
+    """The device's multiprocessors (an H200's 132 for the interpreter, so a CPU run
+    splits loops as the GPU would)."""
+    if device.type != "cuda":
+        return 132
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _rebuilt_launcher(tiled, src, autotune, input_dtypes, aten_ops, eager) -> Launcher:

@@ -172,6 +172,28 @@ def estimates(tiled: TiledKernel, fma_dots: bool, config: Config) -> tuple[int, 
     return footprint.shared_bytes(config), footprint.values_per_thread(config, fma_dots)
 
 
+# ------------------------------------------------------------------ split serial loops
+
+# A split serial loop ([Note: split serial loops] in flashlight.passes.tiling) aims at this
+# many programs per multiprocessor, counting 64 x 64 output tiles, and gives each program
+# at least MIN_SPLIT_LEN loop positions (fewer would make the partial sums' buffer and
+# their addition cost more than the parallelism gains).
+SPLIT_PROGRAMS_PER_SM = 2
+MIN_SPLIT_LEN = 16
+NOMINAL_TILE = 64
+
+
+def split_count(loop_extent: int, tiles: int, multiprocessors: int) -> tuple[int, int]:
+    """(splits, positions per split) of a serial loop of ``loop_extent`` positions whose
+    grid has ``tiles`` programs of :data:`NOMINAL_TILE`-square tiles: enough splits to give
+    each multiprocessor :data:`SPLIT_PROGRAMS_PER_SM` programs, at most one per
+    :data:`MIN_SPLIT_LEN` positions; (1, extent) when the tiles fill the GPU already."""
+    wanted = -(-SPLIT_PROGRAMS_PER_SM * multiprocessors // max(tiles, 1))
+    splits = max(1, min(wanted, loop_extent // MIN_SPLIT_LEN))
+    length = -(-loop_extent // splits) if loop_extent else 1
+    return -(-loop_extent // length) if loop_extent else 1, max(length, 1)
+
+
 # ------------------------------------------------------------------ keys of shipped choices
 
 

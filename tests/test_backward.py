@@ -72,9 +72,9 @@ def _assert_close(got, want, dtype, what):
     assert err <= TOL[dtype] * scale + 1e-12, f"{what}: error {err:.3g} against a largest value of {scale:.3g}"
 
 
-def _check_variant(name, gen, dtype=torch.float32):
+def _check_variant(name, gen, dtype=torch.float32, shape=None):
     v = VARIANTS[name]
-    inputs = v.make_inputs(_small_shape(name), torch.float32, "cpu", gen)
+    inputs = v.make_inputs(shape or _small_shape(name), torch.float32, "cpu", gen)
     args = _leaves(inputs, dtype)
     reference = [x.detach().double().requires_grad_() if torch.is_tensor(x) and x.requires_grad else x for x in args]
     want_out = as_outputs(v.fn(*reference))
@@ -137,6 +137,30 @@ def test_a_broadcast_bias_gradient_is_a_serial_loop_of_dots(gen):
     _, _, _, report = _check_variant("evoformer_core", gen)
     serial = [k for k in report.kernels if "num_n = tl.cdiv" in k.source]
     assert len(serial) == 1 and serial[0].source.count("tl.dot(") == 2, str(report)
+
+
+@pytest.mark.parametrize("min_split_len", [1, 4])
+def test_a_split_serial_loop_adds_its_partial_sums(gen, monkeypatch, min_split_len):
+    """The bias gradient's serial loop over 9 rows, shared out among programs of 9 (one
+    row each) or 2 (5 rows, then 4) runs ([Note: split serial loops]): the partial sums
+    add up to float64 eager's gradient, in float32 and bfloat16."""
+    from flashlight import tuning
+
+    monkeypatch.setattr(tuning, "MIN_SPLIT_LEN", min_split_len)
+    assert tuning.split_count(9, 4, 132) == ((9, 1) if min_split_len == 1 else (2, 5))
+    for dtype in (torch.float32, torch.bfloat16):
+        _, _, _, report = _check_variant("evoformer_core", gen, dtype, {"N": 9, "L": 13, "H": 2, "c": 16})
+        serial = [k for k in report.kernels if "num_n = tl.cdiv" in k.source]
+        assert len(serial) == 1 and "SPLIT_LEN" in serial[0].source, str(report)
+
+
+def test_split_counts_fill_the_gpu_and_keep_runs_long():
+    from flashlight import tuning
+
+    assert tuning.split_count(256, 64, 132) == (5, 52)  # 64 tiles: 5 runs of 52 rows (the last 48)
+    assert tuning.split_count(256, 4096, 132) == (1, 256)  # the tiles fill the GPU already
+    assert tuning.split_count(20, 1, 132) == (1, 20)  # too few rows to share out
+    assert tuning.split_count(0, 1, 132) == (1, 1)
 
 
 def test_a_mask_gradient_leaves_the_scores_in_the_kernels(gen):

@@ -44,6 +44,19 @@ every ordinary tiling, so attention's own kernels never change, and only where e
 reduction computed at each step varies along the column: one that does not (a softmax
 over keys eliminated into a tile, in an attention averaged over a serial loop of heads)
 would be computed again by every column tile.
+
+[Note: split serial loops]
+A serial loop's grid holds only the output's tiles: a pair bias's gradient over 4 heads
+and 256 x 256 (query, key) pairs is 64 programs of 64 x 64 tiles, each stepping through
+all 256 rows of the batch, on a GPU with 132 multiprocessors. Where the kernel's one
+output is its one loop sum itself (no max, no epilogue arithmetic, no liveness
+predicate), the sum is split over the loop's positions instead: the launcher gives each
+of ``SPLITS`` programs per tile a run of ``SPLIT_LEN`` consecutive positions; each stores
+its float32 partial sum in its own slice of a ``[SPLITS, ...]`` buffer, and the launcher
+adds the slices in order afterwards (one small reduction; no atomics, so the result does
+not depend on the programs' timing). How many splits is the launcher's choice per call,
+from the sizes and the GPU (:func:`flashlight.runtime.split_count`); one split is the
+unsplit loop.
 """
 from __future__ import annotations
 
@@ -324,9 +337,21 @@ def _serial_tiling(kernel: Kernel, inner: list[Dim], eliminated: dict[Dim, str],
             continue
         if layouts.dots > best_dots:
             padded = tuple((d, padded_size(int(d.size))) for d in inner)
-            tiling = Tiling(row, None, tuple(grid), tuple(inner), padded, layouts.dots, column=column)
+            tiling = Tiling(row, None, tuple(grid), tuple(inner), padded, layouts.dots, column=column,
+                            split=_splittable(candidate))
             best, best_dots = TiledKernel(candidate, tiling, record_plan(candidate, tiling, layouts)), layouts.dots
     return best
+
+
+def _splittable(kernel: Kernel) -> bool:
+    """Whether a serial loop's positions may be split among programs ([Note: split
+    serial loops]): one output that is the loop's one sum, possibly cast."""
+    if kernel.extra_outputs or len(kernel.loop) != 1 or kernel.loop[0].op != "sum" or kernel.live is not None:
+        return False
+    out = kernel.epilogue
+    while isinstance(out, Pointwise) and out.op == "cast" and out.dtype.is_floating_point:
+        out = out.args[0]
+    return isinstance(out, LoopResult) and out.index == 0
 
 
 def _sums_of_products(kernel: Kernel) -> int:
