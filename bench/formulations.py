@@ -14,11 +14,15 @@ formulation listed here for a peer and keeps the fastest per cell, recording whi
 - ``compiled_call``: the same copies made eagerly, around ``torch.compile(flex_attention)``
   alone (the usage FlexAttention's documentation shows). Compiling the whole form lets
   Inductor fuse the copies into the kernel's loads, which reads the pair bias strided
-  again; this form keeps them copies.
+  again; this form keeps them copies;
+- ``bias_input``: the pair bias's copy made eagerly, and the rest of the form (masking,
+  the attention over q, k, v as they come, the gate) compiled whole with the copy as an
+  input, so Inductor fuses the gate but cannot fold the copy back.
 
-The forms compiled whole by the caller are plain functions; a ``compiled_call`` form
-compiles its own ``flex_attention`` call (:func:`compiles_itself`) and is called as it
-is. ``compiled=False`` runs its eager twin (the same arithmetic), which the CPU tests check.
+The forms compiled whole by the caller are plain functions; the last two compile inside
+(``compile_inside``, :func:`compiles_itself`) and are called as they are.
+``compile_inside=None`` runs their eager twin (the same arithmetic), which the CPU tests
+check.
 
 ``flex_flash`` (FlexAttention's ``BACKEND="FLASH"``, CuTeDSL) uses the Flex forms with
 ``kernel_options={"BACKEND": "FLASH"}``. Each form takes the variant's inputs and returns
@@ -40,23 +44,26 @@ FLASH_OPTIONS = {"BACKEND": "FLASH"}
 # ---------------------------------------------------------------------------- FlexAttention
 
 
-@functools.cache
-def _compiled_flex_attention() -> Callable:
-    return torch.compile(flex_attention)
+_compiled = functools.cache(torch.compile)  # one compiled callable per function
 
 
-def _attend(compiled: bool) -> Callable:
-    """``flex_attention`` itself (the caller compiles the whole form) or compiled alone."""
-    return _compiled_flex_attention() if compiled else flex_attention
+def _attend(compile_inside: str | None) -> Callable:
+    """``flex_attention`` itself, or compiled alone (a ``compiled_call`` form)."""
+    return _compiled(flex_attention) if compile_inside == "flex_call" else flex_attention
+
+
+def _after_copy(fn: Callable, compile_inside: str | None) -> Callable:
+    """``fn`` (the form after its bias copy), compiled whole in a ``bias_input`` form."""
+    return _compiled(fn) if compile_inside == "after_bias_copy" else fn
 
 
 def compiles_itself(form: Callable) -> bool:
-    """Whether ``form`` compiles its own ``flex_attention`` call (a ``compiled_call`` form)."""
-    return bool(getattr(form, "keywords", {}).get("compiled"))
+    """Whether ``form`` compiles inside (a ``compiled_call`` or ``bias_input`` form)."""
+    return bool(getattr(form, "keywords", {}).get("compile_inside"))
 
 
 def _flex_rows(q, k, v, mask_bias, bias, rows_per_bias: int, scale, kernel_options, contiguous_qkv: bool,
-               compiled: bool = False):
+               compile_inside: str | None = None):
     """Flex over ``[R, H, L, c]`` rows; ``mask_bias`` [R, L]; ``bias`` [R // rows_per_bias, H, L, L]."""
     if contiguous_qkv:
         q, k, v = (t.contiguous() for t in (q, k, v))
@@ -64,20 +71,25 @@ def _flex_rows(q, k, v, mask_bias, bias, rows_per_bias: int, scale, kernel_optio
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + mask_bias[b, kv_idx] + bias[b // rows_per_bias, h, q_idx, kv_idx]
 
-    return _attend(compiled)(q, k, v, score_mod=score_mod, scale=scale, kernel_options=kernel_options)
+    return _attend(compile_inside)(q, k, v, score_mod=score_mod, scale=scale, kernel_options=kernel_options)
 
 
-def msa_row_flex(q, k, v, mask, pair_bias, g, *, contiguous_qkv=False, kernel_options=None, compiled=False):
+def msa_row_flex(q, k, v, mask, pair_bias, g, *, compile_inside=None, **options):
     # q, k, v: [B, S, H, L, c] (q pre-scaled); pair_bias [B, 1, H, L, L] (a permuted view)
+    bias = pair_bias[:, 0].contiguous()  # [B, H, L, L]: the one copy per call
+    return _after_copy(_msa_row_after_copy, compile_inside)(q, k, v, mask, bias, g, compile_inside=compile_inside,
+                                                           **options)
+
+
+def _msa_row_after_copy(q, k, v, mask, bias, g, *, contiguous_qkv=False, kernel_options=None, compile_inside=None):
     B, S, H, L, c = q.shape
     mask_bias = (1e9 * (mask - 1)).reshape(B * S, L)
-    bias = pair_bias[:, 0].contiguous()  # [B, H, L, L]: the one copy per call
     rows = [t.reshape(B * S, H, L, c) for t in (q, k, v)]
-    o = _flex_rows(*rows, mask_bias, bias, S, 1.0, kernel_options, contiguous_qkv, compiled)
+    o = _flex_rows(*rows, mask_bias, bias, S, 1.0, kernel_options, contiguous_qkv, compile_inside)
     return o.reshape(B, S, H, L, c).transpose(-2, -3) * torch.sigmoid(g)
 
 
-def msa_column_flex(q, k, v, mask, g, *, kernel_options=None, compiled=False, **_):
+def msa_column_flex(q, k, v, mask, g, *, kernel_options=None, compile_inside=None, **_):
     # q, k, v, g: [B, S, L, H, c]; contiguous [B * L, H, S, c] copies (the permute needs one anyway)
     B, S, L, H, c = q.shape
     qt, kt, vt = (t.permute(0, 2, 3, 1, 4).contiguous().reshape(B * L, H, S, c) for t in (q, k, v))
@@ -86,17 +98,22 @@ def msa_column_flex(q, k, v, mask, g, *, kernel_options=None, compiled=False, **
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + mask_bias[b, kv_idx]
 
-    o = _attend(compiled)(qt, kt, vt, score_mod=score_mod, kernel_options=kernel_options)
+    o = _attend(compile_inside)(qt, kt, vt, score_mod=score_mod, kernel_options=kernel_options)
     return o.reshape(B, L, H, S, c).permute(0, 3, 1, 2, 4) * torch.sigmoid(g)
 
 
-def triangle_start_flex(q, k, v, mask, tri_bias, g, *, contiguous_qkv=False, kernel_options=None, compiled=False):
+def triangle_start_flex(q, k, v, mask, tri_bias, g, *, compile_inside=None, **options):
     # q, k, v, g: [B, I, J, H, c]; tri_bias [B, J, K, H]
+    bias = tri_bias.permute(0, 3, 1, 2).contiguous()  # [B, H, J, K]: the one copy per call
+    return _after_copy(_triangle_after_copy, compile_inside)(q, k, v, mask, bias, g, compile_inside=compile_inside,
+                                                            **options)
+
+
+def _triangle_after_copy(q, k, v, mask, bias, g, *, contiguous_qkv=False, kernel_options=None, compile_inside=None):
     B, N, _, H, c = q.shape
     rows = [t.transpose(-2, -3).reshape(B * N, H, N, c) for t in (q, k, v)]
     mask_bias = (1e9 * (mask - 1)).reshape(B * N, N)
-    bias = tri_bias.permute(0, 3, 1, 2).contiguous()  # [B, H, J, K]
-    o = _flex_rows(*rows, mask_bias, bias, N, c ** -0.5, kernel_options, contiguous_qkv, compiled)
+    o = _flex_rows(*rows, mask_bias, bias, N, c ** -0.5, kernel_options, contiguous_qkv, compile_inside)
     return o.reshape(B, N, H, N, c).transpose(-2, -3) * torch.sigmoid(g)
 
 
@@ -139,7 +156,9 @@ def triangle_end_sdpa(q, k, v, mask, tri_bias, g):
 def _flex_forms(fn: Callable, bias_copy: bool = True) -> dict[str, Callable]:
     forms = {"bias_contiguous": fn} if bias_copy else {}
     forms["qkv_contiguous"] = functools.partial(fn, contiguous_qkv=True) if bias_copy else fn
-    forms["compiled_call"] = functools.partial(fn, contiguous_qkv=True, compiled=True)
+    forms["compiled_call"] = functools.partial(fn, contiguous_qkv=True, compile_inside="flex_call")
+    if bias_copy:
+        forms["bias_input"] = functools.partial(fn, compile_inside="after_bias_copy")
     return forms
 
 

@@ -73,7 +73,7 @@ def test_every_formulation_computes_its_variant(impl):
         args, ref = _inputs(v)
         for form, fn in formulations.forms(v, impl).items():
             # a form compiling its own call is checked through its eager twin (same arithmetic)
-            got = fn(*args, compiled=False) if formulations.compiles_itself(fn) else fn(*args)
+            got = fn(*args, compile_inside=None) if formulations.compiles_itself(fn) else fn(*args)
             assert torch.isfinite(got).all(), (name, form)
             torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9, msg=lambda m: f"{name} {form}: {m}")
             checked += 1
@@ -82,7 +82,7 @@ def test_every_formulation_computes_its_variant(impl):
 
 def test_flash_forms_pass_the_flash_backend_and_are_unavailable_here():
     forms = formulations.forms(VARIANTS["msa_row_pair_bias"], "flex_flash")
-    assert set(forms) == {"bias_contiguous", "qkv_contiguous", "compiled_call"}
+    assert set(forms) == {"bias_contiguous", "qkv_contiguous", "compiled_call", "bias_input"}
     assert formulations.compiles_itself(forms["compiled_call"]) and not formulations.compiles_itself(forms["bias_contiguous"])
     own = formulations.forms(VARIANTS["msa_row_pair_bias"], "flex")["compiled_call"]
     assert kernels.make_impl(VARIANTS["msa_row_pair_bias"], "flex", "cpu", None, own) is own  # not compiled whole
