@@ -43,19 +43,20 @@ HEADLINES = (
     ("differential", "B4 H8 L4096 D64 Dv128", ("bf16",)),
 )
 
-# The result files do not tell FlexAttention formulations apart; its Evoformer cells are
-# the catalog's (bench/variants_evoformer.py). Measured once, in one run, on the H200 the
-# tables were measured on (torch 2.11, Triton 3.6):
+# FlexAttention cells measured before the formulations harness (bench/formulations.py)
+# carry no ``formulation``: on the Evoformer attentions they are the catalog's form
+# (bench/variants_evoformer.py). Cells measured since name the fastest form.
 FLEX_EVOFORMER_NOTE = (
     "FlexAttention on the Evoformer attentions is the catalog's formulation "
-    "(`bench/variants_evoformer.py`), which reads OpenFold's permuted pair bias inside `score_mod`. "
-    "A same-run measurement on 2026-12-01 (the same H200, torch 2.11, Triton 3.6) with one contiguous "
-    "copy of the pair bias found Flashlight 1.17× faster than Flex on the bf16 MSA-row case "
-    "(0.293 vs 0.344 ms). On the bare attention core (q, k, v contiguous, biases only), measured in one "
-    "run on 2026-12-03 after the base-2 softmax (`bench/results/core_terms/`), Flashlight is 1.05-1.08× "
-    "faster than Flex in bf16 (512 sequences × 256 residues: 0.210 vs 0.228 ms; × 1024 residues: "
-    "2.98 vs 3.12 ms) and even with Flex on the pair bias alone; in TF32 it was faster on 2026-12-01 "
-    "(0.421 vs 0.576 ms; triangle attention at 1024 residues 5.65 vs 7.19 ms)."
+    "(`bench/variants_evoformer.py`), which reads OpenFold's permuted pair bias inside `score_mod`; "
+    "rows measured with every formulation a user would try (`bench/formulations.py`) name the fastest "
+    "in brackets instead."
+)
+FORMULATION_NOTE = (
+    "FlexAttention / SDPA (form): the fastest of the formulations in `bench/formulations.py`, timed in "
+    "the same run (`bias_input`: the pair bias copied contiguous eagerly, the rest of the module, gate "
+    "included, compiled whole; `compiled_call`: the layout copies eager around "
+    "`torch.compile(flex_attention)`; `qkv_contiguous`: contiguous q, k, v and bias, compiled whole)."
 )
 
 
@@ -108,7 +109,10 @@ def kernel_rows(case_map: dict, keys: list[tuple]) -> tuple[list[str], set[str]]
         if peer is not None:
             impl, cell = peer
             name = IMPL_TITLES.get(impl, impl)
-            if impl == "flex" and variant in EVOFORMER:
+            if cell.get("formulation") and cell["formulation"] != "catalog":
+                name += f" ({cell['formulation']})"
+                marks.add("form")
+            elif impl == "flex" and variant in EVOFORMER and not cell.get("formulation"):
                 name += " †"
                 marks.add("†")
             if not _same_run(fl, cell):
@@ -171,6 +175,8 @@ def summary_table(case_map: dict, evo: list[dict], fold: list[dict] = ()) -> lis
                        "`chunk_size=None` unless a chunk size is shown.")
     if frows:
         caption.append(FOLD_CAPTION)
+    if "form" in marks:
+        caption.append(FORMULATION_NOTE)
     if "†" in marks:
         caption.append(f"†: {FLEX_EVOFORMER_NOTE}")
     if "‡" in marks:

@@ -90,6 +90,26 @@ def measure(model, batch, steps: int) -> dict:
             "loss": loss.item(), "grad_norms": grads}
 
 
+NEAR_ZERO = 1e-3  # of the median gradient norm: below it, a gradient is rounding noise
+
+
+def grad_differences(stock: dict[str, float], patched: dict[str, float], worst: int = 5) -> dict:
+    """The parameters whose gradient norms differ most between the two models, relative to
+    stock's, among those with a gradient above :data:`NEAR_ZERO` of the median; the others
+    are listed apart with their largest norm. Some gradients are zero in exact arithmetic
+    (a layer norm's bias feeding only a softmax's logits through a bias shared by a whole
+    row: the softmax's gradient sums to zero over the keys), so both models give rounding
+    noise there, and a ratio of two noises says nothing."""
+    names = [n for n in stock if n in patched]
+    floor = NEAR_ZERO * statistics.median(stock[n] for n in names) if names else 0.0
+    real = [n for n in names if max(stock[n], patched[n]) > floor]
+    rel = sorted(((abs(stock[n] - patched[n]) / stock[n], n) for n in real if stock[n] > 0), reverse=True)
+    noise = [n for n in names if n not in real]
+    return {"worst_grad_norm_differences": rel[:worst],
+            "near_zero_gradients": {"count": len(noise), "floor": floor,
+                                    "largest": max((max(stock[n], patched[n]) for n in noise), default=0.0)}}
+
+
 def main(argv=None) -> int:
     import flashlight
 
@@ -116,10 +136,9 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
         print(name, json.dumps({k: v for k, v in rows[name].items() if k != "grad_norms"}), flush=True)
     if "grad_norms" in rows.get("stock", {}) and "grad_norms" in rows.get("flashlight", {}):
-        a, b = rows["stock"]["grad_norms"], rows["flashlight"]["grad_norms"]
-        rel = sorted(((abs(a[n] - b[n]) / max(a[n], 1e-12), n) for n in a if n in b), reverse=True)
-        rows["worst_grad_norm_differences"] = rel[:5]
-        print("worst relative grad-norm differences", rel[:5])
+        rows.update(grad_differences(rows["stock"]["grad_norms"], rows["flashlight"]["grad_norms"]))
+        print("worst relative grad-norm differences", rows["worst_grad_norm_differences"],
+              "; near-zero gradients:", rows["near_zero_gradients"])
     for row in rows.values():
         if isinstance(row, dict):
             row.pop("grad_norms", None)
