@@ -638,9 +638,10 @@ def main(argv: list[str] | None = None) -> int:
         plots_dir.mkdir(parents=True, exist_ok=True)
         plots = plot_kernels(cases(latest), plots_dir) + plot_evoformer(evo, plots_dir)
         rel = [os.path.relpath(p.resolve(), results.resolve()).replace(os.sep, "/") for p in plots]
+        from bench.report_fidelity import fidelity_lines
         from bench.report_training import training_lines
 
-        report = build_report(latest, kruns, evo, eruns, rel, training_lines(results))
+        report = build_report(latest, kruns, evo, eruns, rel, training_lines(results) + fidelity_lines(results))
         (results / "REPORT.md").write_text(report.rstrip() + "\n")
     if not args.no_readme:
         from bench.report_fold import load_fold_rows

@@ -604,3 +604,18 @@ def test_training_step_compares_gradients_that_are_not_rounding_noise():
     assert name == "w" and math.isclose(ratio, 0.1)
     assert all(n != "ln_bias" for _, n in found["worst_grad_norm_differences"])
     assert found["near_zero_gradients"]["count"] == 1 and found["near_zero_gradients"]["largest"] == 6e-6
+
+
+def test_fidelity_section_lists_every_seed_and_the_median(tmp_path):
+    from bench.report_fidelity import fidelity_lines
+
+    assert fidelity_lines(tmp_path) == []
+    cells = [{"n_res": 256, "seed": s, "variant": v, "status": "ok", "rms_atom_deviation_A": rms,
+              "max_atom_deviation_A": 1.0, "max_plddt_difference": 0.04, "single_relative_rms": 0.013}
+             for s, v, rms in ((0, "stock_bf16", 0.08), (0, "flashlight_bf16", 0.09), (1, "stock_bf16", 0.05),
+                               (1, "flashlight_bf16", 0.04), (2, "stock_bf16", 0.02), (2, "flashlight_bf16", 0.03))]
+    (tmp_path / "fidelity.json").write_text(json.dumps({"runs": [{"id": 0, "gpu": "NVIDIA H200"}], "cells": cells}))
+    lines = fidelity_lines(tmp_path)
+    assert "| 256 | 1 | Flashlight bf16 | 0.04 | 1 | 0.04 | 0.013 | – |" in lines
+    (median,) = [line for line in lines if line.startswith("- N_res 256")]
+    assert "stock bf16 0.05 Å over 3 seed(s); Flashlight bf16 0.04 Å over 3 seed(s)" in median
