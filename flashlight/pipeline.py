@@ -35,6 +35,7 @@ from flashlight.ir import (
 from flashlight.ir_print import format_graph, format_kernel, format_tiled
 from flashlight.lower import Lowered
 from flashlight.passes.base2 import check_base2, to_base2
+from flashlight.passes.divisors import hoist_divisors
 from flashlight.passes.fusion import fuse_elementwise, fuse_reductions, producers
 from flashlight.passes.online import NotOnline, make_online, online_kernel
 from flashlight.passes.outputs import merge_outputs
@@ -128,6 +129,8 @@ KERNEL_PASSES: tuple[Pass, ...] = (
     Pass("find_live_tiles", lambda k, _: find_live_tiles(k), check_kernel_invariants, format_kernel,
          "tile liveness of {node}"),
     Pass("to_base2", lambda k, _: to_base2(k), check_base2, format_kernel, "base-2 form of {node}"),
+    Pass("hoist_divisors", lambda k, _: hoist_divisors(k), check_kernel_invariants, format_kernel,
+         "broadcast divisors of {node}"),
     Pass("tile", lambda k, _: tile(k), check_plan, format_tiled, "tiling of {node}"),
 )
 

@@ -3,6 +3,7 @@ online rewrite's algebra, tiling decisions, and the fused form of many written v
 (the backend's surface is in test_backend.py)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
 
@@ -16,7 +17,7 @@ from flashlight.ir import Const, Dim, Load, Pointwise, Reduce, check_invariants,
 from flashlight.lower import lower
 from flashlight.passes.online import exp_power, factor_invariants
 from flashlight.pipeline import compile_graph
-from tests.helpers import attention, capture, rand
+from tests.helpers import attention, capture, matches_float64, plan_of, rand
 from tests.helpers import attention_inputs as _inputs
 from tests.helpers import cdist_scores as _cdist_scores
 from tests.helpers import elementary_functions as _elementary_functions
@@ -505,3 +506,37 @@ def test_cdist_with_another_norm_falls_back_and_says_why():
     q, k, v, _ = _inputs(73, L=20)
     report = flashlight.explain(lambda q, k, v: torch.softmax(-torch.cdist(q, k, p=1.0), -1) @ v, q, k, v)
     assert any("p = 1.0" in op.reason for op in report.fallback_ops), report
+
+
+def _temperature_attention(q, k, v, t):  # scores divided by a per-query temperature in the loop
+    return torch.softmax((q @ k.transpose(-1, -2)) / t[:, None], dim=-1) @ v
+
+
+def test_a_division_by_a_value_of_fewer_dims_is_one_reciprocal_per_row():
+    """[Note: broadcast divisors]: the loop multiplies every score by the reciprocal of the
+    query's temperature (computed once per row, before the loop); a division by a
+    constant, or by a value over the same dims, stays as written."""
+    from flashlight.ir import LoopReduction
+    from flashlight.passes.divisors import hoist_divisors
+
+    q, k, v, _ = _inputs(3)  # [2, 3, L, D]
+    t = torch.rand(q.shape[-2], generator=torch.Generator().manual_seed(4)) + 0.5  # [L]: per query
+    (tiled,) = plan_of(_temperature_attention, (q, k, v, t)).kernels.values()
+    divisions = [n for red in tiled.kernel.loop for n in walk(red.body) if isinstance(n, Pointwise) and n.op == "div"]
+    assert divisions and all(isinstance(n.args[0], Const) and n.args[0].value == 1.0 for n in divisions)
+    matches_float64(_temperature_attention, (q, k, v, t))
+
+    i, j = Dim.fresh(3, "i"), Dim.fresh(5, "j")
+    tile, same, row = Load("p", ((i,), (j,)), torch.float32), Load("w", ((i,), (j,)), torch.float32), \
+        Load("r", ((i,),), torch.float32)
+
+    def hoisted(body):
+        red = LoopReduction("sum", body, j, (), torch.float32)
+        return hoist_divisors(dataclasses.replace(tiled.kernel, loop=(red,), unmasked=None, live=None,
+                                                  full=None)).loop[0].body
+
+    f32 = torch.float32
+    assert hoisted(Pointwise("div", (tile, row), f32)) == Pointwise(
+        "mul", (tile, Pointwise("div", (Const(1.0, f32), row), f32)), f32)
+    for divisor in (Const(2.0, f32), same):
+        assert hoisted(Pointwise("div", (tile, divisor), f32)) == Pointwise("div", (tile, divisor), f32)
