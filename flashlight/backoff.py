@@ -19,7 +19,21 @@ import dataclasses
 import math
 from typing import Callable, Protocol
 
-from flashlight.ir import Dim, Gather, Graph, Kernel, Load, Nest, Reduce, Ref, TiledKernel, contains, free_dims, walk
+from flashlight.ir import (
+    Dim,
+    Gather,
+    Graph,
+    Kernel,
+    Load,
+    Nest,
+    Pointwise,
+    Reduce,
+    Ref,
+    TiledKernel,
+    contains,
+    free_dims,
+    walk,
+)
 from flashlight.lower import Lowered
 from flashlight.passes.online import NothingFused, NotOnline, make_online
 from flashlight.passes.tile_plan import kernel_exprs
@@ -90,10 +104,28 @@ class _Search:
 
     def candidates(self, fused: Nest, keep: frozenset[str]) -> list[str]:
         """The reduction producers inlined into ``fused`` that are not kept separate yet,
-        earliest first."""
-        return [nest.name for nest in self.lowered.graph.nests  # topological order
-                if (nest.name != fused.name and self.node_of_nest.get(nest.name) in fused.origins
-                    and nest.name not in keep and contains(nest.body, Reduce))]
+        earliest first, a softmax's row statistics after the others
+        ([Note: row statistics are cut last])."""
+        found = [nest for nest in self.lowered.graph.nests  # topological order
+                 if (nest.name != fused.name and self.node_of_nest.get(nest.name) in fused.origins
+                     and nest.name not in keep and contains(nest.body, Reduce))]
+        by_name = {nest.name: nest for nest in self.lowered.graph.nests}
+        return [nest.name for nest in sorted(found, key=lambda nest: _row_statistic(nest, by_name))]
+
+
+def _row_statistic(nest: Nest, by_name: dict[str, Nest]) -> bool:
+    """Whether ``nest`` is a softmax's row statistic: a max, or a sum of exponentials
+    ([Note: row statistics are cut last])."""
+    body = nest.body
+    if not isinstance(body, Reduce):
+        return False
+    if body.op == "max":
+        return True
+    summand, seen = body.body, set()
+    while isinstance(summand, Ref) and summand.nest in by_name and summand.nest not in seen:
+        seen.add(summand.nest)
+        summand = by_name[summand.nest].body
+    return body.op == "sum" and isinstance(summand, Pointwise) and summand.op == "exp"
 
 
 def search(lowered: Lowered, compiler: Compiler, log: Callable[[str, str], None]) -> Plan:
@@ -122,12 +154,12 @@ def _round(s: _Search, base: Graph, graph: Graph) -> tuple[Plan, frozenset[str]]
         try:
             kernels[node] = s.compiler.kernel(nest, node)
         except (NotOnline, NotTileable) as why:
-            cut = _cut_for_failure(s, base, nest, why)
-            if cut is None:
+            cuts = _cut_for_failure(s, base, nest, why)
+            if not cuts:
                 rejected.update({origin: str(why) for origin in nest.origins})
                 continue
-            s.log("backoff", f"{node}: {why}; keeping {cut} separate")
-            return Plan(kernels, rejected, graph), frozenset({cut})
+            s.log("backoff", f"{node}: {why}; keeping {', '.join(sorted(cuts))} separate")
+            return Plan(kernels, rejected, graph), cuts
         cuts = _relieving_cuts(s, base, nest, kernels[node])
         if cuts:
             s.log("backoff", f"{node}: repeats its loop's work across its grid; "
@@ -141,15 +173,35 @@ def _round(s: _Search, base: Graph, graph: Graph) -> tuple[Plan, frozenset[str]]
     return Plan(kernels, rejected, graph), frozenset()
 
 
-def _cut_for_failure(s: _Search, base: Graph, nest: Nest, why: Exception) -> str | None:
-    """The nest to keep separate so that failing ``nest`` compiles, or None: reject it."""
+def _cut_for_failure(s: _Search, base: Graph, nest: Nest, why: Exception) -> frozenset[str]:
+    """The nests to keep separate so that failing ``nest`` compiles, or none: reject it.
+
+    [Note: row statistics are cut last]
+    Softmax arrives as its row max, exponentials, row sum and quotient, each a node the
+    back-off may keep separate. A function of the final probabilities inside the key loop
+    (an entropy ``p log p``, a threshold on ``p``) needs the row's final sum while the loop
+    visits the keys, which no online loop has; keeping the two statistics separate (two
+    small kernels over the rows, then the loop reading them) computes it with nothing of
+    the size of rows x keys in memory. They are tried after every other rescue that keeps
+    no such matrix (an attention followed by a layer norm keeps its output separate, not
+    its statistics), alone and then together, and only where they let the failing nest
+    compile; the scores themselves remain the last resort."""
     candidates = s.candidates(nest, base.separate)
-    cut = _rescuing_cut(s, base, nest, candidates)
+    by_name = {n.name: n for n in s.lowered.graph.nests}
+    statistics = [c for c in candidates if _row_statistic(by_name[c], by_name)]
+    others = [c for c in candidates if c not in statistics]
+    cut = _rescuing_cut(s, base, nest, others, matrices_last=False) or _rescuing_cut(
+        s, base, nest, statistics, rescues_only=True)
+    if cut is not None:
+        return frozenset({cut})
+    if len(statistics) > 1 and s.attempt(s.trial(base, set(statistics)), nest.name):
+        return frozenset(statistics)
+    cut = _rescuing_cut(s, base, nest, others)
     if cut is None and isinstance(why, NotTileable) and candidates:
         cut = candidates[0]  # no single cut is enough: back off one step and retry
     if cut is None and not isinstance(why, NothingFused):
         cut = _operand_cut(s, base, nest)
-    return cut
+    return frozenset({cut}) if cut is not None else frozenset()
 
 
 # ------------------------------------------------------------------ shared loops
@@ -286,7 +338,8 @@ def repeats_loop_work(tiled: TiledKernel) -> bool:
 # --------------------------------------------------------------------------- cuts
 
 
-def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str]) -> str | None:
+def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str],
+                  matrices_last: bool = True, rescues_only: bool = False) -> str | None:
     """The candidate to keep separate so that ``failed`` stops failing.
 
     First choice: the earliest candidate whose materialization alone lets ``failed``
@@ -306,7 +359,9 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str]) 
     matrix over the kernel's rows and keys (:func:`_rows_by_keys`): the scores of an
     attention whose query is itself a reduction over the keys (a masked mean over the
     sequences, as global attention pools it) are never the cut while cutting the pooled
-    query is possible. See [Note: demotion legality] in :mod:`flashlight.passes.fusion`.
+    query is possible (``matrices_last=False``: never those). ``rescues_only``: only a
+    candidate whose cut lets ``failed`` compile, none of the fallbacks. See [Note:
+    demotion legality] in :mod:`flashlight.passes.fusion`.
     """
     trials, wasteful, matrices = [], [], []
     for candidate in candidates:
@@ -319,12 +374,14 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str]) 
         elif rescued:
             wasteful.append(candidate)
         trials.append((candidate, graph))
+    if rescues_only:
+        return next(iter(wasteful + matrices), None)
     least = min((_elements(s, c) for c in wasteful + matrices), default=None)
     for candidate, graph in trials:
         if (candidate not in matrices and (least is None or _elements(s, candidate) <= least)
                 and s.attempt(graph, candidate)):
             return candidate
-    return next(iter(wasteful + matrices), None)
+    return next(iter(wasteful + (matrices if matrices_last else [])), None)
 
 
 _DYNAMIC_EXTENT = 256  # what a dynamic size counts for when cuts are compared (a length)

@@ -185,6 +185,8 @@ class _Printer(TileText):
             raise NotImplementedError(op)
         if expr.dtype.is_floating_point and op in BOOLEAN_OPS:
             raise NotImplementedError("comparison typed as float")
+        if op == "cast" and text.isidentifier():
+            return text  # a float32 value cast to float32: the same variable
         return self.assign(scope, "v", text)
 
     def emit_dot(self, body: Pointwise, scope: str, mask_n: bool) -> tuple[str, tuple]:

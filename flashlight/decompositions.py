@@ -112,6 +112,8 @@ def decompositions(inference: bool = False) -> dict:
         from flashlight.sdpa import SDPA_DECOMPOSITIONS
 
         table.update(SDPA_DECOMPOSITIONS)
+        for op, rewrite in get_decompositions(list(_ROW_STATISTICS)).items():
+            table[op] = _unless_empty(rewrite)
     else:
         # the gradient of an input broadcast over several dims (a key mask over heads and
         # queries, a learned scalar over everything) sums over them: one dim at a time

@@ -41,9 +41,11 @@ def capture(fn, *args):
         graphs.append(gm)
         return gm
 
+    from flashlight.decompositions import decompositions
+
     torch.compiler.reset()
     with torch.no_grad():
-        torch.compile(fn, backend=aot_autograd(fw_compiler=fw))(*args)
+        torch.compile(fn, backend=aot_autograd(fw_compiler=fw, decompositions=decompositions(inference=True)))(*args)
     torch.compiler.reset()
     return graphs[0]
 
@@ -168,3 +170,13 @@ def stand_in_variants(calls: list[str]):
         return torch.tensor(2.0)
 
     return patched, stock
+
+
+def computes_softmax(aten_ops) -> bool:
+    """Whether a kernel's ATen operations include a softmax: ``_softmax`` itself, or its
+    row max and exponentials (softmax arrives decomposed into them)."""
+    ops = set(aten_ops)
+    return any("softmax" in op for op in ops) or {"amax.default", "exp.default"} <= ops
+
+
+SOFTMAX_PARTS = ("_softmax", "softmax", "amax", "exp")  # ATen names a fallen-back softmax would show
