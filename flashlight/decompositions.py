@@ -113,7 +113,7 @@ def decompositions(inference: bool = False) -> dict:
 
         table.update(SDPA_DECOMPOSITIONS)
         for op, rewrite in get_decompositions(list(_ROW_STATISTICS)).items():
-            table[op] = _unless_empty(rewrite)
+            table[op] = _over_static_floats(rewrite)
     else:
         # the gradient of an input broadcast over several dims (a key mask over heads and
         # queries, a learned scalar over everything) sums over them: one dim at a time
@@ -127,6 +127,21 @@ def decompositions(inference: bool = False) -> dict:
 # softmax as a row max: not over an empty dim, where the max is undefined and PyTorch's
 # own kernel returns the empty result
 _ROW_STATISTICS = (aten._softmax.default, aten._log_softmax.default)
+
+
+def _over_static_floats(rewrite):
+    """A softmax of a graph without a backward, decomposed ([Note: row statistics are cut
+    last] in :mod:`flashlight.backoff`) where it reduces a float tensor over a dim of
+    static, non-zero size. Over a symbolic size it stays one operation: the launcher runs
+    a kernel's unfused graph for a call at size 0 (``Launcher._call_empty``), where the row
+    max of the decomposition would have no element; over integers eager PyTorch raises,
+    and so must the compiled function."""
+    def decompose(x, dim, half_to_float):
+        size = x.shape[dim]
+        if not isinstance(size, int) or size == 0 or not x.dtype.is_floating_point:
+            return NotImplemented
+        return rewrite(x, dim, half_to_float)
+    return decompose
 
 
 def _unless_empty(rewrite):
