@@ -55,7 +55,7 @@ of ``SPLITS`` programs per tile a run of ``SPLIT_LEN`` consecutive positions; ea
 its float32 partial sum in its own slice of a ``[SPLITS, ...]`` buffer, and the launcher
 adds the slices in order afterwards (one small reduction; no atomics, so the result does
 not depend on the programs' timing). How many splits is the launcher's choice per call,
-from the sizes and the GPU (:func:`flashlight.runtime.split_count`); one split is the
+from the sizes and the GPU (:func:`flashlight.tuning.split_count`); one split is the
 unsplit loop.
 """
 from __future__ import annotations
