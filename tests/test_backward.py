@@ -229,3 +229,21 @@ def test_inductor_remainder_trains(gen):
     want = torch.autograd.grad(gated(*reference), reference, grad_out)
     for k, (g, w) in enumerate(zip(got, want)):
         _assert_close(g, w, torch.float32, f"input {k}")
+
+
+def test_a_split_serial_loop_gives_the_same_gradient_on_every_call(gen, monkeypatch):
+    """The partial sums are stored per program (every slice of their uninitialised
+    buffer written) and added in order after the launch, with no atomics: two calls give
+    bit-identical gradients ([Note: split serial loops])."""
+    from flashlight import tuning
+
+    monkeypatch.setattr(tuning, "MIN_SPLIT_LEN", 2)
+    v = VARIANTS["evoformer_core"]
+    args = _leaves(v.make_inputs({"N": 9, "L": 13, "H": 2, "c": 16}, torch.float32, "cpu", gen))
+    grad_out = torch.randn(v.fn(*args).shape, generator=gen)
+    torch.compiler.reset()
+    compiled = torch.compile(v.fn, backend="flashlight")
+    first = torch.autograd.grad(compiled(*args), _differentiable(args), grad_out)
+    again = torch.autograd.grad(compiled(*args), _differentiable(args), grad_out)
+    torch.compiler.reset()
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
