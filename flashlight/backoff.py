@@ -16,6 +16,7 @@ graph passes on a whole graph, the kernel passes on one nest); trials run it qui
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable, Protocol
 
@@ -106,26 +107,28 @@ class _Search:
         """The reduction producers inlined into ``fused`` that are not kept separate yet,
         earliest first, a softmax's row statistics after the others
         ([Note: row statistics are cut last])."""
-        found = [nest for nest in self.lowered.graph.nests  # topological order
+        found = [nest.name for nest in self.lowered.graph.nests  # topological order
                  if (nest.name != fused.name and self.node_of_nest.get(nest.name) in fused.origins
                      and nest.name not in keep and contains(nest.body, Reduce))]
-        by_name = {nest.name: nest for nest in self.lowered.graph.nests}
-        return [nest.name for nest in sorted(found, key=lambda nest: _row_statistic(nest, by_name))]
+        return sorted(found, key=self.row_statistic)
 
+    @functools.cached_property
+    def nests_by_name(self) -> dict[str, Nest]:
+        return {nest.name: nest for nest in self.lowered.graph.nests}
 
-def _row_statistic(nest: Nest, by_name: dict[str, Nest]) -> bool:
-    """Whether ``nest`` is a softmax's row statistic: a max, or a sum of exponentials
-    ([Note: row statistics are cut last])."""
-    body = nest.body
-    if not isinstance(body, Reduce):
-        return False
-    if body.op == "max":
-        return True
-    summand, seen = body.body, set()
-    while isinstance(summand, Ref) and summand.nest in by_name and summand.nest not in seen:
-        seen.add(summand.nest)
-        summand = by_name[summand.nest].body
-    return body.op == "sum" and isinstance(summand, Pointwise) and summand.op == "exp"
+    def row_statistic(self, name: str) -> bool:
+        """Whether nest ``name`` is a softmax's row statistic: a max, or a sum of
+        exponentials ([Note: row statistics are cut last])."""
+        body, by_name = self.nests_by_name[name].body, self.nests_by_name
+        if not isinstance(body, Reduce):
+            return False
+        if body.op == "max":
+            return True
+        summand, seen = body.body, set()
+        while isinstance(summand, Ref) and summand.nest in by_name and summand.nest not in seen:
+            seen.add(summand.nest)
+            summand = by_name[summand.nest].body
+        return body.op == "sum" and isinstance(summand, Pointwise) and summand.op == "exp"
 
 
 def search(lowered: Lowered, compiler: Compiler, log: Callable[[str, str], None]) -> Plan:
@@ -187,8 +190,7 @@ def _cut_for_failure(s: _Search, base: Graph, nest: Nest, why: Exception) -> fro
     its statistics), alone and then together, and only where they let the failing nest
     compile; the scores themselves remain the last resort."""
     candidates = s.candidates(nest, base.separate)
-    by_name = {n.name: n for n in s.lowered.graph.nests}
-    statistics = [c for c in candidates if _row_statistic(by_name[c], by_name)]
+    statistics = [c for c in candidates if s.row_statistic(c)]
     others = [c for c in candidates if c not in statistics]
     cut = _rescuing_cut(s, base, nest, others, matrices_last=False) or _rescuing_cut(
         s, base, nest, statistics, rescues_only=True)

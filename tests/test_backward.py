@@ -172,15 +172,21 @@ def test_a_mask_gradient_leaves_the_scores_in_the_kernels(gen):
     assert not [op for op in report.fallback_ops if op.name.startswith("bmm")], str(report)
 
 
-def test_gradients_are_deterministic(gen):
-    v = VARIANTS["msa_row_pair_bias"]
-    args = _leaves(v.make_inputs(_small_shape("msa_row_pair_bias"), torch.float32, "cpu", gen))
+def _gradients_of_two_calls(name, shape, gen):
+    """The gradients of two calls of variant ``name`` compiled once, same inputs."""
+    v = VARIANTS[name]
+    args = _leaves(v.make_inputs(shape, torch.float32, "cpu", gen))
     grad_out = torch.randn(v.fn(*args).shape, generator=gen)
     torch.compiler.reset()
     compiled = torch.compile(v.fn, backend="flashlight")
     first = torch.autograd.grad(compiled(*args), _differentiable(args), grad_out)
     again = torch.autograd.grad(compiled(*args), _differentiable(args), grad_out)
     torch.compiler.reset()
+    return first, again
+
+
+def test_gradients_are_deterministic(gen):
+    first, again = _gradients_of_two_calls("msa_row_pair_bias", _small_shape("msa_row_pair_bias"), gen)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 
@@ -238,12 +244,5 @@ def test_a_split_serial_loop_gives_the_same_gradient_on_every_call(gen, monkeypa
     from flashlight import tuning
 
     monkeypatch.setattr(tuning, "MIN_SPLIT_LEN", 2)
-    v = VARIANTS["evoformer_core"]
-    args = _leaves(v.make_inputs({"N": 9, "L": 13, "H": 2, "c": 16}, torch.float32, "cpu", gen))
-    grad_out = torch.randn(v.fn(*args).shape, generator=gen)
-    torch.compiler.reset()
-    compiled = torch.compile(v.fn, backend="flashlight")
-    first = torch.autograd.grad(compiled(*args), _differentiable(args), grad_out)
-    again = torch.autograd.grad(compiled(*args), _differentiable(args), grad_out)
-    torch.compiler.reset()
+    first, again = _gradients_of_two_calls("evoformer_core", {"N": 9, "L": 13, "H": 2, "c": 16}, gen)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
