@@ -16,8 +16,9 @@ next call on the same machine continues it: ninja keeps the objects already comp
 
 A fresh machine has lost that folder. So after building, ``--build`` also packs the
 folder's build products (objects, ``build.ninja``, ninja's logs and the ``.so``) into
-``$FLASHLIGHT_GPU_OUT/ds4sci-evoformer-attn.tar`` when that variable names a folder
-that comes back from the machine. Carried back as ``.gpu/peers/deepspeed/prebuilt.tar``,
+``$FLASHLIGHT_GPU_OUT/ds4sci-evoformer-attn.tar.xz.part00`` (and further parts: a file
+coming back holds at most 16 MiB) when that variable names a folder that comes back
+from the machine. Carried back as ``.gpu/peers/deepspeed/prebuilt.tar.xz.part*``,
 ``gpu_run.sh --deepspeed`` unpacks it into ``TORCH_EXTENSIONS_DIR`` and touches the
 products after DeepSpeed's install, so ninja finds them up to date and ``load()``
 links nothing (same interpreter, torch and paths: ``/tmp/site``). Where that fails
@@ -57,6 +58,34 @@ def built_library() -> pathlib.Path | None:
     return found[0] if found else None
 
 
+def deepspeed_site() -> str | None:
+    """The folder DeepSpeed is installed in, off ``PYTHONPATH`` (``gpu_run.sh --deepspeed``
+    names it in ``FLASHLIGHT_DEEPSPEED_SITE``), or ``None`` when it is on the path anyway."""
+    return os.environ.get("FLASHLIGHT_DEEPSPEED_SITE") or None
+
+
+def _import_deepspeed_entry():
+    """``DS4Sci_EvoformerAttention``, importing DeepSpeed from :func:`deepspeed_site`.
+
+    OpenFold 0.0.1 imports DeepSpeed at its own import whenever it can, then calls
+    ``deepspeed.utils.is_initialized``, which DeepSpeed 0.19 no longer has: every OpenFold
+    forward would fail. So OpenFold (when installed) is imported first, while DeepSpeed is
+    not importable, and DeepSpeed's folder is appended to ``sys.path`` only afterwards."""
+    import importlib.util
+
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):  # the op's load() parses it again in this process
+        os.environ["TORCH_CUDA_ARCH_LIST"] = plain_arch_list(os.environ["TORCH_CUDA_ARCH_LIST"])
+    site = deepspeed_site()
+    if site and site not in sys.path:
+        if importlib.util.find_spec("openfold") is not None:
+            import openfold.model.primitives  # noqa: F401 - decides "no DeepSpeed" now
+            import openfold.utils.checkpointing  # noqa: F401
+        sys.path.append(site)
+    from deepspeed.ops.deepspeed4science import DS4Sci_EvoformerAttention
+
+    return DS4Sci_EvoformerAttention
+
+
 def availability() -> str | None:
     """``None`` when DS4Sci_EvoformerAttention can run now, else why not."""
     import torch
@@ -64,7 +93,7 @@ def availability() -> str | None:
     if not torch.cuda.is_available():
         return "DS4Sci_EvoformerAttention needs a CUDA GPU"
     try:
-        from deepspeed.ops.deepspeed4science import DS4Sci_EvoformerAttention  # noqa: F401
+        _import_deepspeed_entry()
     except Exception as exc:  # noqa: BLE001 - any import failure means absent
         return (f"DeepSpeed is not importable ({type(exc).__name__}: {str(exc)[:200]}); "
                 "scripts/gpu_fetch.sh --deepspeed carries it, gpu_run.sh --deepspeed installs it")
@@ -78,23 +107,63 @@ def attention(q, k, v, biases):
     """``DS4Sci_EvoformerAttention(q, k, v, biases)``: q, k, v ``[B, N, L, H, c]`` in bf16 or
     fp16, biases ``[B, N, 1, 1, L]`` and ``[B, 1, H, L, L]`` (either may be ``None``); the
     scale ``c ** -0.5`` is applied inside. Returns ``[B, N, L, H, c]``."""
-    from deepspeed.ops.deepspeed4science import DS4Sci_EvoformerAttention
-
-    return DS4Sci_EvoformerAttention(q, k, v, list(biases))
+    return _import_deepspeed_entry()(q, k, v, list(biases))
 
 
-def pack(out_dir: pathlib.Path) -> pathlib.Path:
-    """Tar the op's build folder into ``out_dir`` (for carrying to a fresh machine)."""
+PART_BYTES = 15 * 2**20  # a file coming back from the GPU machine holds at most 16 MiB
+
+
+def pack(out_dir: pathlib.Path) -> list[pathlib.Path]:
+    """The op's build folder as an xz-compressed tar in ``out_dir``, cut into parts of at
+    most :data:`PART_BYTES` (``<name>.xz.part00``, ...); ``cat`` joins them again."""
+    import shutil
+    import subprocess
+
     library = built_library()
     folder = library.parent if library is not None else extensions_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / PACK_NAME
-    with tarfile.open(target, "w") as tar:
+    for old in out_dir.glob(f"{PACK_NAME}.xz.part*"):
+        old.unlink()
+    whole = out_dir / f"{PACK_NAME}.xz"
+    with tarfile.open(out_dir / PACK_NAME, "w") as tar:
         tar.add(folder, arcname=folder.name)
-    return target
+    if shutil.which("xz"):
+        subprocess.run(["xz", "-T0", "-6", "-f", str(out_dir / PACK_NAME)], check=True)
+    else:
+        import lzma
+
+        whole.write_bytes(lzma.compress((out_dir / PACK_NAME).read_bytes()))
+        (out_dir / PACK_NAME).unlink()
+    parts = []
+    with open(whole, "rb") as src:
+        while chunk := src.read(PART_BYTES):
+            parts.append(out_dir / f"{whole.name}.part{len(parts):02d}")
+            parts[-1].write_bytes(chunk)
+    whole.unlink()
+    return parts
 
 
 BUILD_SCRIPT = "from deepspeed.ops.op_builder import EvoformerAttnBuilder; EvoformerAttnBuilder().load()"
+
+
+def plain_arch_list(archs: str) -> str:
+    """``TORCH_CUDA_ARCH_LIST`` without letter suffixes (``9.0a`` -> ``9.0``): DeepSpeed's
+    builder reads each architecture as two numbers, at the build and at every ``load()``."""
+    import re
+
+    return re.sub(r"(\d+\.\d+)[a-z]+", r"\1", archs)
+
+
+def _build_env() -> dict[str, str]:
+    """The build's environment: DeepSpeed's folder on ``PYTHONPATH`` (the build imports
+    nothing of OpenFold), and :func:`plain_arch_list`."""
+    env = dict(os.environ)
+    site = deepspeed_site()
+    if site:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), site) if p)
+    if env.get("TORCH_CUDA_ARCH_LIST"):
+        env["TORCH_CUDA_ARCH_LIST"] = plain_arch_list(env["TORCH_CUDA_ARCH_LIST"])
+    return env
 
 
 def build(max_s: float) -> int:
@@ -114,7 +183,7 @@ def build(max_s: float) -> int:
     if built_library() is not None:
         print(f"bench.ds4sci: already built: {built_library()}", flush=True)
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-c", BUILD_SCRIPT], start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", BUILD_SCRIPT], start_new_session=True, env=_build_env())
     try:
         status = proc.wait(timeout=max(max_s - 15, 1))
     except subprocess.TimeoutExpired:
@@ -133,8 +202,10 @@ def build(max_s: float) -> int:
     print(f"bench.ds4sci: op ready in {time.monotonic() - t0:.0f} s: {built_library()}", flush=True)
     out = os.environ.get("FLASHLIGHT_GPU_OUT")
     if out:
-        target = pack(pathlib.Path(out))
-        print(f"bench.ds4sci: packed the build into {target} ({target.stat().st_size / 2**20:.1f} MiB)", flush=True)
+        parts = pack(pathlib.Path(out))
+        size = sum(p.stat().st_size for p in parts) / 2**20
+        print(f"bench.ds4sci: packed the build into {len(parts)} parts, {size:.1f} MiB: "
+              f"{', '.join(p.name for p in parts)}", flush=True)
     return 0
 
 

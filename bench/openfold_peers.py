@@ -189,3 +189,7 @@ def record_summary(rec: dict) -> None:
     forwards = rec.pop("_peer_forwards", None)
     if forwards is not None:
         rec["peer"] = summary(forwards)
+        if rec["peer"]["peer_calls"] == 0 and rec.get("status", "ok") == "ok":
+            # every call ran stock: the times are stock's, not the peer's
+            rec["status"] = "error"
+            rec["message"] = "the peer computed no call: " + "; ".join(rec["peer"]["stock_calls"])[:400]

@@ -19,12 +19,13 @@
 #   --no-peers       do not install the optional peers (trifast, cuEquivariance)
 #   --collect DIR    afterwards, copy bench/results/ (results and logs) into DIR
 #   --deepspeed      also install DeepSpeed from .gpu/peers/deepspeed (gpu_fetch.sh
-#                    --deepspeed) with DS_BUILD_OPS=0, and set what its JIT build of
+#                    --deepspeed) with DS_BUILD_OPS=0 into $FLASHLIGHT_GPU_SITE-deepspeed
+#                    (off PYTHONPATH, named by FLASHLIGHT_DEEPSPEED_SITE), and set what its JIT build of
 #                    DS4Sci_EvoformerAttention needs: CUTLASS_PATH (the nvidia-cutlass
 #                    wheel's headers), TORCH_CUDA_ARCH_LIST (the GPU's), MAX_JOBS,
 #                    TORCH_EXTENSIONS_DIR ($FLASHLIGHT_GPU_SITE/torch_extensions, kept
 #                    while the machine is) and ninja on PATH; a prebuilt op carried as
-#                    .gpu/peers/deepspeed/prebuilt.tar is unpacked there (bench/ds4sci.py)
+#                    .gpu/peers/deepspeed/prebuilt.tar.xz.part* is unpacked there (bench/ds4sci.py)
 #   -h, --help       this text
 #
 # What it does, each step skipped when already done (safe to run again and again on
@@ -56,6 +57,7 @@ cd "$ROOT" || exit 10
 export FLASHLIGHT_GPU_RUN_START="${FLASHLIGHT_GPU_RUN_START:-$(date +%s)}"
 PY="${PYTHON:-python3}"
 SITE="${FLASHLIGHT_GPU_SITE:-/tmp/site}"
+DS_SITE="$SITE-deepspeed"  # --deepspeed: DeepSpeed and its dependencies, off PYTHONPATH
 FILES="${FLASHLIGHT_GPU_FILES:-$ROOT/.gpu}"
 BOOT="$SITE-boot"
 LOGDIR="$ROOT/bench/results/logs"
@@ -229,31 +231,38 @@ if [ "$peers" = 1 ] && [ "$deepspeed" = 1 ]; then
     if [ ! -d "$ds" ]; then
         say "DeepSpeed: not carried (run gpu_fetch.sh --deepspeed); skipped"
     else
+        # A folder of its own, off PYTHONPATH: OpenFold 0.0.1 imports DeepSpeed whenever it
+        # is importable and calls an API (deepspeed.utils.is_initialized) this release
+        # lacks, so bench/ds4sci.py adds the folder to sys.path only after OpenFold decided.
+        main_site="$SITE"; SITE="$DS_SITE"; mkdir -p "$SITE"
         install_wheels "DeepSpeed's dependencies" "$ds"
-        export PATH="$SITE/bin:$PATH"
-        if PYTHONPATH="$SITE" "$PY" -c 'import deepspeed' >/dev/null 2>&1; then
+        SITE="$main_site"
+        export PATH="$DS_SITE/bin:$PATH" FLASHLIGHT_DEEPSPEED_SITE="$DS_SITE"
+        if PYTHONPATH="$SITE:$DS_SITE" "$PY" -c 'import deepspeed' >/dev/null 2>&1; then
             say "DeepSpeed: already installed"
         else
             sdist="$(ls "$ds"/deepspeed-*.tar.gz 2>/dev/null | head -n 1)"
             [ -n "$sdist" ] || die 13 "no deepspeed sdist in $ds"
             [ "$have_pip" = 1 ] || die 13 "installing DeepSpeed from its sdist needs pip"
-            say "DeepSpeed: installing $(basename "$sdist") (DS_BUILD_OPS=0)"
-            DS_BUILD_OPS=0 PYTHONPATH="$SITE" logged "$PREP_LOG" "$PY" -m pip install -q --no-index --no-deps \
-                --no-build-isolation --no-compile --target "$SITE" "$sdist" \
+            say "DeepSpeed: installing $(basename "$sdist") (DS_BUILD_OPS=0) into $DS_SITE"
+            DS_BUILD_OPS=0 PYTHONPATH="$SITE:$DS_SITE" logged "$PREP_LOG" "$PY" -m pip install -q --no-index --no-deps \
+                --no-build-isolation --no-compile --target "$DS_SITE" "$sdist" \
                 || die 13 "DeepSpeed did not install from $sdist (see the log)"
         fi
         export CUTLASS_PATH=DS_USE_CUTLASS_PYTHON_BINDINGS MAX_JOBS="${MAX_JOBS:-$(nproc)}"
         export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$SITE/torch_extensions}"
         cc="$("$PY" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability(0))' 2>/dev/null || echo 9.0)"
-        export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-$cc}"
+        # DeepSpeed's builder reads each architecture as two numbers: 9.0a -> 9.0
+        TORCH_CUDA_ARCH_LIST="$(echo "${TORCH_CUDA_ARCH_LIST:-$cc}" | sed -E 's/([0-9]+\.[0-9]+)[a-z]+/\1/g')"
+        export TORCH_CUDA_ARCH_LIST
         mkdir -p "$TORCH_EXTENSIONS_DIR"
-        if [ -f "$ds/prebuilt.tar" ] && ! ls "$TORCH_EXTENSIONS_DIR"/*/evoformer_attn/*.so >/dev/null 2>&1; then
+        if ls "$ds"/prebuilt.tar.xz.part* >/dev/null 2>&1 && ! ls "$TORCH_EXTENSIONS_DIR"/*/evoformer_attn/*.so >/dev/null 2>&1; then
             # the build folder of an earlier machine: ninja finds it up to date once its
             # products are newer than the sources just installed
             root="$("$PY" -c 'from torch.utils.cpp_extension import _get_build_directory as g; import os; print(os.path.dirname(g("evoformer_attn", False)))')"
-            tar -C "$root" -xf "$ds/prebuilt.tar" && find "$root/evoformer_attn" -exec touch {} + \
+            cat "$ds"/prebuilt.tar.xz.part* | xz -d | tar -C "$root" -xf - && find "$root/evoformer_attn" -exec touch {} + \
                 && say "DeepSpeed: unpacked the prebuilt DS4Sci op into $root" \
-                || say "WARNING: could not unpack $ds/prebuilt.tar; the op is built again"
+                || say "WARNING: could not unpack $ds/prebuilt.tar.xz.part*; the op is built again"
         fi
         say "DeepSpeed: TORCH_EXTENSIONS_DIR=$TORCH_EXTENSIONS_DIR, TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
     fi

@@ -3,8 +3,12 @@ hand-written peers' adapters put the catalog's tensors in each peer's documented
 (checked through float64 stand-ins of the peers, which need a GPU), the OpenFold
 attention adapters reproduce stock modules, and the product, long-chain and fidelity
 parts record and resume (the GPU work replaced by stand-ins)."""
+import importlib.util
+import io
 import json
+import lzma
 import math
+import os
 import pathlib
 import sys
 
@@ -156,9 +160,35 @@ def test_ds4sci_finds_a_finished_build_and_packs_it(tmp_path, monkeypatch):
     (folder / "build.ninja").write_text("rule x\n")
     (folder / "evoformer_attn.so").write_bytes(b"\x7fELF")
     assert ds4sci.built_library() == folder / "evoformer_attn.so"
-    packed = ds4sci.pack(tmp_path / "out")
-    with tarfile.open(packed) as tar:
-        assert sorted(tar.getnames()) == ["evoformer_attn", "evoformer_attn/build.ninja", "evoformer_attn/evoformer_attn.so"]
+    (folder / "kernels.o").write_bytes(os.urandom(3000))  # incompressible: three parts of 1 KiB
+    monkeypatch.setattr(ds4sci, "PART_BYTES", 1024)
+    parts = ds4sci.pack(tmp_path / "out")
+    assert [p.name for p in parts] == [f"{ds4sci.PACK_NAME}.xz.part{i:02d}" for i in range(len(parts))]
+    assert len(parts) >= 3 and all(p.stat().st_size <= 1024 for p in parts)
+    joined = lzma.decompress(b"".join(p.read_bytes() for p in parts))  # as gpu_run.sh: cat | xz -d | tar -x
+    with tarfile.open(fileobj=io.BytesIO(joined)) as tar:
+        assert sorted(tar.getnames()) == ["evoformer_attn", "evoformer_attn/build.ninja",
+                                          "evoformer_attn/evoformer_attn.so", "evoformer_attn/kernels.o"]
+
+
+def test_ds4sci_reads_architectures_as_numbers_and_imports_deepspeed_after_openfold(monkeypatch):
+    """DeepSpeed's builder reads ``9.0a`` as a number (and fails): the suffix goes, in the
+    build's environment and in this process. DeepSpeed's own folder joins ``sys.path``
+    only after OpenFold decided it has no DeepSpeed (its 0.0.1 calls an API DeepSpeed 0.19
+    lacks)."""
+    from bench import ds4sci
+
+    assert ds4sci.plain_arch_list("8.0;9.0a 10.0a+PTX") == "8.0;9.0 10.0+PTX"
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+    monkeypatch.setenv("FLASHLIGHT_DEEPSPEED_SITE", "/nonexistent/site-deepspeed")
+    env = ds4sci._build_env()
+    assert env["TORCH_CUDA_ARCH_LIST"] == "9.0" and env["PYTHONPATH"].endswith("/nonexistent/site-deepspeed")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(ImportError):
+        ds4sci._import_deepspeed_entry()
+    assert sys.path[-1] == "/nonexistent/site-deepspeed" and os.environ["TORCH_CUDA_ARCH_LIST"] == "9.0"
+    if importlib.util.find_spec("openfold") is not None:
+        assert "openfold.model.primitives" in sys.modules
 
 
 def test_ds4sci_build_stops_cleanly_on_time_and_packs_a_finished_build(tmp_path, monkeypatch):
@@ -175,7 +205,7 @@ def test_ds4sci_build_stops_cleanly_on_time_and_packs_a_finished_build(tmp_path,
     so = ds4sci.extensions_dir() / "evoformer_attn.so"
     monkeypatch.setattr(ds4sci, "BUILD_SCRIPT", f"open({str(so)!r}, 'wb').write(b'so')")
     assert ds4sci.build(max_s=60) == 0
-    assert (tmp_path / "out" / ds4sci.PACK_NAME).stat().st_size > 0
+    assert (tmp_path / "out" / f"{ds4sci.PACK_NAME}.xz.part00").stat().st_size > 0
     monkeypatch.setattr(ds4sci, "BUILD_SCRIPT", "raise SystemExit(1)")
     so.unlink()
     assert ds4sci.build(max_s=60) == 1
@@ -418,3 +448,24 @@ def test_evoformer_peer_mode_runs_the_stack_through_the_peer(tmp_path, monkeypat
         assert cell["status"] == "ok", cell
         assert cell["peer"]["modules"] == 4 and cell["peer"]["peer_calls"] >= 4 and cell["peer"]["stock_calls"] == {}
         assert cell["max_abs_diff_vs_stock"] < bound, (dtype, cell["max_abs_diff_vs_stock"])
+
+
+def test_evoformer_graph_modes_and_a_peer_that_computed_nothing():
+    """``-graphs`` modes name their base mode; a peer cell whose every call ran stock is an
+    error (its times are stock's), not a result under the peer's name."""
+    from bench import evoformer, openfold_peers
+
+    assert evoformer.base_mode("cueq-graphs") == ("cueq", True)
+    assert evoformer.base_mode("flashlight") == ("flashlight", False)
+    assert {"stock-graphs", "flashlight-graphs", "ds4sci-graphs", "cueq-graphs"} <= set(evoformer.MODES)
+
+    class Forward:
+        def __init__(self, calls, fallbacks):
+            self.calls, self.fallbacks = calls, fallbacks
+
+    rec = {"_peer_forwards": [Forward(0, {"ds4sci failed: ValueError": 3})]}
+    openfold_peers.record_summary(rec)
+    assert rec["status"] == "error" and "ds4sci failed" in rec["message"]
+    rec = {"_peer_forwards": [Forward(2, {"fewer than 17 positions": 1})]}
+    openfold_peers.record_summary(rec)
+    assert "status" not in rec and rec["peer"]["peer_calls"] == 2
