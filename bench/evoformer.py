@@ -25,7 +25,12 @@ as for ``compile``); ``ds4sci`` and
 ``cueq`` (stock with every ``Attention`` module computing its attention with DeepSpeed's
 DS4Sci_EvoformerAttention or cuEquivariance, :mod:`bench.openfold_peers`; calls a peer
 cannot take run stock and are counted in ``peer``). A peer that is not installed is a
-cell with status ``unavailable`` and the reason.
+cell with status ``unavailable`` and the reason. ``stock-graphs``, ``flashlight-graphs``
+(``patch_openfold(model, cuda_graphs=True)``, what ``flashlight-fold`` runs on a GPU),
+``ds4sci-graphs`` and ``cueq-graphs``: the same, with the Evoformer and extra-MSA stacks
+and the structure module replayed as CUDA graphs ([Note: CUDA graphs for the stacks]);
+model scope only (the stack scope calls the blocks one by one), timed after a second
+untimed call, which records the graphs.
 
 ``--dtypes``: ``tf32`` (float32, TF32 matmuls: OpenFold's inference setting), ``bf16``.
 
@@ -63,7 +68,9 @@ from typing import Any
 
 from bench.evoformer_inputs import build_model, cast_model, model_config, stack_inputs, synthetic_batch, torch_dtype
 
-MODES = ("stock", "compile", "flashlight", "flashlight-block", "ds4sci", "cueq")
+BASE_MODES = ("stock", "compile", "flashlight", "flashlight-block", "ds4sci", "cueq")
+GRAPHS = "-graphs"  # a mode's suffix: its stacks and structure module replayed as CUDA graphs
+MODES = BASE_MODES + tuple(m + GRAPHS for m in ("stock", "flashlight", "ds4sci", "cueq"))
 DTYPE_NAMES = ("tf32", "bf16")
 SCOPES = ("stack", "model")
 EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
@@ -164,20 +171,32 @@ def _call_block(block, m, z, msa_mask, pair_mask):
 
 def _apply_mode(model, mode: str, blocks) -> dict:
     import flashlight
+    from flashlight.integrations import openfold_graphs
 
     info: dict[str, Any] = {}
     from bench import openfold_peers  # imports torch: not before TRITON_INTERPRET is set
 
-    if mode in openfold_peers.PEERS:
-        info["_peer_forwards"] = openfold_peers.patch_attention(model, mode)
-    elif mode == "compile":
+    base, graphs = base_mode(mode)
+    if base in openfold_peers.PEERS:
+        info["_peer_forwards"] = openfold_peers.patch_attention(model, base)
+    elif base == "compile":
         for block in blocks:
             block.compile()
         info["compiled_blocks"] = len(blocks)
-    elif mode in ("flashlight", "flashlight-block"):
-        report = flashlight.patch_openfold(model, scope="block" if mode == "flashlight-block" else "attention")
+    elif base in ("flashlight", "flashlight-block"):
+        report = flashlight.patch_openfold(model, scope="block" if base == "flashlight-block" else "attention",
+                                           cuda_graphs=graphs)
         info["patched"] = {"total": report.total, "counts": report.counts}
+    if graphs and base not in ("flashlight", "flashlight-block"):
+        openfold_graphs.install(model)
+    if graphs:
+        info["cuda_graphs"] = len(openfold_graphs.installed(model))
     return info
+
+
+def base_mode(mode: str) -> tuple[str, bool]:
+    """``mode`` without its ``-graphs`` suffix, and whether it had one."""
+    return (mode[: -len(GRAPHS)], True) if mode.endswith(GRAPHS) else (mode, False)
 
 
 def _first_call(call, mode: str, blocks, rec: dict):
@@ -219,6 +238,9 @@ def _dynamo_stats() -> dict:
 
 def run_stack(args, n_res: int, mode: str, device: str) -> dict:
     import torch
+
+    if base_mode(mode)[1]:
+        raise ValueError("CUDA-graph modes replay whole stacks: model scope only")
 
     from bench import openfold_peers
 
@@ -361,6 +383,11 @@ def run_model(args, n_res: int, mode: str, device: str) -> dict:
             del out
         rec.update(_apply_mode(model, mode, blocks))
         (out, _), rec["chunk_size"] = _fitting(model, lambda: _first_call(forward, mode, blocks, rec))
+        if base_mode(mode)[1]:  # the second call records the graphs; the timed calls replay them
+            del out
+            t0 = time.perf_counter()
+            out, _ = forward()
+            rec["record_call_s"] = round(time.perf_counter() - t0, 2)
         rec.update(_dynamo_stats())
         if ref is not None:
             rec["max_abs_diff_vs_stock"] = float((out["final_atom_positions"].cpu() - ref["pos"]).abs().max())
@@ -544,7 +571,7 @@ def _main(argv: list[str] | None) -> int:
                 torch.compiler.reset()
                 torch._dynamo.utils.counters.clear()
                 openfold_core.clear_compiled()  # each cell captures again (or loads what is on disk)
-                why = openfold_peers.availability(mode, dtype_name)
+                why = openfold_peers.availability(base_mode(mode)[0], dtype_name)
                 try:
                     if why:
                         raise openfold_peers.PeerAbsent(why)

@@ -619,3 +619,26 @@ def test_fidelity_section_lists_every_seed_and_the_median(tmp_path):
     assert "| 256 | 1 | Flashlight bf16 | 0.04 | 1 | 0.04 | 0.013 | – |" in lines
     (median,) = [line for line in lines if line.startswith("- N_res 256")]
     assert "stock bf16 0.05 Å over 3 seed(s); Flashlight bf16 0.04 Å over 3 seed(s)" in median
+
+
+def test_peers_section_compares_flashlight_with_graphs_to_the_fastest_other(tmp_path):
+    """The newest cell of each mode is shown; the ratio is against the fastest non-Flashlight
+    mode of the row; a failed cell and a run's note are listed."""
+    from bench.report_peers import peers_lines
+
+    assert peers_lines(tmp_path) == []
+
+    def cell(mode, ms, at="2026-12-04T07:00:00Z", status="ok"):
+        return {"scope": "model", "n_res": 256, "dtype": "bf16", "mode": mode, "status": status, "ms": ms,
+                "peak_gib": 1.0, "measured_at": at, "message": "the peer computed no call"}
+
+    cells = [cell("stock", 900.0), cell("cueq", 700.0), cell("cueq-graphs", 600.0, at="2026-12-04T06:00:00Z"),
+             cell("cueq-graphs", 450.0), cell("ds4sci", None, status="error"), cell("flashlight-graphs", 300.0)]
+    runs = [{"id": 0, "date": "2026-12-04T06:00:00", "gpu": "NVIDIA H200", "note": "beside a build"}]
+    (tmp_path / "evoformer_peers.json").write_text(json.dumps({"runs": runs, "cells": cells}))
+    lines = peers_lines(tmp_path)
+    (row,) = [line for line in lines if line.startswith("| model_1 ")]
+    assert "| 450 (1.0) |" in row and row.endswith("| 1.50× (cueq-graphs) |")
+    assert "| error |" in row
+    assert any("ds4sci: error: the peer computed no call" in line for line in lines)
+    assert any(line.startswith("- Run 0") and "beside a build" in line for line in lines)

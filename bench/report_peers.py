@@ -1,0 +1,75 @@
+"""The "OpenFold end to end against the peers" section of ``bench/results/REPORT.md``
+(``evoformer_peers.json``, from ``bench.evoformer`` with the peer and CUDA-graph modes):
+stock OpenFold, its attentions computed by cuEquivariance or DeepSpeed's DS4Sci, and
+Flashlight, each plain and with the stacks and structure module replayed as CUDA graphs
+(``-graphs``, what ``flashlight-fold`` runs for Flashlight on a GPU)."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+FILE = "evoformer_peers.json"
+BASES = (("stock", "stock"), ("cueq", "cuEquivariance"), ("ds4sci", "DS4Sci"), ("flashlight", "Flashlight"))
+GRAPHS = "-graphs"
+
+
+def _cell_text(cell: dict | None) -> str:
+    if cell is None:
+        return "–"
+    if cell["status"] != "ok":
+        return cell["status"]
+    return f"{cell['ms']:.0f} ({cell['peak_gib']:.1f})" if cell.get("peak_gib") is not None else f"{cell['ms']:.0f}"
+
+
+def _latest(cells: list[dict]) -> dict[tuple, dict]:
+    """The newest cell per (scope, n_res, dtype, mode)."""
+    out: dict[tuple, dict] = {}
+    for c in sorted(cells, key=lambda c: c.get("measured_at", "")):
+        out[(c["scope"], c["n_res"], c.get("dtype", "tf32"), c["mode"])] = c
+    return out
+
+
+def _best_peer(row: dict[str, dict]) -> tuple[str, dict] | None:
+    """The fastest measured non-Flashlight mode of a row."""
+    peers = [(m, c) for m, c in row.items() if not m.startswith("flashlight") and c["status"] == "ok"]
+    return min(peers, key=lambda mc: mc[1]["ms"]) if peers else None
+
+
+def peers_lines(results: pathlib.Path) -> list[str]:
+    """The section's lines, or none when the results file does not exist."""
+    path = results / FILE
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    latest = _latest(data["cells"])
+    rows: dict[tuple, dict[str, dict]] = {}
+    for (scope, n, dtype, mode), c in latest.items():
+        rows.setdefault((scope, n, dtype), {})[mode] = c
+    run = data["runs"][-1]
+    head = ["scope", "N_res", "dtype"] + [t for _, t in BASES] + [f"{t} + graphs" for _, t in BASES] \
+        + ["Flashlight + graphs vs fastest other"]
+    lines = ["## OpenFold end to end against the peers", "",
+             "Median ms of a pass (peak GiB), seeded random `model_1` weights, 512 MSA rows (and 5120 "
+             "extra-MSA rows, one pass, for the whole model), `chunk_size=None`; every attention module "
+             "computed by the named implementation (`bench/openfold_peers.py` for cuEquivariance and "
+             "DS4Sci, `patch_openfold` for Flashlight). \"+ graphs\": the Evoformer and extra-MSA stacks "
+             "and the structure module replayed as CUDA graphs (`flashlight.integrations.openfold_graphs`, "
+             "installed on the stock and peer models too); Flashlight + graphs is what `flashlight-fold` "
+             "runs on a GPU. The stack scope calls the blocks one by one, so it has no graph columns. "
+             f"{run.get('gpu')}, torch {run.get('torch')}, Triton {run.get('triton')}.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (scope, n, dtype), row in sorted(rows.items(), key=lambda kv: (kv[0][0] != "stack", kv[0][1], kv[0][2])):
+        cols = [_cell_text(row.get(m)) for m, _ in BASES] + [_cell_text(row.get(m + GRAPHS)) for m, _ in BASES]
+        fl, best = row.get("flashlight" + GRAPHS) or row.get("flashlight"), _best_peer(row)
+        ratio = "–"
+        if fl is not None and fl["status"] == "ok" and best is not None:
+            ratio = f"{best[1]['ms'] / fl['ms']:.2f}× ({best[0]})"
+        label = "Evoformer stack" if scope == "stack" else "model_1"
+        lines.append(f"| {label} | {n} | {'fp32 (TF32)' if dtype == 'tf32' else dtype} | " + " | ".join(cols)
+                     + f" | {ratio} |")
+    lines.append("")
+    failed = [c for c in latest.values() if c["status"] != "ok"]
+    lines += [f"- {c['scope']} N_res {c['n_res']} {c.get('dtype')} {c['mode']}: {c['status']}: "
+              f"{c.get('message', '')[:200]}" for c in failed]
+    lines += [f"- Run {r['id']} ({r['date'][:16]}): {r['note']}." for r in data["runs"] if r.get("note")]
+    return lines + [""]
