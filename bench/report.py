@@ -647,9 +647,10 @@ def main(argv: list[str] | None = None) -> int:
         (results / "REPORT.md").write_text(report.rstrip() + "\n")
     if not args.no_readme:
         from bench.report_fold import load_fold_rows
+        from bench.report_peers import summary_rows
         from bench.report_summary import readme_section
 
-        section = readme_section(latest, kruns, evo, eruns, load_fold_rows(results))
+        section = readme_section(latest, kruns, evo, eruns, load_fold_rows(results), summary_rows(results))
         update_readme(pathlib.Path(args.readme).resolve(), section)
     print(f"bench.report: {len(latest)} kernel cells, {len(evo)} end-to-end cells"
           + (f"; wrote {results / 'REPORT.md'}" if latest or evo else "")

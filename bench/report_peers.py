@@ -73,3 +73,35 @@ def peers_lines(results: pathlib.Path) -> list[str]:
               f"{c.get('message', '')[:200]}" for c in failed]
     lines += [f"- Run {r['id']} ({r['date'][:16]}): {r['note']}." for r in data["runs"] if r.get("note")]
     return lines + [""]
+
+
+SUMMARY_CAPTION = ("Peer rows: `model_1` at the end-to-end rows' sizes, every attention module computed by "
+                   "the named implementation, the stacks and structure module replayed as CUDA graphs for "
+                   "all of them (Flashlight's as `flashlight-fold` runs it), one run; without graphs in "
+                   "brackets (REPORT's \"against the peers\").")
+
+
+def summary_rows(results: pathlib.Path) -> list[str]:
+    """The README summary's rows: ``model_1`` with graphs, Flashlight against the fastest
+    other implementation of the same row (with graphs), the times without graphs beside."""
+    path = results / FILE
+    if not path.exists():
+        return []
+    latest = _latest(json.loads(path.read_text())["cells"])
+    rows = []
+    for (scope, n, dtype, mode), fl in sorted(latest.items(), key=lambda kv: (kv[0][1], kv[0][2] != "bf16")):
+        if scope != "model" or mode != "flashlight" + GRAPHS or fl["status"] != "ok":
+            continue
+        def ok(m):
+            c = latest.get((scope, n, dtype, m))
+            return c if c is not None and c["status"] == "ok" else None
+
+        others = [(title, ok(m + GRAPHS)) for m, title in BASES if m != "flashlight" and ok(m + GRAPHS)]
+        if not others:
+            continue
+        best_title, best = min(others, key=lambda tc: tc[1]["ms"])
+        plain = "; ".join(f"{title} {ok(m)['ms']:.0f}" for m, title in BASES if ok(m))
+        listed = "; ".join(f"{title} {c['ms']:.0f}" for title, c in sorted(others, key=lambda tc: tc[1]["ms"]))
+        rows.append(f"| `model_1` inference, N_res {n}, attention peers | {'fp32 (TF32)' if dtype == 'tf32' else dtype} "
+                    f"| {fl['ms']:.0f} | {listed} (without graphs: {plain}) | {best['ms'] / fl['ms']:.2f}× |")
+    return rows

@@ -642,3 +642,18 @@ def test_peers_section_compares_flashlight_with_graphs_to_the_fastest_other(tmp_
     assert "| error |" in row
     assert any("ds4sci: error: the peer computed no call" in line for line in lines)
     assert any(line.startswith("- Run 0") and "beside a build" in line for line in lines)
+
+
+def test_peers_summary_row_compares_with_graphs_and_lists_the_plain_times(tmp_path):
+    from bench.report_peers import summary_rows
+
+    def cell(mode, ms):
+        return {"scope": "model", "n_res": 256, "dtype": "bf16", "mode": mode, "status": "ok", "ms": ms,
+                "measured_at": "2026-12-04T07:00:00Z"}
+
+    cells = [cell("stock", 900.0), cell("cueq", 700.0), cell("flashlight", 600.0), cell("stock-graphs", 800.0),
+             cell("cueq-graphs", 450.0), cell("flashlight-graphs", 300.0)]
+    (tmp_path / "evoformer_peers.json").write_text(json.dumps({"runs": [], "cells": cells}))
+    (row,) = summary_rows(tmp_path)
+    assert row == ("| `model_1` inference, N_res 256, attention peers | bf16 | 300 | cuEquivariance 450; stock 800 "
+                   "(without graphs: stock 900; cuEquivariance 700; Flashlight 600) | 1.50× |")
