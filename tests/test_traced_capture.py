@@ -238,6 +238,7 @@ def test_the_preparing_thread_runs_once_and_the_compile_path_waits_for_it(gen, c
 
     monkeypatch.setattr(prepare, "_thread", None)
     monkeypatch.setattr(prepare, "_done", threading.Event())
+    monkeypatch.setattr(prepare, "TIMES", {})
     with settings.override(prepare=False):
         assert prepare.start() is False and prepare._thread is None
     rng = torch.random.get_rng_state()
@@ -251,5 +252,6 @@ def test_the_preparing_thread_runs_once_and_the_compile_path_waits_for_it(gen, c
     args = (r(3, 7, 4), r(3, 9, 4), r(3, 9, 4), r(3, 1, 9))
     out = TracedFunction(cross, {}, name="prepared")(*args)  # waits for the thread's trace first
     assert prepare._done.is_set() and not first.is_alive() and prepare.TIMES["trace"] > 0
+    assert "modules" in prepare.TIMES  # the launch operators' registration, imported on the thread
     assert torch.equal(torch.random.get_rng_state(), rng)  # the caller's seeded numbers stay its own
     assert_matches_float64(cross, out, args)
