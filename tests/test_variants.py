@@ -15,7 +15,10 @@ For each variant, in float32 and bfloat16:
 Then the semantics that matter at the edges: non-contiguous inputs, lengths changing
 between calls without a compile per length, rows whose scores are all ``-inf`` (the
 decision: the output matches eager, NaN in that row as ``torch.softmax`` gives, every
-other row finite) and NaN inputs propagating exactly as in eager.
+other row finite) and NaN inputs propagating exactly as in eager. Last, variants outside
+the catalog, written after the compiler (scores through a sigmoid or a squared ReLU,
+masks built inside the function, a learned temperature, a returned log-sum-exp, a gated
+residual): one kernel each.
 
 Kernels run on CPU through the Triton interpreter (``TRITON_INTERPRET=1``, set by
 ``conftest.py``), so shapes stay small.
@@ -27,11 +30,12 @@ from collections.abc import Mapping
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import flashlight
 from bench.variants import VARIANTS
 from bench.variants_base import as_outputs
-from tests.helpers import SOFTMAX_PARTS, computes_softmax
+from tests.helpers import SOFTMAX_PARTS, aten_outside_kernels, computes_softmax
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # Scores pass through exp, so float32 keeps ~1e-4; bfloat16 rounds inputs, P and the output.
@@ -359,3 +363,70 @@ def test_nan_inputs_propagate_like_eager(name, which, index, request):
     with torch.no_grad():
         out = flashlight.compile(v.fn)(*inputs)
     _assert_matches_with_nan(out, ref, torch.float32, f"variant {name}, NaN in input {which} at {index}")
+
+
+# ---------------------------------------------------------------------------- beyond the catalog
+# Variants written after the compiler, to try its generality: each is one kernel, with
+# nothing of its arithmetic left outside (the profiler's view), and matches float64.
+
+
+def _sigmoid_scores(q, k, v, b):  # no softmax: sigmoid(q k^T / sqrt(d) + b) @ v
+    return torch.sigmoid(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + b) @ v
+
+
+def _relu_squared(q, k, v):  # relu(s)^2 normalised by its row sum (no row max)
+    s = torch.relu(q @ k.transpose(-1, -2)) ** 2
+    return (s / (s.sum(-1, keepdim=True) + 1e-6)) @ v
+
+
+def _mask_built_inside(q, k, v):  # a causal mask made from torch.ones(...).tril() in the function
+    keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    s = (q @ k.transpose(-1, -2)).masked_fill(~keep, float("-inf"))
+    return torch.softmax(s * q.shape[-1] ** -0.5, dim=-1) @ v
+
+
+def _lengths_mask(q, k, v, lengths):  # key padding from per-batch lengths: arange < length
+    keep = torch.arange(k.shape[-2])[None, :] < lengths[:, None]  # [B, K]
+    s = (q @ k.transpose(-1, -2)).masked_fill(~keep[:, None, None, :], -1e9)
+    return torch.softmax(s, -1) @ v
+
+
+def _softplus_temperature(q, k, v, t):  # a learned temperature per head, through softplus
+    return torch.softmax((q @ k.transpose(-1, -2)) / F.softplus(t)[None, :, None, None], -1) @ v
+
+
+def _output_and_logsumexp(q, k, v):  # the output and each row's log-sum-exp, both returned
+    s = q @ k.transpose(-1, -2) * 0.25
+    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
+
+
+def _tanh_gated_residual(q, k, v, x, g):  # x + tanh(g) * attention
+    return x + torch.tanh(g) * (torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v)
+
+
+ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16])
+    "sigmoid_scores": (_sigmoid_scores, lambda r: (r(3, 37, 37),)),
+    "relu_squared": (_relu_squared, lambda r: ()),
+    "mask_built_inside": (_mask_built_inside, lambda r: ()),
+    "lengths_mask": (_lengths_mask, lambda r: (torch.tensor([37, 20]),)),
+    "softplus_temperature": (_softplus_temperature, lambda r: (r(3),)),
+    "output_and_logsumexp": (_output_and_logsumexp, lambda r: ()),
+    "tanh_gated_residual": (_tanh_gated_residual, lambda r: (r(2, 3, 37, 16), r(2, 3, 37, 16))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUND))
+def test_variants_beyond_the_catalog_are_one_kernel(name, request):
+    fn, extra = ROUND[name]
+    g = _generator(request)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    inputs = [r(2, 3, 37, 16), r(2, 3, 37, 16), r(2, 3, 37, 16), *extra(r)]
+    with torch.no_grad():
+        report = flashlight.explain(fn, *inputs)
+        assert len(report.kernels) == 1 and report.fallback_ops == [], report
+        compiled = flashlight.compile(fn)
+        outs = as_outputs(compiled(*inputs))
+        assert aten_outside_kernels(compiled, inputs) == []
+    for out, ref in zip(outs, as_outputs(_reference(fn, inputs)), strict=True):
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
