@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 import flashlight
 from bench.variants import VARIANTS
+from flashlight.report import ExplainReport
 from bench.variants_base import as_outputs
 from tests.helpers import SOFTMAX_PARTS, aten_outside_kernels, computes_softmax
 
@@ -430,3 +431,30 @@ def test_variants_beyond_the_catalog_are_one_kernel(name, request):
     for out, ref in zip(outs, as_outputs(_reference(fn, inputs)), strict=True):
         assert torch.isfinite(out).all()
         torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+REDUCING = {"bmm", "mm", "sum", "amax", "max", "logsumexp", "_softmax", "_log_softmax"}
+
+
+@pytest.mark.parametrize("name", ["sigmoid_scores", "output_and_logsumexp", "softplus_temperature"])
+def test_variants_beyond_the_catalog_have_gradients(name, request):
+    """Gradients of every float input through the derived backward match float64 (a
+    sigmoid of the scores, a returned log-sum-exp, a learned temperature per head)."""
+    fn, extra = ROUND[name]
+    g = _generator(request)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    inputs = [r(2, 3, 37, 16), r(2, 3, 37, 16), r(2, 3, 37, 16), *extra(r)]
+    leaves = [x.clone().requires_grad_() for x in inputs]
+    report = ExplainReport()
+    outs = as_outputs(torch.compile(fn, backend=flashlight.backend.make_backend(report=report))(*leaves))
+    grad_outs = [torch.randn(o.shape, generator=g) for o in outs]
+    grads = torch.autograd.grad(outs, leaves, grad_outs)
+    exact = [x.detach().double().requires_grad_() for x in inputs]
+    refs = torch.autograd.grad(as_outputs(fn(*exact)), exact, [go.double() for go in grad_outs])
+    # forward and backward kernels; outside them at most pointwise work on the small
+    # parameters (the softplus's derivative on the [H] temperatures), never a reduction
+    assert len(report.kernels) >= 2, str(report)
+    assert all(op.reason and op.name.split(".")[0] not in REDUCING for op in report.fallback_ops), str(report)
+    for got, ref in zip(grads, refs, strict=True):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
