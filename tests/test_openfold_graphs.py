@@ -236,3 +236,27 @@ def test_recording_without_draining_needs_spare_memory():
     assert settings.get("graph_capture") == "overlap"  # the default, measured faster
     with settings.override(graph_capture="drain"):
         assert settings.get("graph_capture") == "drain"
+
+
+def test_weights_assigned_anew_record_again_and_weights_copied_in_replay(setup):
+    """A graph reads the parameters where they were recorded: weights copied in place
+    (``load_state_dict``'s default) are replayed as they are; a parameter assigned anew
+    (``load_state_dict(..., assign=True)``) makes the next call record again. Both give
+    the stock model's results with the new weights."""
+    model, batches = setup
+    graphed_model, graphed = _graphed(model)
+    _fold(graphed_model, batches[0])
+    assert graphed.recordings == 3
+    g = torch.Generator().manual_seed(11)
+    state = {k: v + 0.01 * torch.randn(v.shape, generator=g) if v.is_floating_point() else v
+             for k, v in model.state_dict().items()}
+    reference = copy.deepcopy(model)
+    reference.load_state_dict(state)
+    graphed_model.load_state_dict(state)  # copied into the same tensors
+    _same(_fold(graphed_model, batches[0]), _fold(reference, batches[0]))
+    assert graphed.recordings == 3
+    state = {k: v * 1.01 if v.is_floating_point() else v for k, v in state.items()}
+    reference.load_state_dict(state)
+    graphed_model.load_state_dict(state, assign=True)  # new tensors
+    _same(_fold(graphed_model, batches[0]), _fold(reference, batches[0]))
+    assert graphed.recordings == 6  # each module recorded again, once
