@@ -18,15 +18,15 @@ Two scopes, each at every ``--n-res``:
 
 Modes: ``stock`` (OpenFold 0.0.1 as installed, with its CUDA extension);
 ``compile`` (stock with ``torch.compile`` applied to each Evoformer block via
-``Module.compile()``); ``flashlight`` (``flashlight.patch_openfold(model)``);
-``flashlight-block`` (``patch_openfold(model, scope="block")``: each block compiled whole,
+``Module.compile()``); ``flashlight`` (``flashlight.patch_openfold(model, cuda_graphs=False)``);
+``flashlight-block`` (``patch_openfold(model, scope="block", cuda_graphs=False)``: each block compiled whole,
 Flashlight's kernels for the attentions and Inductor for the rest; no module breakdown,
 as for ``compile``); ``ds4sci`` and
 ``cueq`` (stock with every ``Attention`` module computing its attention with DeepSpeed's
 DS4Sci_EvoformerAttention or cuEquivariance, :mod:`bench.openfold_peers`; calls a peer
 cannot take run stock and are counted in ``peer``). A peer that is not installed is a
 cell with status ``unavailable`` and the reason. ``stock-graphs``, ``flashlight-graphs``
-(``patch_openfold(model, cuda_graphs=True)``, what ``flashlight-fold`` runs on a GPU),
+(``patch_openfold(model)``'s default, what ``flashlight-fold`` runs on a GPU),
 ``ds4sci-graphs`` and ``cueq-graphs``: the same, with the Evoformer and extra-MSA stacks
 and the structure module replayed as CUDA graphs ([Note: CUDA graphs for the stacks]);
 model scope only (the stack scope calls the blocks one by one), timed after a second

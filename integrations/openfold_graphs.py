@@ -1,4 +1,4 @@
-"""OpenFold's stacks and structure module replayed as CUDA graphs: ``patch_openfold(model, cuda_graphs=True)``.
+"""OpenFold's stacks and structure module replayed as CUDA graphs: ``patch_openfold(model)``'s default (``cuda_graphs=True``).
 
 [Note: CUDA graphs for the stacks]
 With the attentions fused, an OpenFold pass on a GPU is bound by the host: the Python

@@ -189,7 +189,7 @@ def test_layer_timer_under_replays(setup):
 def test_patch_installs_and_removes_the_graphs(setup):
     model, _ = setup
     patched = copy.deepcopy(model)
-    report = flashlight.patch_openfold(patched, cuda_graphs=True)
+    report = flashlight.patch_openfold(patched)  # on by default
     assert report.cuda_graphs == 3 and "CUDA graphs: 3" in str(report)
     assert [type(g.module).__name__ for g in openfold_graphs.installed(patched)] == [
         "ExtraMSAStack", "EvoformerStack", "StructureModule"]
@@ -197,7 +197,7 @@ def test_patch_installs_and_removes_the_graphs(setup):
         graphed = openfold_graphs.find_graphed_modules(copied)
         assert [g.module for g in openfold_graphs.installed(copied)] == graphed
         assert openfold_graphs.installed(copied)[-1].recorded_kwargs == {"inplace_safe": False}
-    assert flashlight.patch_openfold(patched).cuda_graphs == 0  # patching again without
+    assert flashlight.patch_openfold(patched, cuda_graphs=False).cuda_graphs == 0  # patching again without
     assert openfold_graphs.installed(patched) == []
     flashlight.patch_openfold(patched, cuda_graphs=True)
     flashlight.unpatch_openfold(patched)
