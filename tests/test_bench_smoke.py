@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-from bench import kernels, report  # noqa: E402
+from bench import kernels, report, report_evoformer  # noqa: E402
 
 
 def _kernels(tmp_path: pathlib.Path, *extra: str) -> int:
@@ -342,7 +342,7 @@ def test_an_out_of_memory_from_before_the_chunked_retry_says_so():
     stock = {"scope": "model", "n_res": 1024, "mode": "stock", "status": "ok", "ms": 26000.0, "chunk_size": 4}
     old = {"scope": "model", "n_res": 1024, "mode": "flashlight", "status": "oom"}
     new = {**old, "mode": "compile", "reference_chunk_size": 4}
-    (row,) = [line for line in report.evoformer_table([stock, old, new]) if "1024" in line]
+    (row,) = [line for line in report_evoformer.evoformer_table([stock, old, new]) if "1024" in line]
     cells = [c.strip() for c in row.split("|")]
     assert cells[3] == "26000 (chunk 4)"
     assert cells[4] == "OOM" and cells[5] == "OOM (before chunked retry)"
@@ -588,7 +588,7 @@ def test_end_to_end_rows_take_flashlight_at_its_faster_scope(tmp_path):
     (row,) = report_summary.e2e_rows(evo)
     assert row == ("| Evoformer stack (48 blocks), N_res 256, whole blocks compiled | fp32 (TF32) | 267 | "
                    "torch.compile per block 510; stock 880 | 1.91× |")
-    table = "\n".join(report.evoformer_table(evo))
+    table = "\n".join(report_evoformer.evoformer_table(evo))
     assert "| 485 | 267 | 3.30× |" in table
 
 
