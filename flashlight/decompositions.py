@@ -131,17 +131,28 @@ _ROW_STATISTICS = (aten._softmax.default, aten._log_softmax.default)
 
 def _over_static_floats(rewrite):
     """A softmax of a graph without a backward, decomposed ([Note: row statistics are cut
-    last] in :mod:`flashlight.backoff`) where it reduces a float tensor over a dim of
-    static, non-zero size. Over a symbolic size it stays one operation: the launcher runs
-    a kernel's unfused graph for a call at size 0 (``Launcher._call_empty``), where the row
-    max of the decomposition would have no element; over integers eager PyTorch raises,
-    and so must the compiled function."""
+    last] in :mod:`flashlight.backoff`) where it reduces a float tensor over a dim that
+    cannot be empty: a static, non-zero size, or a symbolic one that the shape environment
+    backs with a hint (it specialises 0 and 1, so such a size is at least 2 wherever the
+    graph's guards hold). Over an unbacked size (``mark_unbacked``: the same graph serves
+    length 0) it stays one operation: the launcher runs a kernel's unfused graph for a
+    call at size 0 (``Launcher._call_empty``), where the row max of the decomposition
+    would have no element; over integers eager PyTorch raises, and so must the compiled
+    function."""
     def decompose(x, dim, half_to_float):
-        size = x.shape[dim]
-        if not isinstance(size, int) or size == 0 or not x.dtype.is_floating_point:
+        if not x.dtype.is_floating_point or not _never_empty(x.shape[dim]):
             return NotImplemented
         return rewrite(x, dim, half_to_float)
     return decompose
+
+
+def _never_empty(size) -> bool:
+    """Whether a dim of ``size`` has at least one element wherever the graph runs."""
+    if isinstance(size, int):
+        return size != 0
+    from torch.fx.experimental.symbolic_shapes import has_free_unbacked_symbols
+
+    return not has_free_unbacked_symbols(size)
 
 
 def _unless_empty(rewrite):

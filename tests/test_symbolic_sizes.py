@@ -140,3 +140,26 @@ def test_a_length_summed_inside_a_loop_is_not_fixed(gen):
         torch.testing.assert_close(out.double(), fn(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
     torch.compiler.reset()
     assert graphs[2] == graphs[1], graphs
+
+
+def test_a_function_of_the_probabilities_at_a_symbolic_length_stores_no_rows_by_keys(gen):
+    """Softmax is decomposed over a symbolic length too (a backed size is at least 2
+    under the graph's guards): an entropy of the attention probabilities compiles to the
+    same kernels at the second length (symbolic) as at the first, nothing outside them,
+    and matches float64 at both."""
+    def entropy_weighted(q, k, v):
+        p = torch.softmax(q @ k.transpose(-1, -2), dim=-1)
+        return (p @ v) * -(p * torch.log(p + 1e-9)).sum(-1, keepdim=True)
+
+    report = ExplainReport()
+    compiled = torch.compile(entropy_weighted, backend=make_backend(report=report))
+    kernels = []
+    with torch.no_grad():
+        for length in (20, 33):
+            q, k, v = (torch.randn(2, length, 16, generator=gen) for _ in range(3))
+            before = len(report.kernels)
+            out = compiled(q, k, v)
+            kernels.append(len(report.kernels) - before)
+            ref = entropy_weighted(q.double(), k.double(), v.double())
+            torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    assert kernels[0] == kernels[1] > 1 and report.fallback_ops == [], str(report)
