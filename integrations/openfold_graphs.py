@@ -47,6 +47,7 @@ to back and the host only copies the inputs in and the outputs out.
   the next call record again (checked on every call: about 0.5 ms for the 5186 tensors
   of ``model_1``'s Evoformer stack on the 2-core CI machine).
 - *When it stays eager.* Training or autograd (``self.training`` or grad enabled),
+  tracing by ``torch.compile`` (a model compiled whole traces the stock forward),
   tensors not on a CUDA device, inside :func:`eager` (the fold's synchronised-module
   pass times every module with hooks, which a replay does not run), or a key whose
   recording failed (an operation a graph cannot hold; the reason is logged once and
@@ -225,6 +226,8 @@ class GraphedForward:
         return bool(tensors) and on_device
 
     def __call__(self, *args, **kwargs):
+        if torch.compiler.is_compiling():  # traced into a compiled region: its graph holds the stock call
+            return self._stock(args, kwargs)
         leaves, spec = pytree.tree_flatten((args, kwargs))
         if not self._eligible(leaves):
             return self._stock(args, kwargs)

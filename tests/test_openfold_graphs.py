@@ -260,3 +260,22 @@ def test_weights_assigned_anew_record_again_and_weights_copied_in_replay(setup):
     graphed_model.load_state_dict(state, assign=True)  # new tensors
     _same(_fold(graphed_model, batches[0]), _fold(reference, batches[0]))
     assert graphed.recordings == 6  # each module recorded again, once
+
+
+def test_a_graphed_module_traced_by_torch_compile_traces_its_stock_forward():
+    """``torch.compile`` over a model whose stacks replay graphs (``patch_openfold``'s
+    default) traces the stock forward into its graph, without a break, also once the
+    module has recorded a graph of its own for these inputs eagerly."""
+    layer = torch.nn.Linear(4, 3).eval()
+    graphed = openfold_graphs.GraphedForward(layer, StandInRecorder())
+    layer.forward = graphed
+    x = torch.randn(5, 4)
+    want = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    with torch.no_grad():
+        for _ in range(2):  # eager, then recorded and replayed
+            torch.testing.assert_close(layer(x), want)
+        assert (graphed.recordings, graphed.replays) == (1, 1)
+        compiled = torch.compile(lambda t: layer(t).relu(), backend="eager", fullgraph=True)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), want.relu())
+    assert (graphed.recordings, graphed.replays) == (1, 1)
