@@ -18,13 +18,15 @@ decision: the output matches eager, NaN in that row as ``torch.softmax`` gives, 
 other row finite) and NaN inputs propagating exactly as in eager. Last, variants outside
 the catalog, written after the compiler (scores through a sigmoid or a squared ReLU,
 masks built inside the function, a learned temperature, a returned log-sum-exp, a gated
-residual): one kernel each.
+residual, T5's bucketed relative positions, a mask applied after the softmax): one kernel
+each.
 
 Kernels run on CPU through the Triton interpreter (``TRITON_INTERPRET=1``, set by
 ``conftest.py``), so shapes stay small.
 """
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping
 
@@ -405,6 +407,23 @@ def _tanh_gated_residual(q, k, v, x, g):  # x + tanh(g) * attention
     return x + torch.tanh(g) * (torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v)
 
 
+def _t5_buckets(q, k, v, table):  # T5's log-spaced relative-position buckets, a bias looked up per head
+    rel = torch.arange(k.shape[-2])[None, :] - torch.arange(q.shape[-2])[:, None]  # [Lq, Lk]
+    n = -rel.clamp(max=0)  # distance to the past
+    far = 8 + (torch.log(n.float().clamp(min=1) / 8) / math.log(128 / 8) * 24).long()
+    bucket = torch.where(n < 8, n, far.clamp(max=31))
+    return torch.softmax(q @ k.transpose(-1, -2) + table[bucket].permute(2, 0, 1), -1) @ v  # table [32, H]
+
+
+def _renormalised_after_mask(q, k, v, keep):  # a key mask applied to p, then p renormalised
+    p = torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) * keep
+    return (p / p.sum(-1, keepdim=True).clamp_min(1e-9)) @ v
+
+
+def _exp_of_log_softmax(q, k, v):  # the weights as exp(log_softmax)
+    return torch.exp(F.log_softmax(q @ k.transpose(-1, -2) * 0.25, -1)) @ v
+
+
 ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16])
     "sigmoid_scores": (_sigmoid_scores, lambda r: (r(3, 37, 37),)),
     "relu_squared": (_relu_squared, lambda r: ()),
@@ -413,6 +432,9 @@ ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16
     "softplus_temperature": (_softplus_temperature, lambda r: (r(3),)),
     "output_and_logsumexp": (_output_and_logsumexp, lambda r: ()),
     "tanh_gated_residual": (_tanh_gated_residual, lambda r: (r(2, 3, 37, 16), r(2, 3, 37, 16))),
+    "t5_buckets": (_t5_buckets, lambda r: (r(32, 3),)),
+    "renormalised_after_mask": (_renormalised_after_mask, lambda r: ((r(2, 1, 1, 37) > -0.5).float(),)),
+    "exp_of_log_softmax": (_exp_of_log_softmax, lambda r: ()),
 }
 
 
