@@ -55,7 +55,7 @@ def peers_lines(results: pathlib.Path) -> list[str]:
              "DS4Sci, `patch_openfold` for Flashlight). \"+ graphs\": the Evoformer and extra-MSA stacks "
              "and the structure module replayed as CUDA graphs (`flashlight.integrations.openfold_graphs`, "
              "installed on the stock and peer models too); Flashlight + graphs is what `flashlight-fold` "
-             "runs on a GPU. The stack scope calls the blocks one by one, so it has no graph columns. "
+             "runs on a GPU (at the stack scope: the Evoformer stack called whole). "
              f"{run.get('gpu')}, torch {run.get('torch')}, Triton {run.get('triton')}.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (scope, n, dtype), row in sorted(rows.items(), key=lambda kv: (kv[0][0] != "stack", kv[0][1], kv[0][2])):

@@ -194,6 +194,16 @@ def test_evoformer_smoke_stock(tmp_path):
     assert len(json.loads((tmp_path / "evoformer.json").read_text())["cells"]) == 1
 
 
+def test_evoformer_stack_with_graphs_calls_the_stack_whole(tmp_path):
+    """A ``-graphs`` stack cell installs the graphed forwards and calls the Evoformer stack
+    whole (on the CPU it runs eagerly): the stock result, a total time and no per-block
+    times or breakdown."""
+    cell, _ = _evoformer_stack_cell(tmp_path, "stock-graphs")
+    assert cell["cuda_graphs"] == 2 and cell["ms"] > 0 and "record_call_s" in cell  # no extra-MSA stack here
+    assert "per_block_ms" not in cell and "breakdown_ms" not in cell
+    assert cell["max_abs_diff_vs_stock"] < 1e-5
+
+
 def test_evoformer_budget_stopped_cell_is_recorded_as_timeout(tmp_path, monkeypatch):
     """A cell the call's budget stops after --record-after seconds is a result (it cannot
     finish in one call), and --retry tries it again only with more time than it ran."""
