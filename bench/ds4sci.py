@@ -31,6 +31,7 @@ must not start a nine-minute build), :func:`attention` calls the public
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import pathlib
 import sys
@@ -64,8 +65,10 @@ def deepspeed_site() -> str | None:
     return os.environ.get("FLASHLIGHT_DEEPSPEED_SITE") or None
 
 
+@functools.cache
 def _import_deepspeed_entry():
-    """``DS4Sci_EvoformerAttention``, importing DeepSpeed from :func:`deepspeed_site`.
+    """``DS4Sci_EvoformerAttention``, importing DeepSpeed from :func:`deepspeed_site`
+    (once per process: :func:`attention` is timed).
 
     OpenFold 0.0.1 imports DeepSpeed at its own import whenever it can, then calls
     ``deepspeed.utils.is_initialized``, which DeepSpeed 0.19 no longer has: every OpenFold

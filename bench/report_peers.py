@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import pathlib
 
+from bench.evoformer import GRAPHS
+from bench.report import DTYPE_TITLES
+
 FILE = "evoformer_peers.json"
 BASES = (("stock", "stock"), ("cueq", "cuEquivariance"), ("ds4sci", "DS4Sci"), ("flashlight", "Flashlight"))
-GRAPHS = "-graphs"
 
 
 def _cell_text(cell: dict | None) -> str:
@@ -65,7 +67,7 @@ def peers_lines(results: pathlib.Path) -> list[str]:
         if fl is not None and fl["status"] == "ok" and best is not None:
             ratio = f"{best[1]['ms'] / fl['ms']:.2f}× ({best[0]})"
         label = "Evoformer stack" if scope == "stack" else "model_1"
-        lines.append(f"| {label} | {n} | {'fp32 (TF32)' if dtype == 'tf32' else dtype} | " + " | ".join(cols)
+        lines.append(f"| {label} | {n} | {DTYPE_TITLES.get(dtype, dtype)} | " + " | ".join(cols)
                      + f" | {ratio} |")
     lines.append("")
     failed = [c for c in latest.values() if c["status"] != "ok"]
@@ -87,21 +89,18 @@ def summary_rows(results: pathlib.Path) -> list[str]:
     path = results / FILE
     if not path.exists():
         return []
-    latest = _latest(json.loads(path.read_text())["cells"])
+    latest = {key: c for key, c in _latest(json.loads(path.read_text())["cells"]).items() if c["status"] == "ok"}
     rows = []
     for (scope, n, dtype, mode), fl in sorted(latest.items(), key=lambda kv: (kv[0][1], kv[0][2] != "bf16")):
-        if scope != "model" or mode != "flashlight" + GRAPHS or fl["status"] != "ok":
+        if scope != "model" or mode != "flashlight" + GRAPHS:
             continue
-        def ok(m):
-            c = latest.get((scope, n, dtype, m))
-            return c if c is not None and c["status"] == "ok" else None
-
+        ok = lambda m: latest.get((scope, n, dtype, m))  # noqa: E731 - a measured cell of this row, or None
         others = [(title, ok(m + GRAPHS)) for m, title in BASES if m != "flashlight" and ok(m + GRAPHS)]
         if not others:
             continue
-        best_title, best = min(others, key=lambda tc: tc[1]["ms"])
+        _, best = min(others, key=lambda tc: tc[1]["ms"])
         plain = "; ".join(f"{title} {ok(m)['ms']:.0f}" for m, title in BASES if ok(m))
         listed = "; ".join(f"{title} {c['ms']:.0f}" for title, c in sorted(others, key=lambda tc: tc[1]["ms"]))
-        rows.append(f"| `model_1` inference, N_res {n}, attention peers | {'fp32 (TF32)' if dtype == 'tf32' else dtype} "
+        rows.append(f"| `model_1` inference, N_res {n}, attention peers | {DTYPE_TITLES.get(dtype, dtype)} "
                     f"| {fl['ms']:.0f} | {listed} (without graphs: {plain}) | {best['ms'] / fl['ms']:.2f}× |")
     return rows
