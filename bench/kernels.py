@@ -226,6 +226,22 @@ def _errors(out, ref) -> tuple[float, float, int]:
     return float(diff), float(diff / ref.abs().max().clamp_min(1e-300)), int((~torch.isfinite(out)).sum())
 
 
+# A cell whose output is further than this from float64 eager (relative to the output's
+# largest magnitude) computed something else. Every valid cell so far is below 0.045 (bf16
+# eager and cuEquivariance's TF32 included), far under this.
+WRONG_REL_ERR = 0.1
+
+
+def _wrong_result(rec: dict) -> str | None:
+    """Why a measured cell's output does not count as the attention's, or ``None``."""
+    if rec.get("nonfinite"):
+        return f"{rec['nonfinite']} non-finite output values"
+    rel = rec.get("max_rel_err")
+    if rel is not None and not rel <= WRONG_REL_ERR:  # NaN fails too
+        return f"output error {rel:.3g} relative to its scale (more than {WRONG_REL_ERR})"
+    return None
+
+
 def run_cell(fn: Callable, args: tuple, ref, ctx: dict, deadline, timeout_s: float, report=None) -> dict:
     """Measure ``fn(*args)``; returns the cell's measured fields (status included)."""
     import torch
@@ -272,6 +288,8 @@ def run_cell(fn: Callable, args: tuple, ref, ctx: dict, deadline, timeout_s: flo
                 del out
             ms = bench_ms(lambda: fn(*args), device, rep_ms=ctx["rep_ms"], cpu_reps=ctx.get("cpu_reps", 3))
         rec["status"] = "ok"
+        if (why := _wrong_result(rec)) is not None:
+            rec.update(status="wrong", message=why + "; the time is not a result")
         if report is not None:
             # (BLOCK_M, BLOCK_N, num_warps, num_stages) each new kernel ran with
             rec["configs"] = [c if c == "eager" else list(c)  # "eager": the unfused graph was faster

@@ -492,9 +492,9 @@ def _loss_table_lines(case_map: dict) -> list[str]:
 
 
 def _absent_lines(latest: dict, kruns: list[dict]) -> list[str]:
-    absent = {}
-    for r in kruns:
-        absent.update(r.get("absent_peers", {}))
+    # the newest run's list: a peer absent from an older run may have been measured since
+    newest = max(kruns, key=lambda r: r.get("date", ""), default={})
+    absent = dict(newest.get("absent_peers", {}))
     unavailable = sorted({c.get("message", "") for c in latest.values() if c["status"] == "unavailable"})
     if not absent and not unavailable:
         return []

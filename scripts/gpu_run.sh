@@ -257,10 +257,15 @@ if [ "$peers" = 1 ] && [ "$deepspeed" = 1 ]; then
         export TORCH_CUDA_ARCH_LIST
         mkdir -p "$TORCH_EXTENSIONS_DIR"
         if ls "$ds"/prebuilt.tar.xz.part* >/dev/null 2>&1 && ! ls "$TORCH_EXTENSIONS_DIR"/*/evoformer_attn/*.so >/dev/null 2>&1; then
-            # the build folder of an earlier machine: ninja finds it up to date once its
-            # products are newer than the sources just installed
+            # the build folder of an earlier machine. Ninja rebuilds a product whose mtime
+            # recorded in .ninja_log is older than any of its inputs (the sources and
+            # CUTLASS headers were just installed: they get a date before any build), or
+            # whose mtime on disk is later than the one in .ninja_deps (recorded in ns, and
+            # the tar keeps less: each product's mtime is cut to whole seconds)
             root="$("$PY" -c 'from torch.utils.cpp_extension import _get_build_directory as g; import os; print(os.path.dirname(g("evoformer_attn", False)))')"
-            cat "$ds"/prebuilt.tar.xz.part* | xz -d | tar -C "$root" -xf - && find "$root/evoformer_attn" -exec touch {} + \
+            cat "$ds"/prebuilt.tar.xz.part* | xz -d | tar -C "$root" -xf - \
+                && find "$DS_SITE" -exec touch -h -d 2000-01-01 {} + \
+                && find "$root/evoformer_attn" -type f -exec sh -c 'for f; do touch -d "@$(stat -c %Y "$f")" "$f"; done' sh {} + \
                 && say "DeepSpeed: unpacked the prebuilt DS4Sci op into $root" \
                 || say "WARNING: could not unpack $ds/prebuilt.tar.xz.part*; the op is built again"
         fi

@@ -469,3 +469,16 @@ def test_evoformer_graph_modes_and_a_peer_that_computed_nothing():
     rec = {"_peer_forwards": [Forward(2, {"fewer than 17 positions": 1})]}
     openfold_peers.record_summary(rec)
     assert "status" not in rec and rec["peer"]["peer_calls"] == 2
+
+
+def test_an_end_to_end_cell_that_disagrees_with_stock_is_wrong():
+    """A cell far from stock (a peer's kernels launched outside a replayed CUDA graph, say)
+    or with NaN is not a time; agreement as measured is."""
+    from bench.evoformer import disagreement
+
+    assert disagreement({"max_abs_diff_vs_stock": 0.22}, "stack", "bf16") is None
+    assert disagreement({"max_abs_diff_vs_stock": 1.7, "finite": True}, "model", "bf16") is None
+    assert "differs from stock" in disagreement({"max_abs_diff_vs_stock": 836.0}, "stack", "bf16")
+    assert "differs from stock" in disagreement({"max_abs_diff_vs_stock": 0.5}, "stack", "tf32")
+    assert "NaN" in disagreement({"max_abs_diff_vs_stock": float("nan"), "finite": False}, "model", "bf16")
+    assert disagreement({}, "stack", "tf32") is None  # stock itself: nothing to compare

@@ -120,6 +120,27 @@ def test_failing_implementation_is_a_recorded_result(tmp_path, monkeypatch):
     assert cells["sdpa"]["status"] == "error" and "deliberate failure" in cells["sdpa"]["message"]
 
 
+def test_a_wrong_result_is_not_a_time(tmp_path, monkeypatch):
+    """A cell whose output has NaN, or is far from float64 eager, is recorded as wrong
+    (as an implementation launching outside the stream it was given would be), never ok."""
+    real = kernels.make_impl
+
+    def make(*a):
+        fn = real(*a)
+        if a[1] == "sdpa":
+            return lambda *args: fn(*args) * float("nan")
+        if a[1] == "eager":
+            return lambda *args: fn(*args) * 1.5
+        return fn
+
+    monkeypatch.setattr(kernels, "make_impl", make)
+    assert _kernels(tmp_path, "--variants", "vanilla", "--impls", "eager,sdpa,flashlight") == kernels.EXIT_COMPLETE
+    cells = {c["impl"]: c for c in json.loads((tmp_path / "kernels_smoke_test.json").read_text())["cells"]}
+    assert cells["flashlight"]["status"] == "ok"
+    assert cells["sdpa"]["status"] == "wrong" and "non-finite" in cells["sdpa"]["message"]
+    assert cells["eager"]["status"] == "wrong" and "relative to its scale" in cells["eager"]["message"]
+
+
 def test_report_without_results(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# Project\n")
