@@ -46,7 +46,8 @@ reference of the other modes follows the same rule (``reference_chunk_size``). T
 ``--reps`` calls after one untimed call (whose time, compilation included, is reported
 as the first call). Peak memory is ``torch.cuda.max_memory_allocated`` during a timed
 call (weights and inputs included). Non-stock modes are also compared with a stock run on
-the same weights and inputs (max abs difference).
+the same weights and inputs (max abs difference); a cell further from stock than
+:data:`bench.evoformer_modes.AGREEMENT_TOL`, or with NaN, is recorded as ``wrong``.
 
 Resumable like :mod:`bench.kernels`: cells (scope, n_res, mode) in ``--out`` are skipped;
 exit status 3 means the time budget ran out (run again), 0 that all cells are done. A
@@ -60,7 +61,6 @@ import contextlib
 import gc
 import inspect
 import json
-import math
 import os
 import pathlib
 import statistics
@@ -68,11 +68,10 @@ import sys
 import time
 from typing import Any
 
+from bench.evoformer_modes import (BASE_MODES, GRAPHS, MODES, apply_mode, base_mode,  # noqa: F401
+                                  disagreement, dynamo_stats, first_call, recording_call)
 from bench.evoformer_inputs import build_model, cast_model, model_config, stack_inputs, synthetic_batch, torch_dtype
 
-BASE_MODES = ("stock", "compile", "flashlight", "flashlight-block", "ds4sci", "cueq")
-GRAPHS = "-graphs"  # a mode's suffix: its stacks and structure module replayed as CUDA graphs
-MODES = BASE_MODES + tuple(m + GRAPHS for m in ("stock", "flashlight", "ds4sci", "cueq"))
 DTYPE_NAMES = ("tf32", "bf16")
 SCOPES = ("stack", "model")
 EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
@@ -171,82 +170,6 @@ def _call_block(block, m, z, msa_mask, pair_mask):
 # ---------------------------------------------------------------------------- cells
 
 
-def _apply_mode(model, mode: str, blocks) -> dict:
-    import flashlight
-    from flashlight.integrations import openfold_graphs
-
-    info: dict[str, Any] = {}
-    from bench import openfold_peers  # imports torch: not before TRITON_INTERPRET is set
-
-    base, graphs = base_mode(mode)
-    if base in openfold_peers.PEERS:
-        info["_peer_forwards"] = openfold_peers.patch_attention(model, base)
-    elif base == "compile":
-        for block in blocks:
-            block.compile()
-        info["compiled_blocks"] = len(blocks)
-    elif base in ("flashlight", "flashlight-block"):
-        report = flashlight.patch_openfold(model, scope="block" if base == "flashlight-block" else "attention",
-                                           cuda_graphs=graphs)
-        info["patched"] = {"total": report.total, "counts": report.counts}
-    if graphs and base not in ("flashlight", "flashlight-block"):
-        openfold_graphs.install(model)
-    if graphs:
-        info["cuda_graphs"] = len(openfold_graphs.installed(model))
-    return info
-
-
-def base_mode(mode: str) -> tuple[str, bool]:
-    """``mode`` without its ``-graphs`` suffix, and whether it had one."""
-    return (mode[: -len(GRAPHS)], True) if mode.endswith(GRAPHS) else (mode, False)
-
-
-def _first_call(call, mode: str, blocks, rec: dict):
-    """Run the untimed first call (compilation included) and record its time.
-
-    Under ``compile``, default ``torch.compile`` can fail on stock OpenFold code: in
-    torch 2.11-2.13, Inductor's attention pattern matcher rewrites OpenFold's 5-D
-    attention with a replacement written for 4-D tensors ("Attempting to permute a
-    tensor of rank 5 ..."). Then the error is recorded and the blocks are compiled again
-    with Inductor's pattern matcher off (``options={"pattern_matcher": False}``), so the
-    cell still measures Inductor on the same code."""
-    import torch
-
-    t0 = time.perf_counter()
-    try:
-        out = call()
-    except torch._dynamo.exc.BackendCompilerFailed as exc:
-        if mode != "compile":
-            raise
-        rec["compile_default_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        options = {"pattern_matcher": False}
-        torch._dynamo.reset()
-        for block in blocks:
-            block.compile(options=options)
-        rec["compile_options"] = options
-        out = call()
-    rec["first_call_s"] = round(time.perf_counter() - t0, 2)
-    return out
-
-
-def _recording_call(call, rec: dict):
-    """The second untimed call of a ``-graphs`` mode, which records the CUDA graphs that
-    the timed calls replay; its time goes in ``rec``."""
-    t0 = time.perf_counter()
-    out = call()
-    rec["record_call_s"] = round(time.perf_counter() - t0, 2)
-    return out
-
-
-def _dynamo_stats() -> dict:
-    """Graphs Dynamo compiled and graph breaks since the last ``torch.compiler.reset()``:
-    a compiled mode that silently fell back to eager shows here."""
-    from torch._dynamo.utils import counters
-
-    return {"dynamo_graphs": int(counters["stats"].get("unique_graphs", 0)),
-            "graph_breaks": int(sum(counters["graph_break"].values()))}
-
-
 def run_stack(args, n_res: int, mode: str, device: str) -> dict:
     import torch
 
@@ -287,11 +210,11 @@ def run_stack(args, n_res: int, mode: str, device: str) -> dict:
             m_ref, z_ref, _ = run_pass()
             ref = (m_ref.cpu(), z_ref.cpu())
             del m_ref, z_ref
-        rec.update(_apply_mode(model, mode, blocks))
-        m, z, _ = _first_call(run_pass, mode, blocks, rec)
+        rec.update(apply_mode(model, mode, blocks))
+        m, z, _ = first_call(run_pass, mode, blocks, rec)
         if graphed:
-            m, z, _ = _recording_call(run_pass, rec)
-        rec.update(_dynamo_stats())
+            m, z, _ = recording_call(run_pass, rec)
+        rec.update(dynamo_stats())
         if ref is not None:
             rec["max_abs_diff_vs_stock"] = max(float((m.cpu() - ref[0]).abs().max()),
                                                float((z.cpu() - ref[1]).abs().max()))
@@ -335,26 +258,6 @@ def run_stack(args, n_res: int, mode: str, device: str) -> dict:
     openfold_peers.record_summary(rec)
     del model, stack, blocks
     return rec
-
-
-# The largest difference from stock (same dtype, same weights and inputs) a cell may show
-# and still count as computing the same function: stack scope, m and z activations; model
-# scope, final atom positions in Angstrom. Measured agreements are 10-50x below these
-# (bf16: 0.2 at the stack, 1.2-1.7 A at the model, stock's own CUDA graphs included; TF32:
-# 0.004 and 0.1 A), so a cell above them computed something else (an op launched outside
-# a captured graph, say) and its time is not a result.
-AGREEMENT_TOL = {("stack", "bf16"): 2.0, ("stack", "tf32"): 0.1, ("model", "bf16"): 5.0, ("model", "tf32"): 1.0}
-
-
-def disagreement(rec: dict, scope: str, dtype_name: str) -> str | None:
-    """Why a measured cell's result is not stock's within :data:`AGREEMENT_TOL`, or ``None``."""
-    diff = rec.get("max_abs_diff_vs_stock")
-    if rec.get("finite") is False or (diff is not None and not math.isfinite(diff)):
-        return "the result has NaN or infinite values"
-    tol = AGREEMENT_TOL[(scope, dtype_name)]
-    if diff is not None and diff > tol:
-        return f"the result differs from stock's by {diff:.3g} (at most {tol} agrees at this scope and dtype)"
-    return None
 
 
 def wanted_again(cell: dict, retry: bool, budget_left_s: float) -> bool:
@@ -419,12 +322,12 @@ def run_model(args, n_res: int, mode: str, device: str) -> dict:
             (out, _), rec["reference_chunk_size"] = _fitting(model, forward)
             ref = {"pos": out["final_atom_positions"].cpu(), "plddt": out["plddt"].cpu()}
             del out
-        rec.update(_apply_mode(model, mode, blocks))
-        (out, _), rec["chunk_size"] = _fitting(model, lambda: _first_call(forward, mode, blocks, rec))
+        rec.update(apply_mode(model, mode, blocks))
+        (out, _), rec["chunk_size"] = _fitting(model, lambda: first_call(forward, mode, blocks, rec))
         if base_mode(mode)[1]:
             del out
-            out, _ = _recording_call(forward, rec)
-        rec.update(_dynamo_stats())
+            out, _ = recording_call(forward, rec)
+        rec.update(dynamo_stats())
         if ref is not None:
             rec["max_abs_diff_vs_stock"] = float((out["final_atom_positions"].cpu() - ref["pos"]).abs().max())
             rec["max_abs_diff_plddt"] = float((out["plddt"].cpu() - ref["plddt"]).abs().max())
