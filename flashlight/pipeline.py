@@ -27,11 +27,10 @@ from flashlight.ir import (
     Nest,
     Ref,
     TiledKernel,
-    check_invariants,
-    check_kernel_invariants,
     dim_names,
     rebuild,
 )
+from flashlight.ir_check import check_invariants, check_kernel_invariants
 from flashlight.ir_print import format_graph, format_kernel, format_tiled
 from flashlight.lower import Lowered
 from flashlight.passes.base2 import check_base2, to_base2

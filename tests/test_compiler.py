@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 import flashlight
 from flashlight import settings
-from flashlight.ir import Const, Dim, Load, Pointwise, Reduce, check_invariants, walk
+from flashlight.ir import Const, Dim, Load, Pointwise, Reduce, walk
+from flashlight.ir_check import check_invariants
 from flashlight.lower import lower
 from flashlight.passes.online import exp_power, factor_invariants
 from flashlight.pipeline import compile_graph

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flashlight
-from flashlight.ir import Dim, Kernel, Load, LoopReduction, LoopResult, Pointwise, Reduce, check_kernel_invariants
+from flashlight.ir import Dim, Kernel, Load, LoopReduction, LoopResult, Pointwise, Reduce
+from flashlight.ir_check import check_kernel_invariants
 from flashlight.passes.contractions import group_dot_operands
 from tests.helpers import computes_softmax, plan_of, rand
 from tests.helpers import matches_float64 as _matches_float64

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from flashlight import backoff, pipeline, settings
-from flashlight.ir import InvariantError, Reduce, Ref, contains, dim_names, walk
+from flashlight.ir import Reduce, Ref, contains, dim_names, walk
+from flashlight.ir_check import InvariantError
 from flashlight.ir_print import format_tiled
 from flashlight.lower import lower
 from flashlight.passes.fusion import fuse_elementwise, fuse_reductions

@@ -10,8 +10,8 @@ import torch
 
 import flashlight
 from bench.variants import VARIANTS
-from flashlight.ir import (Const, Dim, Iota, Kernel, LoopReduction, Pointwise, RunningMax, check_kernel_invariants,
-                          walk)
+from flashlight.ir import Const, Dim, Iota, Kernel, LoopReduction, Pointwise, RunningMax, walk
+from flashlight.ir_check import check_kernel_invariants
 from flashlight.lower import lower
 from flashlight.passes.skipping import NEG_INF, ZERO, mask_site, find_live_tiles, symbolic_value
 from flashlight.pipeline import compile_graph

@@ -96,18 +96,17 @@ from flashlight.ir import (
     Base2Max,
     Const,
     Expr,
-    InvariantError,
     Kernel,
     LoopReduction,
     LoopResult,
     Pointwise,
     Reduce,
     RunningMax,
-    check_kernel_invariants,
     rebuild,
     replace_nodes,
     walk,
 )
+from flashlight.ir_check import check_kernel_invariants, InvariantError
 from flashlight.passes.online import _constant, _float_cast, _linear_coeff
 
 LOG2E = 1.4426950408889634  # log2(e)

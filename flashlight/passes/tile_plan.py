@@ -19,7 +19,6 @@ from flashlight.ir import (
     DotPlan,
     Expr,
     Gather,
-    InvariantError,
     Iota,
     Kernel,
     Load,
@@ -32,6 +31,7 @@ from flashlight.ir import (
     canonical,
     walk,
 )
+from flashlight.ir_check import InvariantError
 from flashlight.vocabulary import HALF_DTYPES
 
 
