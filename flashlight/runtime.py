@@ -5,19 +5,20 @@ specialisation (argument values equal to 1 or divisible by 16), not once per pro
 length. Under the Triton interpreter one small configuration is used. On the GPU, the
 first launch at some sizes takes the first of these that answers:
 
-1. the tuning cache (:func:`recall_choice`): the choice an earlier process made for
-   this exact source, GPU model, Triton version and sizes;
+1. the tuning cache (:func:`flashlight.tuning_cache.recall_choice`): the choice an
+   earlier process made for this exact source, GPU model, Triton version and sizes;
 2. the shipped tuned choices (:mod:`flashlight.tuned_configs`), keyed by GPU model,
    Triton major.minor, the kernel's structure and a size bucket (lengths rounded up to
    powers of two), launched without autotuning;
 3. autotuning: ``triton.autotune`` over a few candidates a cost model picks
    (:func:`flashlight.tuning.pruned_space`; ``FLASHLIGHT_AUTOTUNE=full``: the whole
    :func:`config_space`, and no shipped choices), compiled on a thread pool first
-   (:func:`precompile`); then the best candidate is timed against the unfused graph
-   the kernel replaces (``Launcher.eager``, built by the backend), and the faster one
-   is kept (:func:`flashlight.tuning.choose`) and recorded in the tuning cache
-   (:func:`remember_choice`). The unfused graph's choice is the string ``"eager"``
-   (:data:`EAGER`), in the cache and in :meth:`Launcher.chosen_configs`.
+   (:func:`flashlight.tuning_cache.precompile`); then the best candidate is timed
+   against the unfused graph the kernel replaces (``Launcher.eager``, built by the
+   backend), and the faster one is kept (:func:`flashlight.tuning.choose`) and recorded
+   in the tuning cache (:func:`flashlight.tuning_cache.remember_choice`). The unfused
+   graph's choice is the string ``"eager"`` (:data:`EAGER`), in the cache and in
+   :meth:`Launcher.chosen_configs`.
 """
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ import contextlib
 import dataclasses
 import hashlib
 import importlib.util
-import json
 import logging
 import math
 import os
@@ -37,6 +37,7 @@ import torch
 
 from flashlight import background, compile_workers, launch_plan, prepare, settings, tuned_configs, tuning
 from flashlight.codegen import KernelSource
+from flashlight.tuning_cache import gpu_name, precompile, recall_choice, remember_choice
 from flashlight.ir import Dim, Gather, Iota, Kernel, Load, TiledKernel, walk
 
 log = logging.getLogger("flashlight")
@@ -350,7 +351,7 @@ class Launcher:
         when neither has one this launcher can run."""
         chosen, where = recall_choice(self.src, device, sizes), "tuning cache"
         if chosen is None and self.signature is not None and getattr(self, "autotune", True) != "full":
-            chosen, where = tuned_configs.lookup(_gpu_name(device), tuned_configs.triton_version(),
+            chosen, where = tuned_configs.lookup(gpu_name(device), tuned_configs.triton_version(),
                                                  self.signature, self._bucket(sizes)), "shipped"
         if chosen is None or (chosen == EAGER and not eager_ok):
             return None, None
@@ -396,7 +397,7 @@ class Launcher:
             return
         chosen = self._chosen[sizes]
         TUNING_EVENTS.append({
-            "kernel": self.src.name, "gpu": _gpu_name(device), "triton": tuned_configs.triton_version(),
+            "kernel": self.src.name, "gpu": gpu_name(device), "triton": tuned_configs.triton_version(),
             "signature": self.signature, "bucket": self._bucket(sizes), "sizes": list(sizes),
             "choice": EAGER if chosen == EAGER else {k: int(chosen[k]) for k in tuned_configs.CONFIG_KEYS},
             "candidates": candidates, "kernel_ms": kernel_ms, "eager_ms": eager_ms,
@@ -522,119 +523,11 @@ def _rebuilt_launcher(tiled, src, autotune, input_dtypes, aten_ops, eager) -> La
     return Launcher(tiled, src, autotune, input_dtypes=input_dtypes, aten_ops=aten_ops, eager=eager)
 
 
-def _tuning_file(src: KernelSource) -> str:
-    digest = hashlib.sha1(src.source.encode()).hexdigest()[:16]
-    return os.path.join(settings.get("cache_dir"), "tuning", f"{src.name}_{digest}.json")
-
-
-def _gpu_name(device: torch.device) -> str:
-    """The GPU model (``NVIDIA H200``), or the device type off CUDA."""
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-
-
 def _median_ms(fn) -> float:
     """Median milliseconds of ``fn`` on the GPU (a short ``triton.testing.do_bench``)."""
     import triton.testing
 
     return float(triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median"))
-
-
-def _tuning_key(device: torch.device, sizes: tuple[int, ...]) -> str:
-    """What a choice holds for: the GPU model, Triton's version and the size arguments
-    (the source, in the file name, fixes everything else: dtypes, static sizes)."""
-    import triton
-
-    return f"{_gpu_name(device)} | triton {triton.__version__} | sizes {','.join(map(str, sizes))}"
-
-
-def _read_choices(path: str) -> dict:
-    try:
-        with open(path) as f:
-            found = json.load(f)
-    except (OSError, ValueError):  # none yet, or unreadable: tune again
-        return {}
-    return found if isinstance(found, dict) else {}
-
-
-def recall_choice(src: KernelSource, device: torch.device, sizes: tuple[int, ...]) -> dict | str | None:
-    """The launch settings autotuning chose for ``src`` at ``sizes`` on this GPU model in
-    an earlier process (``FLASHLIGHT_TUNING_CACHE``), ``"eager"`` where the unfused graph
-    won, else None."""
-    if not settings.get("tuning_cache"):
-        return None
-    choice = _read_choices(_tuning_file(src)).get(_tuning_key(device, sizes))
-    if choice == EAGER:
-        return EAGER
-    return dict(choice) if isinstance(choice, dict) and {"BLOCK_M", "BLOCK_N"} <= set(choice) else None
-
-
-def remember_choice(src: KernelSource, device: torch.device, sizes: tuple[int, ...], choice: dict | str) -> None:
-    """Record autotuning's ``choice`` for :func:`recall_choice` (written atomically; a
-    concurrent writer's entry may be lost, never half-written)."""
-    if not settings.get("tuning_cache"):
-        return
-    path = _tuning_file(src)
-    choices = _read_choices(path)
-    choices[_tuning_key(device, sizes)] = EAGER if choice == EAGER else {
-        k: v for k, v in choice.items() if isinstance(v, (int, float, str, bool)) or v is None}
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(choices, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError as why:  # the launch succeeded; only the next process tunes again
-        log.warning("flashlight: could not record the autotuning choice in %s (%s)", path, why)
-
-
-def compile_threads(n_configs: int) -> int:
-    """Threads that compile ``n_configs`` autotuning candidates (``FLASHLIGHT_COMPILE_THREADS``)."""
-    wanted = int(settings.get("compile_threads"))
-    if wanted <= 0:
-        wanted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(wanted, n_configs))
-
-
-def precompile(jit_fn, configs, args: tuple, grid) -> int:
-    """Compile every autotuning candidate of ``jit_fn`` for ``args`` on a thread pool.
-
-    Triton's autotuner compiles its candidates one after another before timing each;
-    compiling a candidate is CPU work (MLIR passes, then ``ptxas``) that does not hold
-    the GIL, and a kernel whose dots run in IEEE float32 takes seconds per candidate.
-    ``warmup`` under Triton's ``AsyncCompileMode`` hands each compilation to the pool
-    and files the result in the JIT function's own cache under the key a launch with
-    these arguments looks up, so the autotuner then finds every candidate compiled.
-    A candidate that fails to compile is left out of the cache, and the autotuner meets
-    the same error through its own path. Interrupted while it waits (Ctrl-C, a caller's
-    time limit), it drops the candidates no thread has started instead of compiling
-    them all first. Returns the number of threads used (1: nothing was done, Triton
-    compiles as it always does).
-    """
-    import triton
-
-    threads = compile_threads(len(configs))
-    async_mode = getattr(triton, "AsyncCompileMode", None)
-    if threads == 1 or async_mode is None:
-        return 1
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="flashlight-compile")
-    finished, handed_out = False, []
-    try:
-        with async_mode(pool, ignore_errors=True) as mode:
-            for config in configs:
-                try:
-                    jit_fn.warmup(*args, grid=grid, **config.all_kwargs())  # what the autotuner launches
-                except Exception:  # noqa: BLE001 - the autotuner reports it when it compiles this candidate
-                    continue
-            handed_out = list(mode.future_kernels.values())
-        finished = True
-    finally:
-        pool.shutdown(wait=finished, cancel_futures=not finished)
-        for placeholder in handed_out:
-            if placeholder.future is not None and placeholder.future.cancelled():
-                placeholder.result(ignore_errors=True)  # drops it from the JIT cache: a later launch compiles
-    return threads
 
 
 def _span(t: torch.Tensor) -> int:

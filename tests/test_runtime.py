@@ -8,7 +8,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from flashlight import runtime, settings  # noqa: E402
+from flashlight import runtime, settings, tuning_cache  # noqa: E402
 from tests.helpers import FakeJit, FakeTuner  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def test_candidates_compile_on_a_pool_with_the_options_the_autotuner_launches():
     configs = _configs()
     grid = object()
     with settings.override(compile_threads=3):
-        assert runtime.precompile(jit, configs, ("a", "b"), grid) == 3
+        assert tuning_cache.precompile(jit, configs, ("a", "b"), grid) == 3
     assert [w["BLOCK_M"] for w in jit.warmups] == [16, 32, 64, 128]
     for warmup, config in zip(jit.warmups, configs):
         assert warmup["args"] == ("a", "b") and warmup["grid"] is grid
@@ -64,23 +64,23 @@ def test_candidates_compile_on_a_pool_with_the_options_the_autotuner_launches():
 def test_a_candidate_that_fails_to_compile_leaves_the_others_compiled():
     jit = _RecordingJit(failing_block_m=32)
     with settings.override(compile_threads=2):
-        runtime.precompile(jit, _configs(), (), None)
+        tuning_cache.precompile(jit, _configs(), (), None)
     assert set(jit.compiled) == {16, 64, 128}
 
 
 def test_one_compile_thread_leaves_compilation_to_triton():
     jit = _RecordingJit()
     with settings.override(compile_threads=1):
-        assert runtime.precompile(jit, _configs(), (), None) == 1
+        assert tuning_cache.precompile(jit, _configs(), (), None) == 1
     assert jit.warmups == [] and jit.compiled == {}
 
 
 def test_compile_threads_default_to_the_cores_and_never_exceed_the_candidates():
     with settings.override(compile_threads=0):
-        assert 1 <= runtime.compile_threads(12) <= 12
-        assert runtime.compile_threads(1) == 1
+        assert 1 <= tuning_cache.compile_threads(12) <= 12
+        assert tuning_cache.compile_threads(1) == 1
     with settings.override(compile_threads=64):
-        assert runtime.compile_threads(5) == 5
+        assert tuning_cache.compile_threads(5) == 5
 
 
 def _attention(q, k, v):
@@ -159,21 +159,22 @@ def test_an_autotuning_choice_is_recorded_and_reused_by_another_process(tmp_path
 def test_an_unreadable_tuning_record_means_tuning_again(tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHLIGHT_CACHE_DIR", str(tmp_path))
     src, device = _kernel_source(), torch.device("cpu")
-    runtime.remember_choice(src, device, (8,), {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "hook": object()})
-    assert runtime.recall_choice(src, device, (8,)) == {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4}
+    choice = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "hook": object()}
+    tuning_cache.remember_choice(src, device, (8,), choice)
+    assert tuning_cache.recall_choice(src, device, (8,)) == {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4}
     (path,) = (tmp_path / "tuning").iterdir()
     path.write_text("{not json")
-    assert runtime.recall_choice(src, device, (8,)) is None
+    assert tuning_cache.recall_choice(src, device, (8,)) is None
     path.write_text('{"cpu | anything": [1, 2]}')
-    assert runtime.recall_choice(src, device, (8,)) is None
+    assert tuning_cache.recall_choice(src, device, (8,)) is None
     with settings.override(tuning_cache=False):
-        runtime.remember_choice(src, device, (9,), {"BLOCK_M": 64, "BLOCK_N": 32})
-    assert runtime.recall_choice(src, device, (9,)) is None
+        tuning_cache.remember_choice(src, device, (9,), {"BLOCK_M": 64, "BLOCK_N": 32})
+    assert tuning_cache.recall_choice(src, device, (9,)) is None
     blocked = tmp_path / "file"
     blocked.write_text("")
     with settings.override(cache_dir=str(blocked)):  # a file where the folder should be
-        runtime.remember_choice(src, device, (10,), {"BLOCK_M": 64, "BLOCK_N": 32})
-        assert runtime.recall_choice(src, device, (10,)) is None
+        tuning_cache.remember_choice(src, device, (10,), {"BLOCK_M": 64, "BLOCK_N": 32})
+        assert tuning_cache.recall_choice(src, device, (10,)) is None
 
 
 def test_when_no_candidate_fits_the_gpu_smaller_tiles_are_tuned(tmp_path, monkeypatch):
@@ -245,7 +246,7 @@ def test_an_interrupted_precompile_drops_the_candidates_not_yet_started():
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.2)
         with settings.override(compile_threads=2), pytest.raises(_Interrupted):
-            runtime.precompile(_SlowJit(), configs, (), None)
+            tuning_cache.precompile(_SlowJit(), configs, (), None)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

@@ -9,7 +9,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from flashlight import aot, backend, runtime, settings, tuned_configs, tuning  # noqa: E402
+from flashlight import aot, backend, runtime, settings, tuned_configs, tuning, tuning_cache  # noqa: E402
 from flashlight.codegen import generate  # noqa: E402
 from flashlight.decompositions import decompositions  # noqa: E402
 from tests.helpers import FakeJit, FakeTuner  # noqa: E402
@@ -93,7 +93,7 @@ def test_a_first_launch_times_the_best_candidate_against_the_graph_and_records_t
     assert launcher._first_launch(tuner, ("args",), None, (96,), CPU, True, eager_inputs=("x",)) is None
     assert len(tuner.launches) == 1 and len(timed) == 2 and ran  # tuned, then both timed
     assert launcher.chosen_configs() == {(96,): chosen}
-    recorded = runtime.recall_choice(launcher.src, CPU, (96,))
+    recorded = tuning_cache.recall_choice(launcher.src, CPU, (96,))
     assert (recorded if recorded == "eager" else (recorded["BLOCK_M"], recorded["BLOCK_N"])) == \
         (chosen if chosen == "eager" else chosen[:2])
 
@@ -125,7 +125,7 @@ def test_a_graph_that_fails_to_run_leaves_the_kernel_chosen(tmp_path, monkeypatc
 
     # the graph chosen earlier (here, or by another process) but out of memory now: the kernel
     for first in (True, False):
-        runtime.remember_choice(launcher.src, CPU, (9,), "eager")
+        tuning_cache.remember_choice(launcher.src, CPU, (9,), "eager")
         launcher, tuner = _fake_launcher(eager=broken), FakeTuner(_two_configs())
         if first:
             result = launcher._first_launch(tuner, ("args",), None, (9,), CPU, True, eager_inputs=("x",))
@@ -353,7 +353,7 @@ def test_a_first_launch_takes_the_tuning_cache_then_the_shipped_choice_then_auto
     assert launcher.chosen_configs() == {(): (16, 32, 2, 1)}
     tuner, raw = first_launch(autotune="full")  # benchmarks: the whole space, nothing shipped
     assert len(tuner.launches) == 1 and raw.launches == []
-    runtime.remember_choice(launcher.src, CPU, (), {"BLOCK_M": 64, "BLOCK_N": 16, "num_warps": 4, "num_stages": 3})
+    tuning_cache.remember_choice(launcher.src, CPU, (), {"BLOCK_M": 64, "BLOCK_N": 16, "num_warps": 4, "num_stages": 3})
     tuner, raw = first_launch()  # the tuning cache, per exact source, comes first
     assert tuner.launches == [] and raw.launches[0]["BLOCK_M"] == 64
     monkeypatch.setenv("FLASHLIGHT_TUNING_CACHE", "0")
