@@ -44,12 +44,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import pathlib
 import sys
 import time
 from typing import Any, Callable
+
+from bench.kernel_results import Results, cell_key, describe, print_table, shape_label
 
 IMPLS = ("eager", "sdpa", "flex", "flex_flash", "torch_compile", "flashlight", "cuequivariance", "trifast", "ds4sci")
 COMPILED = ("flex", "flex_flash", "torch_compile", "flashlight")
@@ -59,13 +60,6 @@ CORE = ("evoformer_core",)
 SMOKE_IMPLS = ("eager", "sdpa", "torch_compile", "flashlight")
 
 EXIT_COMPLETE, EXIT_INCOMPLETE, EXIT_RESTART = 0, 3, 4
-
-CSV_FIELDS = (
-    "variant", "shape", "dtype", "impl", "status", "ms", "tflops", "floor_ms", "roofline_frac",
-    "peak_extra_mib", "first_call_s", "max_abs_err", "max_rel_err", "kernels", "configs", "formulation", "message",
-    "gpu", "driver", "torch", "triton", "date",
-)
-
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.split("\n\n")[0],
@@ -93,57 +87,8 @@ def _sig(x: float, digits: int = 5) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def shape_label(shape: dict) -> str:
-    return " ".join(f"{k}{v}" for k, v in shape.items())
-
-
-def cell_key(variant: str, shape: dict, dtype: str, impl: str) -> tuple:
-    return (variant, json.dumps(shape, sort_keys=True), dtype, impl)
-
-
 class Restart(Exception):
     """A CUDA error made this process unusable; the cell is recorded, the run stops."""
-
-
-# ---------------------------------------------------------------------------- results file
-
-
-class Results:
-    """The JSON result file: runs (machine + roofline per process) and cells."""
-
-    def __init__(self, path: pathlib.Path):
-        self.path = path
-        if path.exists():
-            self.data = json.loads(path.read_text())
-        else:
-            self.data = {"schema": "flashlight-bench-kernels/1", "runs": [], "cells": []}
-        self.index = {cell_key(c["variant"], c["shape"], c["dtype"], c["impl"]): i
-                      for i, c in enumerate(self.data["cells"])}
-
-    def done(self, key: tuple, retry: bool) -> bool:
-        if key not in self.index:
-            return False
-        status = self.data["cells"][self.index[key]]["status"]
-        return not (retry and status in ("error", "timeout", "oom"))
-
-    def add_run(self, meta: dict) -> int:
-        meta = {"id": len(self.data["runs"]), **meta}
-        self.data["runs"].append(meta)
-        return meta["id"]
-
-    def put(self, cell: dict) -> None:
-        key = cell_key(cell["variant"], cell["shape"], cell["dtype"], cell["impl"])
-        if key in self.index:
-            self.data["cells"][self.index[key]] = cell
-        else:
-            self.index[key] = len(self.data["cells"])
-            self.data["cells"].append(cell)
-
-    def save(self) -> None:
-        from bench.common import save_results
-
-        save_results(self.path, self.data, "cells", CSV_FIELDS,
-                     lambda c: {"shape": shape_label(c["shape"]), "configs": _configs_label(c.get("configs"))})
 
 
 # ---------------------------------------------------------------------------- implementations
@@ -344,11 +289,6 @@ def run_formulations(variant, impl: str, device: str, inputs, ref, ctx: dict, de
     return chosen
 
 
-def _configs_label(configs: list | None) -> str:
-    """[[BLOCK_M, BLOCK_N, num_warps, num_stages] or "eager", ...] -> "128x64 w4 s3; eager; ..." for the CSV."""
-    return "; ".join(c if c == "eager" else "{}x{} w{} s{}".format(*c) for c in configs or ())
-
-
 # ---------------------------------------------------------------------------- the run
 
 
@@ -533,7 +473,7 @@ def _main(argv: list[str] | None) -> int:
                              "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
                 results.save()
                 measured += 1
-                say(f"  [{deadline.elapsed():5.0f}s] {label} {impl}: {_describe(rec)}")
+                say(f"  [{deadline.elapsed():5.0f}s] {label} {impl}: {describe(rec)}")
             del inputs, ref
             gc.collect()
             if device == "cuda":
@@ -552,54 +492,8 @@ def _main(argv: list[str] | None) -> int:
         status = EXIT_COMPLETE
         say(f"bench.kernels: done, {measured} cells measured in {deadline.elapsed():.0f} s")
     if not args.quiet:
-        print_table(results.data, variants, dtypes)
+        print_table(results.data, variants, dtypes, IMPLS)
     return status
-
-
-def _describe(rec: dict) -> str:
-    if rec["status"] != "ok":
-        return f"{rec['status'].upper()} {rec.get('message', '')[:160]}"
-    parts = [f"{rec['ms']:.4f} ms"]
-    if rec.get("tflops") is not None:
-        parts.append(f"{rec['tflops']:.1f} TFLOP/s")
-    if rec.get("roofline_frac") is not None:
-        parts.append(f"{100 * rec['roofline_frac']:.0f}% of roofline")
-    if "peak_extra_mib" in rec:
-        parts.append(f"+{rec['peak_extra_mib']:.0f} MiB")
-    if "max_abs_err" in rec:
-        parts.append(f"err {rec['max_abs_err']:.1e}")
-    parts.append(f"first call {rec['first_call_s']:.1f} s")
-    if "kernels" in rec:
-        parts.append(f"{rec['kernels']} kernel(s)")
-    if rec.get("configs"):
-        parts.append(_configs_label(rec["configs"]))
-    return ", ".join(parts)
-
-
-def print_table(data: dict, variants, dtypes) -> None:
-    """Median ms per implementation for the selected variants (the latest of each cell)."""
-    names = {v.name for v in variants}
-    rows: dict[tuple, dict] = {}
-    for c in data["cells"]:
-        if c["variant"] in names and c["dtype"] in dtypes:
-            key = (c["variant"], shape_label(c["shape"]), c["dtype"])
-            rows.setdefault(key, {})[c["impl"]] = c
-    if not rows:
-        return
-    impls = [i for i in IMPLS if any(i in r for r in rows.values())]
-    head = f"{'variant':18s} {'shape':30s} {'dtype':5s} " + " ".join(f"{i[:11]:>11s}" for i in impls)
-    print("\n" + head)
-    for (variant, shape, dtype), r in rows.items():
-        cells = []
-        for i in impls:
-            c = r.get(i)
-            if c is None:
-                cells.append(f"{'-':>11s}")
-            elif c["status"] == "ok":
-                cells.append(f"{c['ms']:11.4f}")
-            else:
-                cells.append(f"{c['status'][:11]:>11s}")
-        print(f"{variant[:18]:18s} {shape[:30]:30s} {dtype:5s} " + " ".join(cells))
 
 
 if __name__ == "__main__":

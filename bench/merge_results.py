@@ -16,7 +16,7 @@ import argparse
 import json
 import pathlib
 
-from bench.kernels import Results
+from bench.kernel_results import Results
 
 
 def merge(target: Results, source: dict) -> int:
