@@ -53,9 +53,10 @@ def shape_label(shape: dict) -> str:
 
 def _latest_cells(results: pathlib.Path, patterns: str | tuple[str, ...], key) -> tuple[list[dict], list[dict]]:
     """The latest cell per ``key(cell)`` over every result file matching one of
-    ``patterns`` (``rglob`` patterns), each with its run's metadata (``_run``) and file
-    name (``_file``), plus all runs."""
+    ``patterns`` (``rglob`` patterns), each with its run's metadata (``_run``), file
+    name (``_file``) and the key's other ok cells (``_others``, annotated alike), plus all runs."""
     latest: dict[tuple, dict] = {}
+    every: dict[tuple, list[dict]] = {}
     runs: list[dict] = []
     patterns = (patterns,) if isinstance(patterns, str) else patterns
     for path in sorted({p for pattern in patterns for p in results.rglob(pattern)}):
@@ -65,9 +66,13 @@ def _latest_cells(results: pathlib.Path, patterns: str | tuple[str, ...], key) -
         file_runs = {r["id"]: r for r in data.get("runs", [])}
         runs.extend(data.get("runs", []))
         for c in data.get("cells", []):
+            cell = {**c, "_run": file_runs.get(c.get("run"), {}), "_file": path.name}
+            every.setdefault(key(c), []).append(cell)
             old = latest.get(key(c))
             if old is None or c.get("measured_at", "") >= old.get("measured_at", ""):
-                latest[key(c)] = {**c, "_run": file_runs.get(c.get("run"), {}), "_file": path.name}
+                latest[key(c)] = cell
+    for k, cell in latest.items():
+        cell["_others"] = [c for c in every[k] if c is not cell and c.get("status") == "ok"]
     return list(latest.values()), runs
 
 

@@ -489,13 +489,13 @@ def test_summary_names_the_winning_formulation_instead_of_the_catalog_note(tmp_p
     readme, _ = _section(tmp_path)
     assert "| `msa_row_pair_bias` B1 S512 L256 H8 c32 | bf16 | 0.278 | FlexAttention (bias_input) 0.311 | 1.12× |" \
         in readme
-    assert "†" not in readme and "`bias_input`: the pair bias copied contiguous eagerly" in readme
+    assert "†" not in readme and "the fastest of the formulations a user would write" in readme
 
 
 def test_summary_marks_peers_from_another_run_and_flex_only_on_evoformer(tmp_path):
+    """A peer's run that did not measure Flashlight: the row compares across runs, marked."""
     shape = {"B": 4, "H": 16, "L": 4096, "D": 64}
-    _results(tmp_path, "kernels_peers.json", [_cell("causal_tril", shape, "bf16", "flex", 0.43),
-                                              _cell("causal_tril", shape, "bf16", "flashlight", 0.60)])
+    _results(tmp_path, "kernels_peers.json", [_cell("causal_tril", shape, "bf16", "flex", 0.43)])
     _results(tmp_path, "kernels_rerun.json", [_cell("causal_tril", shape, "bf16", "flashlight", 0.45, run=1)],
              dates=("2026-11-29T10:00:00", "2026-11-30T10:00:00"))
     readme, _ = _section(tmp_path)
@@ -503,6 +503,25 @@ def test_summary_marks_peers_from_another_run_and_flex_only_on_evoformer(tmp_pat
     assert row == "| `causal_tril` B4 H16 L4096 D64 | bf16 | 0.450 | FlexAttention ‡ 0.430 | 0.96× |"
     assert "‡: Flashlight's time is from a later run" in readme
     assert "†" not in readme and "catalog's formulation" not in readme  # Flex on an LM case: its own formulation
+
+
+def test_summary_compares_flashlight_and_the_fastest_peer_from_the_same_run(tmp_path):
+    """Flashlight's newest time is from a later run that measured only a slower peer: the
+    row sets the fastest peer against Flashlight's time from the peer's own run, unmarked."""
+    tri = {"B": 1, "N": 256, "H": 4, "c": 32}
+    flex = {**_cell("triangle_start", tri, "bf16", "flex", 0.207), "formulation": "bias_input"}
+    _results(tmp_path, "kernels_runs.json",
+             [_cell("triangle_start", tri, "bf16", "flashlight", 0.074), flex,
+              _cell("triangle_start", tri, "bf16", "flashlight", 0.136, run=1),
+              _cell("triangle_start", tri, "bf16", "ds4sci", 0.296, run=1)],
+             dates=("2026-12-04T04:22:35", "2026-12-04T09:19:11"))
+    latest, _ = report.load_kernels(tmp_path)
+    assert latest[("triangle_start", json.dumps(tri, sort_keys=True), "bf16", "flashlight")]["ms"] == 0.136
+    readme, full = _section(tmp_path)
+    row = "| `triangle_start` B1 N256 H4 c32 | bf16 | 0.074 ¶ | FlexAttention (bias_input) 0.207 | 2.80× |"
+    assert row in readme and row in full
+    assert "‡" not in readme and "§" not in readme
+    assert "¶: Flashlight measured again since, in a run without this peer" in readme
 
 
 def test_summary_end_to_end_rows_compare_with_the_faster_of_stock_and_compile(tmp_path):
@@ -675,16 +694,19 @@ def test_peers_section_compares_flashlight_with_graphs_to_the_fastest_other(tmp_
     assert any(line.startswith("- Run 0") and "beside a build" in line for line in lines)
 
 
-def test_peers_summary_row_compares_with_graphs_and_lists_the_plain_times(tmp_path):
+def test_peers_summary_row_sets_each_peer_at_its_fastest_form(tmp_path):
+    """Flashlight with graphs against each other implementation's fastest valid form: with
+    graphs where they help, plain where that is faster (or where graphs gave a wrong result)."""
     from bench.report_peers import summary_rows
 
-    def cell(mode, ms):
-        return {"scope": "model", "n_res": 256, "dtype": "bf16", "mode": mode, "status": "ok", "ms": ms,
+    def cell(mode, ms, status="ok"):
+        return {"scope": "model", "n_res": 256, "dtype": "bf16", "mode": mode, "status": status, "ms": ms,
                 "measured_at": "2026-12-04T07:00:00Z"}
 
     cells = [cell("stock", 900.0), cell("cueq", 700.0), cell("flashlight", 600.0), cell("stock-graphs", 800.0),
-             cell("cueq-graphs", 450.0), cell("flashlight-graphs", 300.0)]
+             cell("cueq-graphs", 450.0), cell("ds4sci", 420.0), cell("ds4sci-graphs", 200.0, status="wrong"),
+             cell("flashlight-graphs", 300.0)]
     (tmp_path / "evoformer_peers.json").write_text(json.dumps({"runs": [], "cells": cells}))
     (row,) = summary_rows(tmp_path)
-    assert row == ("| `model_1` inference, N_res 256, attention peers | bf16 | 300 | cuEquivariance 450; stock 800 "
-                   "(without graphs: stock 900; cuEquivariance 700; Flashlight 600) | 1.50× |")
+    assert row == ("| `model_1` inference, N_res 256, attention peers | bf16 | 300 | DS4Sci 420; "
+                   "cuEquivariance + graphs 450; stock + graphs 800 | 1.40× |")
