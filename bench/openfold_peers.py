@@ -12,7 +12,7 @@ Peers:
 
 - ``ds4sci``: DeepSpeed's ``DS4Sci_EvoformerAttention`` (:mod:`bench.ds4sci`): q, k, v as
   ``[B, N, L, H, c]`` (OpenFold's batch dims merged into two), a mask bias
-  ``[B, N, 1, 1, K]`` and a pair bias ``[B, 1, H, Q, K]``; bf16 and fp16 only;
+  ``[B, N, 1, 1, K]`` and a pair bias ``[B, 1, H, Q, K]``; bf16 and fp16 only, head widths up to 64;
 - ``cueq``: cuEquivariance's ``triangle_attention``: q, k, v ``[B, N, H, Q, c]``, one bias
   ``[B, 1, H, Q, K]`` and a bool keep-mask ``[B, N, 1, 1, K]`` (from OpenFold's
   ``inf * (mask - 1)`` bias: kept where the bias is 0).
@@ -28,6 +28,8 @@ records them, so a row that silently ran stock shows it.
 from __future__ import annotations
 
 import torch
+
+from bench.peers import DS4SCI_HEAD_LIMIT, DS4SCI_MAX_HEAD
 
 PEERS = ("ds4sci", "cueq")
 
@@ -73,6 +75,8 @@ def ds4sci_attention(q, k, v, biases):
         raise Unsupported(f"DS4Sci computes in bf16 and fp16, not {q.dtype}")
     if q_len <= 16 or k.shape[-3] != q_len:
         raise Unsupported("DS4Sci needs more than 16 positions and as many keys as queries")
+    if q.shape[-1] > DS4SCI_MAX_HEAD:
+        raise Unsupported(DS4SCI_HEAD_LIMIT)
     mask, pair = split_biases(biases, lead, heads, q_len, k.shape[-3])
     o = ds4sci.attention(_rows(q, lead), _rows(k, lead), _rows(v, lead), [mask, pair])
     return o.reshape(q.shape)

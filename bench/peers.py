@@ -14,7 +14,7 @@ order, a bool mask) happen inside the adapter and are part of its time.
   ``c ** -0.5``). Square pair representations only, so the triangle attentions.
 - ``ds4sci``: DeepSpeed's ``DS4Sci_EvoformerAttention`` (q, k, v ``[B, N, L, H, c]``,
   biases ``[B, N, 1, 1, L]`` and ``[B, 1, H, L, L]``, scale fixed at ``c ** -0.5``, bf16
-  and fp16 only, more than 16 positions), through :mod:`bench.ds4sci`, which builds its
+  and fp16 only, more than 16 positions, head widths up to 64), through :mod:`bench.ds4sci`, which builds its
   CUDA op once per machine. The MSA row attention's q comes pre-scaled (OpenFold scales
   it while projecting), so the adapter scales it back by ``c ** 0.5``.
 
@@ -196,6 +196,13 @@ def adapter(peer: str, variant: str) -> Callable | None:
     return ADAPTERS.get(peer, {}).get(variant)
 
 
+# DeepSpeed 0.19.8 instantiates its forward kernel for one pass over the value's width
+# per 64-key block (CUTLASS's kSingleValueIteration with 64 keys per block): wider heads
+# are not checked and come back non-finite (measured: c 128 on an H200).
+DS4SCI_MAX_HEAD = 64
+DS4SCI_HEAD_LIMIT = f"DS4Sci_EvoformerAttention's kernel takes head widths up to {DS4SCI_MAX_HEAD}"
+
+
 def not_applicable(peer: str, variant: str, shape: dict, dtype: torch.dtype) -> str | None:
     """Why ``peer`` cannot compute this cell (a shape or dtype it does not take), else ``None``."""
     if peer == "trifast" and variant == "evoformer_core" and shape["N"] != shape["L"]:
@@ -206,4 +213,6 @@ def not_applicable(peer: str, variant: str, shape: dict, dtype: torch.dtype) -> 
         length = shape.get("S") if variant == "msa_column" else shape.get("L", shape.get("N"))
         if length is not None and length <= 16:
             return "DS4Sci_EvoformerAttention needs more than 16 positions"
+        if shape.get("c", 0) > DS4SCI_MAX_HEAD:
+            return DS4SCI_HEAD_LIMIT
     return None

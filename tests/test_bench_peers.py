@@ -146,6 +146,9 @@ def test_ds4sci_is_unavailable_without_a_gpu_and_says_why():
     assert "CUDA" in peers.availability("ds4sci")
     assert peers.not_applicable("ds4sci", "msa_column", {"S": 16, "L": 40}, torch.bfloat16)
     assert peers.not_applicable("ds4sci", "triangle_start", {"N": 40}, torch.float32)
+    assert "head widths up to 64" in peers.not_applicable("ds4sci", "msa_row_pair_bias",
+                                                          {"S": 256, "L": 256, "c": 128}, torch.bfloat16)
+    assert peers.not_applicable("ds4sci", "msa_row_pair_bias", {"S": 256, "L": 256, "c": 64}, torch.bfloat16) is None
 
 
 def test_ds4sci_finds_a_finished_build_and_packs_it(tmp_path, monkeypatch):
