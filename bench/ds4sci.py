@@ -19,9 +19,9 @@ folder's build products (objects, ``build.ninja``, ninja's logs and the ``.so``)
 ``$FLASHLIGHT_GPU_OUT/ds4sci-evoformer-attn.tar.xz.part00`` (and further parts: a file
 coming back holds at most 16 MiB) when that variable names a folder that comes back
 from the machine. Carried back as ``.gpu/peers/deepspeed/prebuilt.tar.xz.part*``,
-``gpu_run.sh --deepspeed`` unpacks it into ``TORCH_EXTENSIONS_DIR`` and touches the
-products after DeepSpeed's install, so ninja finds them up to date and ``load()``
-links nothing (same interpreter, torch and paths: ``/tmp/site``). Where that fails
+``gpu_run.sh --deepspeed`` unpacks it into ``TORCH_EXTENSIONS_DIR`` and dates DeepSpeed's
+just-installed sources before the build, so ninja finds the products up to date and
+``load()`` links nothing (same interpreter, torch and paths: ``/tmp/site``). Where that fails
 (another torch, another path), the op is simply built again by this part.
 
 :func:`availability` says whether the op is ready without building it (a kernel cell

@@ -68,8 +68,8 @@ import sys
 import time
 from typing import Any
 
-from bench.evoformer_modes import (BASE_MODES, GRAPHS, MODES, apply_mode, base_mode,  # noqa: F401
-                                  disagreement, dynamo_stats, first_call, recording_call)
+from bench.evoformer_modes import (MODES, apply_mode, base_mode, disagreement, dynamo_stats, first_call,
+                                  recording_call)
 from bench.evoformer_inputs import build_model, cast_model, model_config, stack_inputs, synthetic_batch, torch_dtype
 
 DTYPE_NAMES = ("tf32", "bf16")
@@ -301,6 +301,7 @@ def run_model(args, n_res: int, mode: str, device: str) -> dict:
 
     config = model_config(args.blocks, args.n_extra)
     dtype = torch_dtype(getattr(args, "dtype_name", "tf32"))
+    graphed = base_mode(mode)[1]
     model = cast_model(build_model(config, args.seed, device), dtype)
     batch = synthetic_batch(n_res, args.n_seq, args.n_extra, args.iters, device, args.seed)
     batch = {k: v.to(dtype) if v.is_floating_point() else v for k, v in batch.items()}
@@ -324,7 +325,7 @@ def run_model(args, n_res: int, mode: str, device: str) -> dict:
             del out
         rec.update(apply_mode(model, mode, blocks))
         (out, _), rec["chunk_size"] = _fitting(model, lambda: first_call(forward, mode, blocks, rec))
-        if base_mode(mode)[1]:
+        if graphed:
             del out
             out, _ = recording_call(forward, rec)
         rec.update(dynamo_stats())

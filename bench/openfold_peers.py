@@ -12,7 +12,8 @@ Peers:
 
 - ``ds4sci``: DeepSpeed's ``DS4Sci_EvoformerAttention`` (:mod:`bench.ds4sci`): q, k, v as
   ``[B, N, L, H, c]`` (OpenFold's batch dims merged into two), a mask bias
-  ``[B, N, 1, 1, K]`` and a pair bias ``[B, 1, H, Q, K]``; bf16 and fp16 only, head widths up to 64;
+  ``[B, N, 1, 1, K]`` and a pair bias ``[B, 1, H, Q, K]``; bf16 and fp16 only, head
+  widths up to 64;
 - ``cueq``: cuEquivariance's ``triangle_attention``: q, k, v ``[B, N, H, Q, c]``, one bias
   ``[B, 1, H, Q, K]`` and a bool keep-mask ``[B, N, 1, 1, K]`` (from OpenFold's
   ``inf * (mask - 1)`` bias: kept where the bias is 0).

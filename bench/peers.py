@@ -14,8 +14,8 @@ order, a bool mask) happen inside the adapter and are part of its time.
   ``c ** -0.5``). Square pair representations only, so the triangle attentions.
 - ``ds4sci``: DeepSpeed's ``DS4Sci_EvoformerAttention`` (q, k, v ``[B, N, L, H, c]``,
   biases ``[B, N, 1, 1, L]`` and ``[B, 1, H, L, L]``, scale fixed at ``c ** -0.5``, bf16
-  and fp16 only, more than 16 positions, head widths up to 64), through :mod:`bench.ds4sci`, which builds its
-  CUDA op once per machine. The MSA row attention's q comes pre-scaled (OpenFold scales
+  and fp16 only, more than 16 positions, head widths up to 64), through
+  :mod:`bench.ds4sci`, which builds its CUDA op once per machine. The MSA row attention's q comes pre-scaled (OpenFold scales
   it while projecting), so the adapter scales it back by ``c ** 0.5``.
 
 The ``evoformer_core`` variant (:mod:`bench.variants_core`: q, k, v ``[N, H, L, c]``,

@@ -25,6 +25,8 @@ import os
 import pathlib
 import sys
 
+from bench.kernel_results import shape_label
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 BEGIN, END = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
@@ -45,10 +47,6 @@ MODE_TITLES = {"stock": "stock", "compile": "torch.compile per block", "flashlig
 
 
 # ---------------------------------------------------------------------------- loading
-
-
-def shape_label(shape: dict) -> str:
-    return " ".join(f"{k}{v}" for k, v in shape.items())
 
 
 def _latest_cells(results: pathlib.Path, patterns: str | tuple[str, ...], key) -> tuple[list[dict], list[dict]]:

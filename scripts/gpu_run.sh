@@ -252,9 +252,9 @@ if [ "$peers" = 1 ] && [ "$deepspeed" = 1 ]; then
         export CUTLASS_PATH=DS_USE_CUTLASS_PYTHON_BINDINGS MAX_JOBS="${MAX_JOBS:-$(nproc)}"
         export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$SITE/torch_extensions}"
         cc="$("$PY" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability(0))' 2>/dev/null || echo 9.0)"
-        # DeepSpeed's builder reads each architecture as two numbers: 9.0a -> 9.0
-        TORCH_CUDA_ARCH_LIST="$(echo "${TORCH_CUDA_ARCH_LIST:-$cc}" | sed -E 's/([0-9]+\.[0-9]+)[a-z]+/\1/g')"
-        export TORCH_CUDA_ARCH_LIST
+        # letter suffixes (9.0a), which DeepSpeed's builder cannot read, are dropped by
+        # bench/ds4sci.py for the build and for each process that loads the op
+        export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-$cc}"
         mkdir -p "$TORCH_EXTENSIONS_DIR"
         if ls "$ds"/prebuilt.tar.xz.part* >/dev/null 2>&1 && ! ls "$TORCH_EXTENSIONS_DIR"/*/evoformer_attn/*.so >/dev/null 2>&1; then
             # the build folder of an earlier machine. Ninja rebuilds a product whose mtime

@@ -456,11 +456,11 @@ def test_evoformer_peer_mode_runs_the_stack_through_the_peer(tmp_path, monkeypat
 def test_evoformer_graph_modes_and_a_peer_that_computed_nothing():
     """``-graphs`` modes name their base mode; a peer cell whose every call ran stock is an
     error (its times are stock's), not a result under the peer's name."""
-    from bench import evoformer, openfold_peers
+    from bench import evoformer_modes, openfold_peers
 
-    assert evoformer.base_mode("cueq-graphs") == ("cueq", True)
-    assert evoformer.base_mode("flashlight") == ("flashlight", False)
-    assert {"stock-graphs", "flashlight-graphs", "ds4sci-graphs", "cueq-graphs"} <= set(evoformer.MODES)
+    assert evoformer_modes.base_mode("cueq-graphs") == ("cueq", True)
+    assert evoformer_modes.base_mode("flashlight") == ("flashlight", False)
+    assert {"stock-graphs", "flashlight-graphs", "ds4sci-graphs", "cueq-graphs"} <= set(evoformer_modes.MODES)
 
     class Forward:
         def __init__(self, calls, fallbacks):
@@ -477,7 +477,7 @@ def test_evoformer_graph_modes_and_a_peer_that_computed_nothing():
 def test_an_end_to_end_cell_that_disagrees_with_stock_is_wrong():
     """A cell far from stock (a peer's kernels launched outside a replayed CUDA graph, say)
     or with NaN is not a time; agreement as measured is."""
-    from bench.evoformer import disagreement
+    from bench.evoformer_modes import disagreement
 
     assert disagreement({"max_abs_diff_vs_stock": 0.22}, "stack", "bf16") is None
     assert disagreement({"max_abs_diff_vs_stock": 1.7, "finite": True}, "model", "bf16") is None
