@@ -62,7 +62,7 @@ print(json.dumps([k.metadata.shared, regs, stack, k.metadata.num_warps]))
 
 def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtype,
                 capability: int = 90, block_m: int = 64, block_n: int = 64, num_warps: int = 4,
-                num_stages: int = 2, specialize: dict[str, int] | None = None) -> AotResult:
+                num_stages: int = 2, specialize: dict[str, int] | None = None, index_bits: int = 32) -> AotResult:
     """Compile generated source ahead of time for an NVIDIA GPU (no GPU needed).
 
     Runs in a child process without the Triton interpreter (which replaces the
@@ -74,7 +74,9 @@ def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtyp
     what Triton's JIT builds for it: arguments equal to 1 become constants, those
     divisible by 16 are marked so, and tensor pointers are taken 16-byte aligned (as
     PyTorch's allocations are). Without it, nothing is assumed of the arguments.
-    ``out_dtype``: the output's dtype, or a sequence of every output's.
+    ``out_dtype``: the output's dtype, or a sequence of every output's. ``index_bits``:
+    32 or 64, the width of the kernel's offsets ([Note: 64-bit offsets] in
+    :mod:`flashlight.codegen`).
     """
     import json
     import subprocess
@@ -83,6 +85,7 @@ def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtyp
     path = os.path.join(settings.get("cache_dir"), "kernels",
                         f"{src.name}_{hashlib.sha1(src.source.encode()).hexdigest()[:16]}.py")
     signature, constexprs, attrs = specialization(src, input_dtypes, out_dtype, block_m, block_n, specialize)
+    constexprs["INDEX_BITS"] = index_bits
     args = json.dumps([path, src.name, signature, constexprs, capability, num_warps, num_stages, attrs])
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, args], capture_output=True, text=True, env=env)
@@ -108,8 +111,8 @@ def specialization(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_d
     signature.update({f"{out}_s{a}": "i32" for out, rank in zip(outs, ranks) for a in range(rank)})
     if getattr(src, "split", False):
         signature.update({"SPLITS": "i32", "SPLIT_LEN": "i32", "out_split": "i32"})
-    signature.update({"BLOCK_M": "constexpr", "BLOCK_N": "constexpr"})
-    constexprs: dict[str, int] = {"BLOCK_M": block_m, "BLOCK_N": block_n}
+    signature.update({"BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "INDEX_BITS": "constexpr"})
+    constexprs: dict[str, int] = {"BLOCK_M": block_m, "BLOCK_N": block_n, "INDEX_BITS": 32}
     attrs: dict[str, list] = {}
     for k, (arg, kind) in enumerate(list(signature.items())):
         value = None if specialize is None else specialize.get(arg)

@@ -15,6 +15,23 @@ kernel has a fixed shape:
    then over the last, partial tile with them (with a liveness predicate, the ranges the
    scan finds instead, see :mod:`flashlight.codegen_live`);
 4. the epilogue and one masked store.
+
+[Note: 64-bit offsets]
+Offsets into a tensor are computed from the program's coordinates, the tile ranges
+(``tl.arange``) and the strides. Triton computes them in the type of those values:
+32-bit integers for program ids, ranges and strides below 2**31, so an offset past
+2**31 - 1 elements wraps around and the load reads outside the tensor. A tensor need not
+hold 2**31 elements for that: the fused projections of a patched OpenFold module
+(``integrations/openfold_forward.py``) hand the kernel q, k, v and the gate as views of
+one ``[..., 4 * H * c]`` tensor, whose rows are four times longer, and the extra-MSA
+stack at 2048 residues (5120 rows of 2048 positions of ``4 * 64`` values) reaches
+offsets of 2.7e9. So every offset derives from ``pid`` and ``index0`` (zero in the
+type of ``pid``), and the constant ``INDEX_BITS`` (32 by default) makes them 64-bit
+where the launcher finds that some tensor of the launch reaches past 2**31 - 1
+(:func:`flashlight.runtime.index_bits`). The 32-bit build is the one every smaller launch
+runs: adding ``index0`` (a constant zero there) costs nothing, and 64-bit address
+arithmetic, which would cost instructions in every tile's loads, is only paid where
+it is needed.
 """
 from __future__ import annotations
 
@@ -39,6 +56,8 @@ from flashlight.ir import (
     free_dims,
 )
 from flashlight.vocabulary import BOOLEAN_OPS, DIVISION_OPS, OPS
+
+NARROW_BITS, WIDE_BITS = 32, 64  # INDEX_BITS of a launch ([Note: 64-bit offsets])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -406,7 +425,8 @@ class _Printer(TileText):
         self.emit_loop()
         self.emit_store()
         row = self.tiling.row
-        head = ["pid = tl.program_id(0)"]
+        # [Note: 64-bit offsets]: every offset derives from pid and index0 (its zero)
+        head = ["pid = tl.program_id(0)", "if INDEX_BITS == 64:", "    pid = pid.to(tl.int64)", "index0 = pid * 0"]
         # no row dim (a length-1 query axis): one program per grid point
         head.append(f"num_m = tl.cdiv({self.size(row)}, BLOCK_M)" if row is not None else "num_m = 1")
         head.append("pid_m = pid % num_m")
@@ -425,7 +445,7 @@ class _Printer(TileText):
         head.append("offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
         for d, role in self.roles.items():
             if role[0] in "ef" and f"offs_{role} =" not in "\n".join(head):
-                head.append(f"offs_{role} = tl.arange(0, {self.padded[d]})")
+                head.append(f"offs_{role} = index0 + tl.arange(0, {self.padded[d]})")
         loop_extent = self.size(self.kernel.loop[0].dim)
         head.append(f"N_SIZE = {loop_extent}")
         outs = [output_arg(k) for k in range(len(self.kernel.outputs()))]
@@ -437,7 +457,7 @@ class _Printer(TileText):
             params += ["SPLITS", "SPLIT_LEN", f"{outs[0]}_split"]
         if self.check_bounds:
             params += [f"in{k}_span" for k in range(len(self.inputs))] + [f"{out}_span" for out in outs] + ["errors"]
-        params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr"]
+        params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", f"INDEX_BITS: tl.constexpr = {NARROW_BITS}"]
         if self.whole_tiles_apart():
             # the tiles before the last one are whole: they run without bounds checks along
             # the loop (with a static size divisible by BLOCK_N, the last loop is empty)
@@ -464,7 +484,7 @@ class _Printer(TileText):
                 body.append(f"for start_n in range({start}, {stop}):")
             else:
                 body.append(f"for start_n in range({start}, {stop}, BLOCK_N):")
-                body.append("    offs_n = start_n + tl.arange(0, BLOCK_N)")
+                body.append("    offs_n = index0 + start_n + tl.arange(0, BLOCK_N)")
             body += ["    " + line for line in steps]
         body += self.post
         text = f"({', '.join(params)}):\n" + "\n".join("    " + line for line in body) + "\n"

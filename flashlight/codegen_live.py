@@ -96,7 +96,7 @@ class LiveScan:
 
     @staticmethod
     def tile_header(width: str, offs: str) -> list[str]:
-        return [f"{offs} = start_n + tl.arange(0, {width})",
+        return [f"{offs} = index0 + start_n + tl.arange(0, {width})",
                 "col_lo = start_n",
                 f"col_hi = tl.minimum(start_n + {width}, N_SIZE) - 1"]
 

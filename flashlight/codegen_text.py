@@ -124,7 +124,8 @@ class TileText:
     def dim_term(self, d: Dim, layout) -> str:
         role = self.roles.get(d)
         if role is None and self.tiling.serial and d == self.kernel.loop[0].dim:
-            return "start_n"  # the position of a serial loop's step ([Note: serial loops])
+            # the position of a serial loop's step ([Note: serial loops]), in the index type
+            return "(index0 + start_n)"
         return self.grid_var(d) if role is None else self.offs(role, layout)
 
     def index(self, axis, layout) -> str:

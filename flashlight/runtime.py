@@ -36,7 +36,7 @@ from typing import Sequence
 import torch
 
 from flashlight import background, compile_workers, launch_plan, prepare, settings, tuned_configs, tuning
-from flashlight.codegen import KernelSource
+from flashlight.codegen import WIDE_BITS, KernelSource
 from flashlight.tuning_cache import gpu_name, precompile, recall_choice, remember_choice
 from flashlight.ir import Dim, Gather, Iota, Kernel, Load, TiledKernel, walk
 
@@ -252,20 +252,22 @@ class Launcher:
         return [f"size{k}" for k in range(len(self.src.size_args))]  # none: one choice for all calls
 
     def _first_launch(self, fn, args: tuple, grid, sizes: tuple[int, ...], device: torch.device,
-                      tune: bool, eager_inputs: Sequence[torch.Tensor] | None = None) -> torch.Tensor | None:
+                      tune: bool, eager_inputs: Sequence[torch.Tensor] | None = None,
+                      wide: dict | None = None) -> torch.Tensor | None:
         """Launch at sizes not seen in this process: with the choice an earlier process
         recorded, else the shipped one, else through the autotuner (candidates compiled
         in parallel first), whose best candidate is then timed against the unfused graph
         (given ``eager_inputs``), and the choice recorded. When no candidate fits the
         GPU, autotuning runs again over smaller tiles (:data:`_SMALL_FOOTPRINT_CONFIGS`).
         Returns the unfused graph's result where that ran, else None (the kernel wrote
-        the output)."""
+        the output). ``wide``: the launch's 64-bit offsets setting ([Note: 64-bit offsets])."""
         prepare.wait()  # [Note: a process's one-time costs]
+        wide = wide or {}
         eager_ok = eager_inputs is not None and getattr(self, "eager", None) is not None
         chosen, where = self._known_choice(device, sizes, eager_ok) if tune else (None, None)
         if chosen is not None:
             try:
-                result = self._run_eager(eager_inputs) if chosen == EAGER else self._raw[grid](*args, **chosen)
+                result = self._run_eager(eager_inputs) if chosen == EAGER else self._raw[grid](*args, **chosen, **wide)
             except Exception as error:  # noqa: BLE001 - a choice that cannot run here is tuned again
                 eager_oom = chosen == EAGER and isinstance(error, torch.cuda.OutOfMemoryError)
                 if not (eager_oom or (where == "shipped" and _out_of_resources(error))):
@@ -276,20 +278,20 @@ class Launcher:
                 self._chosen[sizes] = chosen
                 return result if chosen == EAGER else None
         if tune:
-            precompile(self._raw, fn.configs, args, grid)
+            precompile(self._raw, fn.configs, args, grid, wide)
         try:
-            fn[grid](*args)
+            fn[grid](*args, **wide)
         except Exception as error:  # noqa: BLE001 - only running out of resources is retried
             if not (tune and _out_of_resources(error)):
                 raise
             log.info("flashlight: %s: no tile candidate fits the GPU (%s); trying smaller tiles", self.src.name, error)
             fn = self._small_footprint_tuner()
-            precompile(self._raw, fn.configs, args, grid)
-            fn[grid](*args)
+            precompile(self._raw, fn.configs, args, grid, wide)
+            fn[grid](*args, **wide)
         best = fn.best_config.all_kwargs()
         kernel_ms = eager_ms = None
         if tune and eager_ok:
-            kernel_ms, eager_ms = self._time_against_eager(best, args, grid, eager_inputs)
+            kernel_ms, eager_ms = self._time_against_eager({**best, **wide}, args, grid, eager_inputs)
         self._chosen[sizes] = EAGER if tuning.choose(kernel_ms, eager_ms) == EAGER else best
         if tune and (len(fn.configs) > 1 or eager_ms is not None):
             remember_choice(self.src, device, sizes, self._chosen[sizes])
@@ -369,7 +371,7 @@ class Launcher:
         return values.contiguous()
 
     def _eager_launch(self, fn, args: tuple, grid, sizes: tuple[int, ...], device: torch.device,
-                      tensors: Sequence[torch.Tensor], tune: bool) -> torch.Tensor | None:
+                      tensors: Sequence[torch.Tensor], tune: bool, wide: dict | None = None) -> torch.Tensor | None:
         """Run the unfused graph chosen for these sizes; where it runs out of GPU memory,
         the kernel is tuned and launched instead (and chosen from then on)."""
         try:
@@ -377,7 +379,7 @@ class Launcher:
         except torch.cuda.OutOfMemoryError:
             log.warning("flashlight: %s: the unfused graph ran out of GPU memory; using the kernel", self.__name__)
             del self._chosen[sizes]
-            return self._first_launch(fn, args, grid, sizes, device, tune)
+            return self._first_launch(fn, args, grid, sizes, device, tune, wide=wide)
 
     def _time_against_eager(self, best: dict, args: tuple, grid, tensors: Sequence[torch.Tensor]):
         """Median milliseconds of the best kernel candidate and of the unfused graph (None
@@ -457,23 +459,24 @@ class Launcher:
         sizes = tuple(size_args)
         chosen = self._chosen.get(sizes)
         tune = not interpret and bool(self.autotune)
-        if chosen is None and tune and background.active() is not None:
+        wide = index_kwargs((*tensors, *outs))  # [Note: 64-bit offsets]
+        if chosen is None and tune and background.active() is not None and not wide:
             chosen = self._compiled_in_background(args, grid, sizes, out.device, tensors)
             if chosen == _COMPILING:
                 return self._run_eager(tensors)  # [Note: compiling in the background]
             if chosen is not None:
                 self._chosen[sizes] = chosen
         if chosen is None:
-            result = self._first_launch(fn, args, grid, sizes, out.device, tune, eager_inputs=tensors)
+            result = self._first_launch(fn, args, grid, sizes, out.device, tune, eager_inputs=tensors, wide=wide)
         elif chosen == EAGER:
-            result = self._eager_launch(fn, args, grid, sizes, out.device, tensors, tune)
+            result = self._eager_launch(fn, args, grid, sizes, out.device, tensors, tune, wide)
         else:
-            self._raw[grid](*args, **chosen)
+            self._raw[grid](*args, **chosen, **wide)
             result = None
             if not checks:
                 self._plans[call] = launch_plan.LaunchPlan(
                     tuple(relayouts), tuple(tuple(o.shape) for o in outs), tuple(o.dtype for o in outs),
-                    args[len(tensors) + len(outs):], tuple(grid(chosen)), chosen)
+                    args[len(tensors) + len(outs):], tuple(grid(chosen)), {**chosen, **wide})
         if result is not None:
             return result  # the unfused graph ran instead of the kernel
         if checks and bool(errors.any()):
@@ -528,6 +531,18 @@ def _median_ms(fn) -> float:
     import triton.testing
 
     return float(triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median"))
+
+
+# Largest element offset a 32-bit launch reaches ([Note: 64-bit offsets] in flashlight.codegen)
+OFFSET_LIMIT = 2**31 - 1
+
+
+def index_kwargs(tensors: Sequence[torch.Tensor]) -> dict:
+    """The launch argument that makes a kernel's offsets 64-bit, where one of ``tensors``
+    reaches an element past :data:`OFFSET_LIMIT` ({} otherwise: the 32-bit build)."""
+    if any(_span(t) - 1 > OFFSET_LIMIT for t in tensors):
+        return {"INDEX_BITS": WIDE_BITS}
+    return {}
 
 
 def _span(t: torch.Tensor) -> int:

@@ -84,7 +84,7 @@ def compile_threads(n_configs: int) -> int:
     return max(1, min(wanted, n_configs))
 
 
-def precompile(jit_fn, configs, args: tuple, grid) -> int:
+def precompile(jit_fn, configs, args: tuple, grid, extra: dict | None = None) -> int:
     """Compile every autotuning candidate of ``jit_fn`` for ``args`` on a thread pool.
 
     Triton's autotuner compiles its candidates one after another before timing each;
@@ -96,8 +96,9 @@ def precompile(jit_fn, configs, args: tuple, grid) -> int:
     A candidate that fails to compile is left out of the cache, and the autotuner meets
     the same error through its own path. Interrupted while it waits (Ctrl-C, a caller's
     time limit), it drops the candidates no thread has started instead of compiling
-    them all first. Returns the number of threads used (1: nothing was done, Triton
-    compiles as it always does).
+    them all first. ``extra``: launch arguments every candidate gets besides its own
+    (the 64-bit offsets setting). Returns the number of threads used (1: nothing was
+    done, Triton compiles as it always does).
     """
     import triton
 
@@ -113,7 +114,7 @@ def precompile(jit_fn, configs, args: tuple, grid) -> int:
         with async_mode(pool, ignore_errors=True) as mode:
             for config in configs:
                 try:
-                    jit_fn.warmup(*args, grid=grid, **config.all_kwargs())  # what the autotuner launches
+                    jit_fn.warmup(*args, grid=grid, **config.all_kwargs(), **(extra or {}))  # what the autotuner launches
                 except Exception:  # noqa: BLE001 - the autotuner reports it when it compiles this candidate
                     continue
             handed_out = list(mode.future_kernels.values())

@@ -145,7 +145,7 @@ class FakeTuner:
         self.configs, self.launches, self.best_config = configs, [], configs[-1]
 
     def __getitem__(self, grid):
-        return lambda *args: self.launches.append(args)
+        return lambda *args, **kw: self.launches.append(args)
 
 
 class FakeJit:

@@ -115,6 +115,35 @@ def test_generated_kernel_compiles_for_hopper():
     assert 0 < result.shared <= 227 * 1024
 
 
+def test_the_64_bit_offsets_build_compiles_for_hopper():
+    # [Note: 64-bit offsets]: what a launch reaching past 2**31 - 1 elements runs
+    report = flashlight.explain(attention, *_inputs(15))
+    result = report.kernels[0].aot_compile(90, index_bits=64)
+    assert 0 < result.shared <= 227 * 1024
+
+
+def test_launches_reaching_past_32_bit_offsets_run_with_64_bit_ones(monkeypatch):
+    """Every launch takes the 64-bit path when the limit is 0, and still matches
+    float64; a tensor's reach is its largest offset, not its element count."""
+    from flashlight import runtime
+
+    assert runtime.index_kwargs([torch.empty(3, 5)]) == {}
+    strided = torch.empty_strided((2, 3), (2**31, 1), device="meta")  # 6 elements, offset 2**31 + 2
+    assert runtime.index_kwargs([torch.empty(3, 5), strided]) == {"INDEX_BITS": 64}
+    monkeypatch.setattr(runtime, "OFFSET_LIMIT", 0)
+    torch.compiler.reset()
+    report = flashlight.api.ExplainReport()
+    compiled = flashlight.compile(attention, report=report)
+    args = _inputs(18, L=37)
+    for _ in range(2):  # the first launch, then the launch plan's
+        out = compiled(*args)
+        torch.testing.assert_close(out.double(), attention(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
+    torch.compiler.reset()
+    launchers = [kernel._chosen.__self__ for kernel in report.kernels]  # the kernels' Launchers
+    plans = [plan for launcher in launchers for plan in launcher._plans.values()]
+    assert plans and all(plan.chosen["INDEX_BITS"] == 64 for plan in plans)
+
+
 def test_report_records_the_configuration_each_launch_ran_with():
     from flashlight.api import ExplainReport
 

@@ -131,7 +131,7 @@ def _fake_launcher(src):
 def test_an_autotuning_choice_is_recorded_and_reused_by_another_process(tmp_path, monkeypatch):
     monkeypatch.setenv("FLASHLIGHT_CACHE_DIR", str(tmp_path))
     compiled = []
-    monkeypatch.setattr(runtime, "precompile", lambda jit, configs, args, grid: compiled.append(len(configs)))
+    monkeypatch.setattr(runtime, "precompile", lambda jit, configs, args, grid, extra=None: compiled.append(len(configs)))
     src, device = _kernel_source(), torch.device("cpu")
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": 32}, num_warps=4, num_stages=2) for m in (64, 128)]
 
@@ -182,7 +182,7 @@ def test_when_no_candidate_fits_the_gpu_smaller_tiles_are_tuned(tmp_path, monkey
 
     monkeypatch.setenv("FLASHLIGHT_CACHE_DIR", str(tmp_path))
     compiled = []
-    monkeypatch.setattr(runtime, "precompile", lambda jit, configs, args, grid: compiled.append(len(configs)))
+    monkeypatch.setattr(runtime, "precompile", lambda jit, configs, args, grid, extra=None: compiled.append(len(configs)))
 
     class _TooBig(FakeTuner):
         def __getitem__(self, grid):

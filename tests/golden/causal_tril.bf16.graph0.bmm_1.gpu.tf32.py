@@ -3,16 +3,19 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_533ae0c30f1a(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, in1_s0, in1_s1, in1_s2, in1_s3, in2_s0, in2_s1, in2_s2, in2_s3, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def flashlight_0afcb8cf894e(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, in1_s0, in1_s1, in1_s2, in1_s3, in2_s0, in2_s1, in2_s2, in2_s3, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
     pid = tl.program_id(0)
+    if INDEX_BITS == 64:
+        pid = pid.to(tl.int64)
+    index0 = pid * 0
     num_m = tl.cdiv(37, BLOCK_M)
     pid_m = pid % num_m
     rest = pid // num_m
     g0 = rest % 3
     rest = rest // 3
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_e0 = tl.arange(0, 16)
-    offs_f = tl.arange(0, 16)
+    offs_e0 = index0 + tl.arange(0, 16)
+    offs_f = index0 + tl.arange(0, 16)
     N_SIZE = 37
     m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
     acc0 = tl.zeros([BLOCK_M, 16], tl.float32)
@@ -25,7 +28,7 @@ def flashlight_533ae0c30f1a(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
     coarse_first = N_SIZE + tl.zeros([], tl.int32)
     coarse_end = tl.zeros([], tl.int32)
     for start_n in range(0, N_SIZE, (BLOCK_N * 16)):
-        offs_coarse = start_n + tl.arange(0, (BLOCK_N * 16))
+        offs_coarse = index0 + start_n + tl.arange(0, (BLOCK_N * 16))
         col_lo = start_n
         col_hi = tl.minimum(start_n + (BLOCK_N * 16), N_SIZE) - 1
         lo35 = col_lo - row_hi
@@ -41,7 +44,7 @@ def flashlight_533ae0c30f1a(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
     full_first = N_SIZE + tl.zeros([], tl.int32)
     full_end = tl.zeros([], tl.int32) - 1
     for start_n in range(coarse_first, coarse_end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         col_lo = start_n
         col_hi = tl.minimum(start_n + BLOCK_N, N_SIZE) - 1
         lo41 = col_lo - row_hi
@@ -60,7 +63,7 @@ def flashlight_533ae0c30f1a(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
     full_first = tl.minimum(tl.maximum(full_first, tiles_first), tiles_end)
     full_end = tl.maximum(tl.minimum(full_end, tiles_end), full_first)
     for start_n in range(tiles_first, full_first, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         idx1 = offs_n
         v3 = (idx1[None, :] - idx2[:, None])
         v4 = (v3 <= 0)
@@ -86,7 +89,7 @@ def flashlight_533ae0c30f1a(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
         acc2 = acc2 * alpha1 + part21
         m1 = m_new1
     for start_n in range(full_first, full_end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         x22 = tl.load(in1 + (g0) * in1_s1 + (offs_n[:, None]) * in1_s2 + (offs_e0[None, :]) * in1_s3)
         x23 = x22.to(tl.float32)
         dot24 = tl.dot(x7.to(tl.bfloat16), tl.trans(x22).to(tl.bfloat16))
@@ -106,7 +109,7 @@ def flashlight_533ae0c30f1a(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
         acc2 = acc2 * alpha1 + part33
         m1 = m_new1
     for start_n in range(full_end, tiles_end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         idx1 = offs_n
         v3 = (idx1[None, :] - idx2[:, None])
         v4 = (v3 <= 0)

@@ -3,16 +3,19 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_b7a0c2e4a55d(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1_s2, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def flashlight_3a32bfe8943f(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1_s2, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
     pid = tl.program_id(0)
+    if INDEX_BITS == 64:
+        pid = pid.to(tl.int64)
+    index0 = pid * 0
     num_m = tl.cdiv(35, BLOCK_M)
     pid_m = pid % num_m
     rest = pid // num_m
     g0 = rest % 2
     rest = rest // 2
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_e0 = tl.arange(0, 16)
-    offs_f = tl.arange(0, 16)
+    offs_e0 = index0 + tl.arange(0, 16)
+    offs_f = index0 + tl.arange(0, 16)
     N_SIZE = 35
     m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
     acc0 = tl.zeros([BLOCK_M, 16], tl.float32)
@@ -28,7 +31,7 @@ def flashlight_b7a0c2e4a55d(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
     coarse_first = N_SIZE + tl.zeros([], tl.int32)
     coarse_end = tl.zeros([], tl.int32)
     for start_n in range(0, N_SIZE, (BLOCK_N * 16)):
-        offs_coarse = start_n + tl.arange(0, (BLOCK_N * 16))
+        offs_coarse = index0 + start_n + tl.arange(0, (BLOCK_N * 16))
         col_lo = start_n
         col_hi = tl.minimum(start_n + (BLOCK_N * 16), N_SIZE) - 1
         lv35 = tl.load(in0 + (offs_coarse) * in0_s0, mask=(offs_coarse < 35), other=0)
@@ -48,7 +51,7 @@ def flashlight_b7a0c2e4a55d(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
     full_first = N_SIZE + tl.zeros([], tl.int32)
     full_end = tl.zeros([], tl.int32) - 1
     for start_n in range(coarse_first, coarse_end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         col_lo = start_n
         col_hi = tl.minimum(start_n + BLOCK_N, N_SIZE) - 1
         lv45 = tl.load(in0 + (offs_n) * in0_s0, mask=(offs_n < 35), other=0)
@@ -71,7 +74,7 @@ def flashlight_b7a0c2e4a55d(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
     full_first = tl.minimum(tl.maximum(full_first, tiles_first), tiles_end)
     full_end = tl.maximum(tl.minimum(full_end, tiles_end), full_first)
     for start_n in range(tiles_first, full_first, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         x2 = tl.load(in0 + (offs_n) * in0_s0, mask=(offs_n < 35), other=0)
         v3 = (x1[:, None] == x2[None, :])
         idx5 = offs_n
@@ -96,7 +99,7 @@ def flashlight_b7a0c2e4a55d(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
         acc2 = acc2 * alpha1 + part20
         m1 = m_new1
     for start_n in range(full_first, full_end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         x21 = tl.load(in2 + (g0) * in2_s0 + (offs_n[:, None]) * in2_s1 + (offs_e0[None, :]) * in2_s2).to(tl.float32)
         dot22 = tl.dot(x9.to(tl.float32), tl.trans(x21).to(tl.float32), input_precision="tf32")
         bmax23 = tl.max(dot22, axis=1)
@@ -114,7 +117,7 @@ def flashlight_b7a0c2e4a55d(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
         acc2 = acc2 * alpha1 + part30
         m1 = m_new1
     for start_n in range(full_end, tiles_end, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         x2 = tl.load(in0 + (offs_n) * in0_s0, mask=(offs_n < 35), other=0)
         v3 = (x1[:, None] == x2[None, :])
         idx5 = offs_n

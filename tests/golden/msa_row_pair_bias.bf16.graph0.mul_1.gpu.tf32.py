@@ -3,8 +3,11 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_de92e5a73cda(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, in0_s2, in0_s3, in0_s4, in1_s0, in1_s1, in1_s2, in1_s3, in1_s4, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, in3_s3, in3_s4, in4_s0, in4_s1, in4_s2, in4_s3, in4_s4, in5_s0, in5_s1, in5_s2, in5_s3, in5_s4, out_s0, out_s1, out_s2, out_s3, out_s4, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def flashlight_c9d0d4e03065(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, in0_s2, in0_s3, in0_s4, in1_s0, in1_s1, in1_s2, in1_s3, in1_s4, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, in3_s3, in3_s4, in4_s0, in4_s1, in4_s2, in4_s3, in4_s4, in5_s0, in5_s1, in5_s2, in5_s3, in5_s4, out_s0, out_s1, out_s2, out_s3, out_s4, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
     pid = tl.program_id(0)
+    if INDEX_BITS == 64:
+        pid = pid.to(tl.int64)
+    index0 = pid * 0
     num_m = tl.cdiv(23, BLOCK_M)
     pid_m = pid % num_m
     rest = pid // num_m
@@ -15,8 +18,8 @@ def flashlight_de92e5a73cda(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, i
     g0 = rest % 2
     rest = rest // 2
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_e0 = tl.arange(0, 16)
-    offs_f = tl.arange(0, 16)
+    offs_e0 = index0 + tl.arange(0, 16)
+    offs_f = index0 + tl.arange(0, 16)
     N_SIZE = 23
     N_FULL = N_SIZE - N_SIZE % BLOCK_N
     m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -25,7 +28,7 @@ def flashlight_de92e5a73cda(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, i
     x1 = tl.load(in0 + (g0) * in0_s0 + (g1) * in0_s1 + (g2) * in0_s2 + (offs_m[:, None]) * in0_s3 + (offs_e0[None, :]) * in0_s4, mask=(offs_m[:, None] < 23), other=0)
     x2 = x1.to(tl.float32)
     for start_n in range(0, N_FULL, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         x23 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (g2) * in1_s2 + (offs_n[:, None]) * in1_s3 + (offs_e0[None, :]) * in1_s4)
         x24 = x23.to(tl.float32)
         dot25 = tl.dot(x1.to(tl.bfloat16), tl.trans(x23).to(tl.bfloat16))
@@ -53,7 +56,7 @@ def flashlight_de92e5a73cda(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, i
         acc2 = acc2 * alpha1 + part42
         m1 = m_new1
     for start_n in range(N_FULL, N_SIZE, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         x3 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (g2) * in1_s2 + (offs_n[:, None]) * in1_s3 + (offs_e0[None, :]) * in1_s4, mask=(offs_n[:, None] < 23), other=0)
         x4 = x3.to(tl.float32)
         dot5 = tl.dot(x1.to(tl.bfloat16), tl.trans(x3).to(tl.bfloat16))

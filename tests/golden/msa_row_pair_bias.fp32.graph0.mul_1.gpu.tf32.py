@@ -3,8 +3,11 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_d2892136c804(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, in0_s2, in0_s3, in0_s4, in1_s0, in1_s1, in1_s2, in1_s3, in1_s4, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, in3_s3, in3_s4, in4_s0, in4_s1, in4_s2, in4_s3, in4_s4, in5_s0, in5_s1, in5_s2, in5_s3, in5_s4, out_s0, out_s1, out_s2, out_s3, out_s4, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def flashlight_30cc235e6d5e(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, in0_s2, in0_s3, in0_s4, in1_s0, in1_s1, in1_s2, in1_s3, in1_s4, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, in3_s3, in3_s4, in4_s0, in4_s1, in4_s2, in4_s3, in4_s4, in5_s0, in5_s1, in5_s2, in5_s3, in5_s4, out_s0, out_s1, out_s2, out_s3, out_s4, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
     pid = tl.program_id(0)
+    if INDEX_BITS == 64:
+        pid = pid.to(tl.int64)
+    index0 = pid * 0
     num_m = tl.cdiv(23, BLOCK_M)
     pid_m = pid % num_m
     rest = pid // num_m
@@ -15,8 +18,8 @@ def flashlight_d2892136c804(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, i
     g0 = rest % 2
     rest = rest // 2
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_e0 = tl.arange(0, 16)
-    offs_f = tl.arange(0, 16)
+    offs_e0 = index0 + tl.arange(0, 16)
+    offs_f = index0 + tl.arange(0, 16)
     N_SIZE = 23
     N_FULL = N_SIZE - N_SIZE % BLOCK_N
     m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -24,7 +27,7 @@ def flashlight_d2892136c804(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, i
     acc2 = tl.zeros([BLOCK_M], tl.float32)
     x1 = tl.load(in0 + (g0) * in0_s0 + (g1) * in0_s1 + (g2) * in0_s2 + (offs_m[:, None]) * in0_s3 + (offs_e0[None, :]) * in0_s4, mask=(offs_m[:, None] < 23), other=0).to(tl.float32)
     for start_n in range(0, N_FULL, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         x18 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (g2) * in1_s2 + (offs_n[:, None]) * in1_s3 + (offs_e0[None, :]) * in1_s4).to(tl.float32)
         dot19 = tl.dot(x1.to(tl.float32), tl.trans(x18).to(tl.float32), input_precision="tf32")
         x20 = tl.load(in2 + (g0) * in2_s0 + (g1) * in2_s1 + (offs_n) * in2_s2).to(tl.float32)
@@ -48,7 +51,7 @@ def flashlight_d2892136c804(in0, in1, in2, in3, in4, in5, out, in0_s0, in0_s1, i
         acc2 = acc2 * alpha1 + part33
         m1 = m_new1
     for start_n in range(N_FULL, N_SIZE, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         x2 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (g2) * in1_s2 + (offs_n[:, None]) * in1_s3 + (offs_e0[None, :]) * in1_s4, mask=(offs_n[:, None] < 23), other=0).to(tl.float32)
         dot3 = tl.dot(x1.to(tl.float32), tl.trans(x2).to(tl.float32), input_precision="tf32")
         x4 = tl.load(in2 + (g0) * in2_s0 + (g1) * in2_s1 + (offs_n) * in2_s2, mask=(offs_n < 23), other=0).to(tl.float32)

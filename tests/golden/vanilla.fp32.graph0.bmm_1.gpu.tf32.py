@@ -3,8 +3,11 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_57b61710a43b(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, in1_s0, in1_s1, in1_s2, in1_s3, in2_s0, in2_s1, in2_s2, in2_s3, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def flashlight_750e7f849206(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, in1_s0, in1_s1, in1_s2, in1_s3, in2_s0, in2_s1, in2_s2, in2_s3, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
     pid = tl.program_id(0)
+    if INDEX_BITS == 64:
+        pid = pid.to(tl.int64)
+    index0 = pid * 0
     num_m = tl.cdiv(29, BLOCK_M)
     pid_m = pid % num_m
     rest = pid // num_m
@@ -13,8 +16,8 @@ def flashlight_57b61710a43b(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
     g0 = rest % 2
     rest = rest // 2
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_e0 = tl.arange(0, 16)
-    offs_f = tl.arange(0, 16)
+    offs_e0 = index0 + tl.arange(0, 16)
+    offs_f = index0 + tl.arange(0, 16)
     N_SIZE = 29
     N_FULL = N_SIZE - N_SIZE % BLOCK_N
     m1 = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -22,7 +25,7 @@ def flashlight_57b61710a43b(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
     acc2 = tl.zeros([BLOCK_M], tl.float32)
     x1 = tl.load(in0 + (g0) * in0_s0 + (g1) * in0_s1 + (offs_m[:, None]) * in0_s2 + (offs_e0[None, :]) * in0_s3, mask=(offs_m[:, None] < 29), other=0).to(tl.float32)
     for start_n in range(0, N_FULL, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         x12 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (offs_n[:, None]) * in1_s2 + (offs_e0[None, :]) * in1_s3).to(tl.float32)
         dot13 = tl.dot(x1.to(tl.float32), tl.trans(x12).to(tl.float32), input_precision="tf32")
         bmax14 = tl.max(dot13, axis=1)
@@ -40,7 +43,7 @@ def flashlight_57b61710a43b(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
         acc2 = acc2 * alpha1 + part21
         m1 = m_new1
     for start_n in range(N_FULL, N_SIZE, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         x2 = tl.load(in1 + (g0) * in1_s0 + (g1) * in1_s1 + (offs_n[:, None]) * in1_s2 + (offs_e0[None, :]) * in1_s3, mask=(offs_n[:, None] < 29), other=0).to(tl.float32)
         dot3 = tl.dot(x1.to(tl.float32), tl.trans(x2).to(tl.float32), input_precision="tf32")
         bmax4 = tl.max(tl.where(offs_n[None, :] < N_SIZE, dot3, float("-inf")), axis=1)
