@@ -7,7 +7,11 @@
 float32 with TF32) on a synthetic feature batch of each length, in the modes
 
 - ``flashlight``: ``flashlight.patch_openfold``, unchunked, one pass (one recycling
-  iteration); ``flashlight_recycle``: the same with model_1's four iterations;
+  iteration); ``flashlight_chunked``: the same with the preset's ``chunk_size``, which
+  the patched attention ignores (it computes its whole batch in one launch) and the
+  other layers (transitions, the outer product mean) follow, as ``flashlight-fold``
+  folds when the unchunked pass runs out of memory; ``flashlight_recycle``: unchunked
+  with model_1's four iterations;
 - ``stock_chunked``: stock OpenFold with the preset's ``chunk_size`` (its own answer to
   long inputs); ``stock_lma``: that plus ``use_lma=True`` (OpenFold 0.0.1's low-memory
   attention, Staats & Rabe), one pass each.
@@ -29,7 +33,7 @@ import pathlib
 import sys
 import time
 
-MODES = ("flashlight", "flashlight_recycle", "stock_chunked", "stock_lma")
+MODES = ("flashlight", "flashlight_chunked", "flashlight_recycle", "stock_chunked", "stock_lma")
 EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
 MIN_CELL_START_S = 90.0
 
@@ -65,7 +69,7 @@ def configure(model, mode: str) -> dict:
     else:
         import flashlight
 
-        model.globals.chunk_size = None
+        model.globals.chunk_size = info["chunk_size"] = preset if mode == "flashlight_chunked" else None
         report = flashlight.patch_openfold(model)
         info["patched"] = report.total
     return info

@@ -553,18 +553,22 @@ def main(argv: list[str] | None = None) -> int:
         plots = plot_kernels(cases(latest), plots_dir) + plot_evoformer(evo, plots_dir)
         rel = [os.path.relpath(p.resolve(), results.resolve()).replace(os.sep, "/") for p in plots]
         from bench.report_fidelity import fidelity_lines
+        from bench.report_long_chain import long_chain_lines
         from bench.report_peers import peers_lines
         from bench.report_training import training_lines
 
         report = build_report(latest, kruns, evo, eruns, rel,
-                              peers_lines(results) + training_lines(results) + fidelity_lines(results))
+                              peers_lines(results) + training_lines(results) + fidelity_lines(results)
+                              + long_chain_lines(results))
         (results / "REPORT.md").write_text(report.rstrip() + "\n")
     if not args.no_readme:
+        from bench import report_long_chain
         from bench.report_fold import load_fold_rows
         from bench.report_peers import summary_rows
         from bench.report_summary import readme_section
 
-        section = readme_section(latest, kruns, evo, eruns, load_fold_rows(results), summary_rows(results))
+        section = readme_section(latest, kruns, evo, eruns, load_fold_rows(results),
+                                 summary_rows(results) + report_long_chain.summary_rows(results))
         update_readme(pathlib.Path(args.readme).resolve(), section)
     print(f"bench.report: {len(latest)} kernel cells, {len(evo)} end-to-end cells"
           + (f"; wrote {results / 'REPORT.md'}" if latest or evo else "")

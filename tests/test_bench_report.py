@@ -294,3 +294,25 @@ def test_peers_summary_row_sets_each_peer_at_its_fastest_form(tmp_path):
     (row,) = summary_rows(tmp_path)
     assert row == ("| `model_1` inference, N_res 256, attention peers | bf16 | 300 | DS4Sci 420; "
                    "cuEquivariance + graphs 450; stock + graphs 800 | 1.40× |")
+
+
+def test_long_chain_rows_set_flashlight_against_stocks_low_memory_settings(tmp_path):
+    from bench import report_long_chain
+
+    assert report_long_chain.long_chain_lines(tmp_path) == [] and report_long_chain.summary_rows(tmp_path) == []
+    cell = {"n_seq": 512, "n_extra": 5120, "run": 0, "finite": True}
+    cells = [
+        {**cell, "n_res": 2048, "mode": "flashlight", "status": "ok", "ms": 24000.0, "first_call_s": 47.7,
+         "peak_gib": 50.3, "chunk_size": None},
+        {**cell, "n_res": 2048, "mode": "stock_chunked", "status": "ok", "ms": 130000.0, "first_call_s": 130.0,
+         "peak_gib": 14.6, "chunk_size": 4},
+        {**cell, "n_res": 2048, "mode": "stock_lma", "status": "ok", "ms": 150000.0, "first_call_s": 150.0,
+         "peak_gib": 9.0, "chunk_size": 4},
+        {**cell, "n_res": 3072, "mode": "flashlight", "status": "oom", "message": "CUDA out of memory"},
+    ]
+    (tmp_path / "long_chain.json").write_text(json.dumps({"runs": [{"id": 0, "gpu": "NVIDIA H200"}], "cells": cells}))
+    (row,) = report_long_chain.summary_rows(tmp_path)  # 3072: no Flashlight pass, no row
+    assert "N_res 2048" in row and "stock (chunk 4) 130000" in row and row.endswith("| 5.42× |")
+    lines = report_long_chain.long_chain_lines(tmp_path)
+    assert any("| 3072 | Flashlight, unchunked | oom |" in line and "out of memory" in line for line in lines)
+    assert sum(line.startswith("| 2048 |") for line in lines) == 3

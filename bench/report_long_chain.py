@@ -1,0 +1,74 @@
+"""The long-chain section of ``bench/results/REPORT.md`` and its row in the README summary
+(``long_chain.json``, from ``bench.long_chain``): the longest single chain that folds on
+one GPU, Flashlight against stock OpenFold's low-memory settings."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+FILE = "long_chain.json"
+TITLES = {
+    "flashlight": "Flashlight, unchunked",
+    "flashlight_chunked": "Flashlight, preset chunk size outside attention",
+    "flashlight_recycle": "Flashlight, unchunked, 4 iterations",
+    "stock_chunked": "stock, preset chunk size",
+    "stock_lma": "stock, preset chunk size and LMA",
+}
+FLASHLIGHT_MODES = ("flashlight", "flashlight_chunked")  # one pass, fastest first
+STOCK_MODES = ("stock_chunked", "stock_lma")
+
+
+def _cells(results: pathlib.Path) -> tuple[list[dict], dict]:
+    """The newest cell of each (N_res, mode), and the newest run's description."""
+    path = results / FILE
+    if not path.exists():
+        return [], {}
+    data = json.loads(path.read_text())
+    newest: dict[tuple, dict] = {}
+    for cell in data["cells"]:
+        newest[(cell["n_res"], cell["mode"])] = cell
+    return sorted(newest.values(), key=lambda c: (c["n_res"], list(TITLES).index(c["mode"]))), data["runs"][-1]
+
+
+def _result(cell: dict) -> str:
+    if cell["status"] == "ok":
+        return f"{cell['ms'] / 1e3:.1f}"
+    return cell["status"]
+
+
+def long_chain_lines(results: pathlib.Path) -> list[str]:
+    """The REPORT section, or none without results."""
+    cells, run = _cells(results)
+    if not cells:
+        return []
+    lines = ["## Long chains", "",
+             "`model_1` (seeded random weights, templates off, 512 MSA and 5120 extra-MSA rows, float32 with "
+             "TF32) on a synthetic chain of N_res residues, one pass unless stated (`bench/long_chain.py`); "
+             "Flashlight's time is a call after its first (compiling) one; stock runs once. "
+             f"{run.get('gpu')}, torch {run.get('torch')}, Triton {run.get('triton')}.", "",
+             "| N_res | mode | pass s | first call s | peak GiB | finite | note |", "|---|---|---|---|---|---|---|"]
+    for c in cells:
+        note = " ".join(c.get("message", "").split())[:160]
+        measured = (f"{c['first_call_s']:.1f} | {c['peak_gib']:.1f}" if c["status"] == "ok" else "– | –")
+        lines.append(f"| {c['n_res']} | {TITLES.get(c['mode'], c['mode'])} | {_result(c)} | {measured} | "
+                     f"{c.get('finite', '–')} | {note} |")
+    return lines + [""]
+
+
+def summary_rows(results: pathlib.Path) -> list[str]:
+    """The README summary's long-chain rows: per length, Flashlight's fastest one-pass mode
+    against stock's fastest low-memory setting, where both ran."""
+    cells, _ = _cells(results)
+    ok = {(c["n_res"], c["mode"]): c for c in cells if c["status"] == "ok"}
+    rows = []
+    for n in sorted({c["n_res"] for c in cells}):
+        fl = [ok[(n, m)] for m in FLASHLIGHT_MODES if (n, m) in ok]
+        stock = [ok[(n, m)] for m in STOCK_MODES if (n, m) in ok]
+        if not fl or not stock:
+            continue
+        best, peer = min(fl, key=lambda c: c["ms"]), min(stock, key=lambda c: c["ms"])
+        short = "stock" + (", LMA" if peer["mode"] == "stock_lma" else "") + f" (chunk {peer['chunk_size']})"
+        rows.append(f"| `model_1`, N_res {n}, long chain | fp32 (TF32) | {best['ms']:.0f} "
+                    f"({best['peak_gib']:.0f} GiB) | {short} {peer['ms']:.0f} "
+                    f"({peer['peak_gib']:.0f} GiB) | {peer['ms'] / best['ms']:.2f}× |")
+    return rows
