@@ -3,8 +3,9 @@
 one GPU, Flashlight against stock OpenFold's low-memory settings."""
 from __future__ import annotations
 
-import json
 import pathlib
+
+from bench.report import _latest_cells
 
 FILE = "long_chain.json"
 TITLES = {
@@ -14,20 +15,15 @@ TITLES = {
     "stock_chunked": "stock, preset chunk size",
     "stock_lma": "stock, preset chunk size and LMA",
 }
-FLASHLIGHT_MODES = ("flashlight", "flashlight_chunked")  # one pass, fastest first
+FLASHLIGHT_MODES = ("flashlight", "flashlight_chunked")  # the one-pass modes; a row takes the faster
 STOCK_MODES = ("stock_chunked", "stock_lma")
 
 
 def _cells(results: pathlib.Path) -> tuple[list[dict], dict]:
-    """The newest cell of each (N_res, mode), and the newest run's description."""
-    path = results / FILE
-    if not path.exists():
-        return [], {}
-    data = json.loads(path.read_text())
-    newest: dict[tuple, dict] = {}
-    for cell in data["cells"]:
-        newest[(cell["n_res"], cell["mode"])] = cell
-    return sorted(newest.values(), key=lambda c: (c["n_res"], list(TITLES).index(c["mode"]))), data["runs"][-1]
+    """The newest cell of each (N_res, mode) in table order, and the newest run's description."""
+    cells, runs = _latest_cells(results, FILE, lambda c: (c["n_res"], c["mode"]))
+    cells.sort(key=lambda c: (c["n_res"], list(TITLES).index(c["mode"])))
+    return cells, (runs[-1] if runs else {})
 
 
 def _result(cell: dict) -> str:

@@ -18,7 +18,7 @@ import torch
 
 from flashlight import settings
 from flashlight.runtime import Launcher, load_module
-from flashlight.codegen import KernelSource
+from flashlight.codegen import NARROW_BITS, KernelSource
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,8 @@ print(json.dumps([k.metadata.shared, regs, stack, k.metadata.num_warps]))
 
 def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtype,
                 capability: int = 90, block_m: int = 64, block_n: int = 64, num_warps: int = 4,
-                num_stages: int = 2, specialize: dict[str, int] | None = None, index_bits: int = 32) -> AotResult:
+                num_stages: int = 2, specialize: dict[str, int] | None = None,
+                index_bits: int = NARROW_BITS) -> AotResult:
     """Compile generated source ahead of time for an NVIDIA GPU (no GPU needed).
 
     Runs in a child process without the Triton interpreter (which replaces the
@@ -84,8 +85,8 @@ def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtyp
     load_module(src)
     path = os.path.join(settings.get("cache_dir"), "kernels",
                         f"{src.name}_{hashlib.sha1(src.source.encode()).hexdigest()[:16]}.py")
-    signature, constexprs, attrs = specialization(src, input_dtypes, out_dtype, block_m, block_n, specialize)
-    constexprs["INDEX_BITS"] = index_bits
+    signature, constexprs, attrs = specialization(src, input_dtypes, out_dtype, block_m, block_n, specialize,
+                                                  index_bits)
     args = json.dumps([path, src.name, signature, constexprs, capability, num_warps, num_stages, attrs])
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, args], capture_output=True, text=True, env=env)
@@ -96,7 +97,8 @@ def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtyp
 
 
 def specialization(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtype, block_m: int,
-                   block_n: int, specialize: dict[str, int] | None = None) -> tuple[dict, dict, dict]:
+                   block_n: int, specialize: dict[str, int] | None = None,
+                   index_bits: int = NARROW_BITS) -> tuple[dict, dict, dict]:
     """(signature, constants by name, attributes by argument position as text) of a launch
     of ``src``, built as Triton's JIT builds them (see :func:`aot_compile`)."""
     signature: dict[str, str] = {f"in{k}": "*" + _sig(dtype) for k, dtype in enumerate(input_dtypes)}
@@ -112,7 +114,7 @@ def specialization(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_d
     if getattr(src, "split", False):
         signature.update({"SPLITS": "i32", "SPLIT_LEN": "i32", "out_split": "i32"})
     signature.update({"BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "INDEX_BITS": "constexpr"})
-    constexprs: dict[str, int] = {"BLOCK_M": block_m, "BLOCK_N": block_n, "INDEX_BITS": 32}
+    constexprs: dict[str, int] = {"BLOCK_M": block_m, "BLOCK_N": block_n, "INDEX_BITS": index_bits}
     attrs: dict[str, list] = {}
     for k, (arg, kind) in enumerate(list(signature.items())):
         value = None if specialize is None else specialize.get(arg)

@@ -427,7 +427,8 @@ class _Printer(TileText):
         self.emit_store()
         row = self.tiling.row
         # [Note: 64-bit offsets]: every offset derives from pid and index0 (its zero)
-        head = ["pid = tl.program_id(0)", "if INDEX_BITS == 64:", "    pid = pid.to(tl.int64)", "index0 = pid * 0"]
+        head = ["pid = tl.program_id(0)", f"if INDEX_BITS == {WIDE_BITS}:", "    pid = pid.to(tl.int64)",
+                "index0 = pid * 0"]
         # no row dim (a length-1 query axis): one program per grid point
         head.append(f"num_m = tl.cdiv({self.size(row)}, BLOCK_M)" if row is not None else "num_m = 1")
         head.append("pid_m = pid % num_m")
