@@ -35,7 +35,9 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # of bench/variants_general.py (several outputs, rotary, a relative-position table, global
 # column attention) against their peers, the shipped tuned choices, the like-for-like
 # attention core, the README's headline kernel cases with Flashlight and its peers in one
-# run (the summary sets times from one run against each other), DeepSpeed's DS4Sci (its
+# run (the summary sets times from one run against each other), the masks that read values
+# along the keys after the vector scan of tile liveness (newer than the headline cells, which
+# the report then replaces), DeepSpeed's DS4Sci (its
 # op's build is a part of its own: about 9 minutes), then the rest; below them, the parts
 # measured before (done).
 # Parts writing to their own file re-measure cells of an earlier part after a compiler
@@ -57,6 +59,7 @@ PARTS=(
     "tune-configs|$PY -m bench.tune_configs --max-minutes 9"
     "kernels-core|$K --variants core --shapes all --dtypes bf16,tf32 --impls flashlight,flex,sdpa,cuequivariance,trifast --out $R/kernels_core.json"
     "kernels-headlines-evoformer|$K --variants msa_row_pair_bias,msa_column,triangle_start,triangle_end --shapes 0 --dtypes bf16,tf32 --impls flashlight,flex,sdpa --out $R/kernels_headlines.json"
+    "kernels-vector-scan|$K --variants document_mask,cross_attention --shapes all --dtypes bf16 --impls flashlight,flex,torch_compile,sdpa --out $R/kernels_vector_scan.json"
     "kernels-headlines-lm|$K --variants vanilla,causal_tril,document_mask,alibi,softcap,differential --shapes 1,2 --dtypes bf16 --impls flashlight,flex,torch_compile,sdpa --out $R/kernels_headlines.json"
     "ds4sci-build|$PY -m bench.ds4sci --build --max-minutes 9.5"
     "kernels-ds4sci|$K --variants msa_row_pair_bias,msa_column,triangle_start,triangle_end,evoformer_core --shapes all --dtypes bf16 --impls ds4sci,flashlight --out $R/kernels_ds4sci.json"

@@ -482,8 +482,8 @@ class Tiling:
     ``row`` is tiled by ``BLOCK_M``; loop dims by ``BLOCK_N``; ``feature`` and the
     ``eliminated`` reduction dims fit one padded tile each (size in ``padded``) and
     disappear as loops; ``grid`` dims are the logical launch grid, one program each.
-    ``scan_tiles``: key tiles bounded at once by the coarse step of the tile-liveness
-    scan (1: no coarse step; [Note: tile skipping]).
+    ``scan_tiles``: key tiles bounded at once by a coarse or vector step of the tile-liveness
+    scan (1: one tile per step; [Note: tile skipping]).
 
     ``column``: an output dim tiled by ``BLOCK_N`` across the grid, set when the loop is
     *serial*: one loop position per step, the loop dim in no tile ([Note: serial

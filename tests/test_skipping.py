@@ -160,16 +160,23 @@ def _tiling_of(fn, *args):
     return tiled.tiling
 
 
-def test_the_scan_has_a_coarse_step_unless_the_mask_reads_key_by_row_tiles():
+def test_the_scan_bounds_many_key_tiles_per_step_unless_the_mask_reads_key_by_row_tiles():
     from flashlight.passes.tiling import SCAN_TILES
 
     # causal: indices only; document mask: one id per key
     for name in ("causal_index", "document_mask"):
         assert _tiling_of(VARIANTS[name].fn, *_inputs(name)).scan_tiles == SCAN_TILES, name
-    source = flashlight.explain(VARIANTS["document_mask"].fn, *_inputs("document_mask")).kernels[0].source
+    # indices only: a coarse step of scalar bounds, then tile by tile over what it kept
+    source = flashlight.explain(VARIANTS["causal_index"].fn, *_inputs("causal_index")).kernels[0].source
     coarse, fine = source.split("for start_n in range(")[1:3]
     assert coarse.startswith(f"0, N_SIZE, (BLOCK_N * {SCAN_TILES})") and "offs_coarse" in coarse
     assert fine.startswith("coarse_first, coarse_end, BLOCK_N")
+    # values loaded along the keys: the vector scan, SCAN_TILES tiles per step, one pass
+    source = flashlight.explain(VARIANTS["document_mask"].fn, *_inputs("document_mask")).kernels[0].source
+    scan, first_online = source.split("for start_n in range(")[1:3]
+    assert scan.startswith(f"0, N_SIZE, BLOCK_N * {SCAN_TILES})") and "offs_scan" in scan
+    assert "axis=1)" in scan  # ids loaded [tiles, BLOCK_N], bounded per tile
+    assert first_online.startswith("tiles_first, full_first, BLOCK_N")
 
     def boolean_mask(q, k, v, keep):  # keep: [L, L], a [rows, keys] tile per step
         return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~keep, -math.inf), dim=-1) @ v
@@ -179,10 +186,10 @@ def test_the_scan_has_a_coarse_step_unless_the_mask_reads_key_by_row_tiles():
     assert _tiling_of(boolean_mask, q, k, v, keep).scan_tiles == 1
 
 
-def test_the_coarse_scan_step_narrows_the_range_exactly():
-    """Segment ids where a coarse step's bounds overlap a query tile's but no key tile's
-    inside does (ids 1 and 5 around queries' 2 and 4), with live keys in three coarse
-    steps apart and a length that is not a multiple of a coarse step."""
+def test_the_vector_scan_narrows_the_range_exactly():
+    """Segment ids where a scan step's bounds overlap a query tile's but no key tile's
+    inside does (ids 1 and 5 around queries' 2 and 4), with live keys in three scan
+    steps apart and a length that is not a multiple of a step."""
     def fn(q, k, v, q_seg, k_seg):
         keep = q_seg[:, None] == k_seg[None, :]
         s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
@@ -248,11 +255,13 @@ def test_skipping_is_exact_where_most_tiles_are_dead(name, shape):
     _assert_close_to_float64(VARIANTS[name].fn, inputs, f"{name} {shape}")
 
 
-@pytest.mark.parametrize("holes", [(), ((40, 61),), ((30, 35), (90, 140))])
-def test_full_tile_runs_are_exact_wherever_they_lie(holes):
+@pytest.mark.parametrize("L, holes", [(190, ()), (190, ((40, 61),)), (190, ((30, 35), (90, 140))),
+                                      (600, ((275, 278),)), (600, ((250, 262),))])
+def test_full_tile_runs_are_exact_wherever_they_lie(L, holes):
     """A band mask (full tiles in the middle of each row tile's range, partial ones on
     both sides) with key ranges removed: the first run of full tiles runs unmasked, the
-    tiles after a hole masked again."""
+    tiles after a hole masked again. At 600 keys the runs cross a step of the scan
+    (256 keys under the interpreter's 16-key tiles), and a hole cuts them in the next step."""
     def fn(q, k, v, removed):
         L = q.shape[-2]
         i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
@@ -261,7 +270,6 @@ def test_full_tile_runs_are_exact_wherever_they_lie(holes):
         return torch.softmax(s.masked_fill(~keep, -math.inf), dim=-1) @ v
 
     g = torch.Generator().manual_seed(11)
-    L = 190
     q, k, v = (torch.randn(2, L, 16, generator=g) for _ in range(3))
     removed = torch.zeros(L, dtype=torch.bool)
     for a, b in holes:

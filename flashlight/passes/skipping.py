@@ -29,10 +29,12 @@ the first to the last tile that may be live, the first run of tiles that are sur
 full without their masks. That is why the predicates must be computed from indices,
 constants and loaded integers or booleans (see ``bounded_by_intervals``); other
 predicates (a float threshold on the scores) keep the whole masked loop. The scan
-first bounds ``live`` over many key tiles at once (``Tiling.scan_tiles``), then tile
-by tile only over the range that step could not rule out: every bound is monotone
-under inclusion (a value's interval over a wide tile contains its interval over any
-tile inside it), so no tile inside a wide tile that cannot be live can be live.
+handles many key tiles per step (``Tiling.scan_tiles``): for index-only predicates a
+coarse step bounds them together, then tile by tile only over the range that step could
+not rule out (every bound is monotone under inclusion: a value's interval over a wide
+tile contains its interval over any tile inside it, so no tile inside a wide tile that
+cannot be live can be live); predicates that load along the keys bound every tile of
+the step at once ([Note: the vector scan] in :mod:`flashlight.codegen_live`).
 
 Rule 2 treats the operands other than the masked scores (``v``, a bias added after
 masking) as finite: as in every FlashAttention kernel, an ``inf`` or ``NaN`` in ``v``

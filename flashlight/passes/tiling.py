@@ -90,7 +90,7 @@ from flashlight.passes.tile_plan import record_plan
 
 MAX_TILE = 256  # largest dim eliminated into one tile
 MIN_DOT = 16  # tl.dot needs every tile dim >= 16
-SCAN_TILES = 16  # key tiles per coarse step of the tile-liveness scan
+SCAN_TILES = 16  # key tiles per step of the tile-liveness scan (its coarse or vector step)
 MAX_POW_PRODUCT = 8  # integer powers up to this are printed as products (sign-exact)
 
 
@@ -366,7 +366,7 @@ def _sums_of_products(kernel: Kernel) -> int:
 
 
 def _scan_tiles(kernel: Kernel, layouts: Layouts) -> int:
-    """Key tiles per coarse step of the liveness scan ([Note: tile skipping]).
+    """Key tiles per coarse or vector step of the liveness scan ([Note: tile skipping]).
 
     A coarse step loads ``SCAN_TILES`` key tiles of every value the predicate reads
     along the loop dim at once; that fits in registers only when those values are

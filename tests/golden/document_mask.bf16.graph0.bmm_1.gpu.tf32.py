@@ -3,7 +3,7 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_e1ee5cfac5bd(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1_s2, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
+def flashlight_37e8fca7c789(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1_s2, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
     pid = tl.program_id(0)
     if INDEX_BITS == 64:
         pid = pid.to(tl.int64)
@@ -26,52 +26,40 @@ def flashlight_e1ee5cfac5bd(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
     x10 = x9.to(tl.float32)
     row_lo = pid_m * BLOCK_M
     row_hi = tl.minimum(row_lo + BLOCK_M, 35) - 1
+    row_lo_t = row_lo + tl.zeros([16], tl.int32)
+    row_hi_t = row_hi + tl.zeros([16], tl.int32)
     lv37 = tl.load(in0 + (offs_m) * in0_s0, mask=(offs_m < 35), other=0)
     lo38 = tl.min(tl.where((offs_m < 35), lv37, 9223372036854775807))
     hi39 = tl.max(tl.where((offs_m < 35), lv37, -9223372036854775807))
-    coarse_first = N_SIZE + tl.zeros([], tl.int32)
-    coarse_end = tl.zeros([], tl.int32)
-    for start_n in range(0, N_SIZE, (BLOCK_N * 16)):
-        offs_coarse = index0 + start_n + tl.arange(0, (BLOCK_N * 16))
-        col_lo = start_n
-        col_hi = tl.minimum(start_n + (BLOCK_N * 16), N_SIZE) - 1
-        lv40 = tl.load(in0 + (offs_coarse) * in0_s0, mask=(offs_coarse < 35), other=0)
-        lo41 = tl.min(tl.where((offs_coarse < 35), lv40, 9223372036854775807))
-        hi42 = tl.max(tl.where((offs_coarse < 35), lv40, -9223372036854775807))
+    full_first = N_SIZE + tl.zeros([], tl.int32)
+    full_stop = N_SIZE + tl.zeros([], tl.int32)
+    first_t = N_SIZE + tl.zeros([16], tl.int32)
+    end_t = tl.zeros([16], tl.int32)
+    for start_n in range(0, N_SIZE, BLOCK_N * 16):
+        tile_n = start_n + tl.arange(0, 16) * BLOCK_N
+        offs_scan = index0 + tile_n[:, None] + tl.arange(0, BLOCK_N)[None, :]
+        col_lo = tile_n
+        col_hi = tl.minimum(tile_n + BLOCK_N, N_SIZE) - 1
+        lv40 = tl.load(in0 + (offs_scan) * in0_s0, mask=(offs_scan < 35), other=0)
+        lo41 = tl.min(tl.where((offs_scan < 35), lv40, 9223372036854775807), axis=1)
+        hi42 = tl.max(tl.where((offs_scan < 35), lv40, -9223372036854775807), axis=1)
         may43 = (lo38 <= hi42) & (lo41 <= hi39)
         may44 = (lo38 == hi39) & (lo41 == hi42) & (lo38 == lo41)
         may45 = may44 == 0
-        may46 = col_lo <= row_hi
-        may47 = col_hi > row_lo
+        may46 = col_lo <= row_hi_t
+        may47 = col_hi > row_lo_t
         may48 = (may43) & (may46)
         may49 = (may45) | (may47)
-        coarse_first = tl.minimum(coarse_first, tl.where(may48, start_n, N_SIZE))
-        coarse_end = tl.where(may48, tl.minimum(start_n + (BLOCK_N * 16), N_SIZE), coarse_end)
-    tiles_first = N_SIZE + tl.zeros([], tl.int32)
-    tiles_end = tl.zeros([], tl.int32)
-    full_first = N_SIZE + tl.zeros([], tl.int32)
-    full_end = tl.zeros([], tl.int32) - 1
-    for start_n in range(coarse_first, coarse_end, BLOCK_N):
-        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
-        col_lo = start_n
-        col_hi = tl.minimum(start_n + BLOCK_N, N_SIZE) - 1
-        lv50 = tl.load(in0 + (offs_n) * in0_s0, mask=(offs_n < 35), other=0)
-        lo51 = tl.min(tl.where((offs_n < 35), lv50, 9223372036854775807))
-        hi52 = tl.max(tl.where((offs_n < 35), lv50, -9223372036854775807))
-        may53 = (lo38 <= hi52) & (lo51 <= hi39)
-        may54 = (lo38 == hi39) & (lo51 == hi52) & (lo38 == lo51)
-        may55 = may54 == 0
-        may56 = col_lo <= row_hi
-        may57 = col_hi > row_lo
-        may58 = (may53) & (may56)
-        may59 = (may55) | (may57)
-        tiles_first = tl.minimum(tiles_first, tl.where(may58, start_n, N_SIZE))
-        tiles_end = tl.where(may58, start_n + BLOCK_N, tiles_end)
-        is_full = ((may59) == 0) & (start_n + BLOCK_N <= N_SIZE)
-        run_starts = is_full & (full_first == N_SIZE)
-        run_grows = is_full & (full_end == start_n)
-        full_first = tl.where(run_starts, start_n, full_first)
-        full_end = tl.where(run_starts | run_grows, start_n + BLOCK_N, full_end)
+        live_tile = (may48) & (tile_n < N_SIZE)
+        first_t = tl.minimum(first_t, tl.where(live_tile, tile_n, N_SIZE))
+        end_t = tl.maximum(end_t, tl.where(live_tile, tile_n + BLOCK_N, 0))
+        is_full = ((may49) == 0) & (tile_n + BLOCK_N <= N_SIZE)
+        full_first = tl.minimum(full_first, tl.min(tl.where(is_full, tile_n, N_SIZE)))
+        cut = tl.min(tl.where((is_full == 0) & (tile_n > full_first), tile_n, N_SIZE))
+        full_stop = tl.minimum(full_stop, cut)
+    tiles_first = tl.min(first_t)
+    tiles_end = tl.max(end_t)
+    full_end = full_stop
     full_first = tl.minimum(tl.maximum(full_first, tiles_first), tiles_end)
     full_end = tl.maximum(tl.minimum(full_end, tiles_end), full_first)
     for start_n in range(tiles_first, full_first, BLOCK_N):

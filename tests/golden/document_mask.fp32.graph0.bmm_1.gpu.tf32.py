@@ -3,7 +3,7 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_3a32bfe8943f(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1_s2, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
+def flashlight_1402af8a8c43(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1_s2, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
     pid = tl.program_id(0)
     if INDEX_BITS == 64:
         pid = pid.to(tl.int64)
@@ -25,52 +25,40 @@ def flashlight_3a32bfe8943f(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
     x9 = tl.load(in1 + (g0) * in1_s0 + (offs_m[:, None]) * in1_s1 + (offs_e0[None, :]) * in1_s2, mask=(offs_m[:, None] < 35), other=0).to(tl.float32)
     row_lo = pid_m * BLOCK_M
     row_hi = tl.minimum(row_lo + BLOCK_M, 35) - 1
+    row_lo_t = row_lo + tl.zeros([16], tl.int32)
+    row_hi_t = row_hi + tl.zeros([16], tl.int32)
     lv32 = tl.load(in0 + (offs_m) * in0_s0, mask=(offs_m < 35), other=0)
     lo33 = tl.min(tl.where((offs_m < 35), lv32, 9223372036854775807))
     hi34 = tl.max(tl.where((offs_m < 35), lv32, -9223372036854775807))
-    coarse_first = N_SIZE + tl.zeros([], tl.int32)
-    coarse_end = tl.zeros([], tl.int32)
-    for start_n in range(0, N_SIZE, (BLOCK_N * 16)):
-        offs_coarse = index0 + start_n + tl.arange(0, (BLOCK_N * 16))
-        col_lo = start_n
-        col_hi = tl.minimum(start_n + (BLOCK_N * 16), N_SIZE) - 1
-        lv35 = tl.load(in0 + (offs_coarse) * in0_s0, mask=(offs_coarse < 35), other=0)
-        lo36 = tl.min(tl.where((offs_coarse < 35), lv35, 9223372036854775807))
-        hi37 = tl.max(tl.where((offs_coarse < 35), lv35, -9223372036854775807))
+    full_first = N_SIZE + tl.zeros([], tl.int32)
+    full_stop = N_SIZE + tl.zeros([], tl.int32)
+    first_t = N_SIZE + tl.zeros([16], tl.int32)
+    end_t = tl.zeros([16], tl.int32)
+    for start_n in range(0, N_SIZE, BLOCK_N * 16):
+        tile_n = start_n + tl.arange(0, 16) * BLOCK_N
+        offs_scan = index0 + tile_n[:, None] + tl.arange(0, BLOCK_N)[None, :]
+        col_lo = tile_n
+        col_hi = tl.minimum(tile_n + BLOCK_N, N_SIZE) - 1
+        lv35 = tl.load(in0 + (offs_scan) * in0_s0, mask=(offs_scan < 35), other=0)
+        lo36 = tl.min(tl.where((offs_scan < 35), lv35, 9223372036854775807), axis=1)
+        hi37 = tl.max(tl.where((offs_scan < 35), lv35, -9223372036854775807), axis=1)
         may38 = (lo33 <= hi37) & (lo36 <= hi34)
         may39 = (lo33 == hi34) & (lo36 == hi37) & (lo33 == lo36)
         may40 = may39 == 0
-        may41 = col_lo <= row_hi
-        may42 = col_hi > row_lo
+        may41 = col_lo <= row_hi_t
+        may42 = col_hi > row_lo_t
         may43 = (may38) & (may41)
         may44 = (may40) | (may42)
-        coarse_first = tl.minimum(coarse_first, tl.where(may43, start_n, N_SIZE))
-        coarse_end = tl.where(may43, tl.minimum(start_n + (BLOCK_N * 16), N_SIZE), coarse_end)
-    tiles_first = N_SIZE + tl.zeros([], tl.int32)
-    tiles_end = tl.zeros([], tl.int32)
-    full_first = N_SIZE + tl.zeros([], tl.int32)
-    full_end = tl.zeros([], tl.int32) - 1
-    for start_n in range(coarse_first, coarse_end, BLOCK_N):
-        offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
-        col_lo = start_n
-        col_hi = tl.minimum(start_n + BLOCK_N, N_SIZE) - 1
-        lv45 = tl.load(in0 + (offs_n) * in0_s0, mask=(offs_n < 35), other=0)
-        lo46 = tl.min(tl.where((offs_n < 35), lv45, 9223372036854775807))
-        hi47 = tl.max(tl.where((offs_n < 35), lv45, -9223372036854775807))
-        may48 = (lo33 <= hi47) & (lo46 <= hi34)
-        may49 = (lo33 == hi34) & (lo46 == hi47) & (lo33 == lo46)
-        may50 = may49 == 0
-        may51 = col_lo <= row_hi
-        may52 = col_hi > row_lo
-        may53 = (may48) & (may51)
-        may54 = (may50) | (may52)
-        tiles_first = tl.minimum(tiles_first, tl.where(may53, start_n, N_SIZE))
-        tiles_end = tl.where(may53, start_n + BLOCK_N, tiles_end)
-        is_full = ((may54) == 0) & (start_n + BLOCK_N <= N_SIZE)
-        run_starts = is_full & (full_first == N_SIZE)
-        run_grows = is_full & (full_end == start_n)
-        full_first = tl.where(run_starts, start_n, full_first)
-        full_end = tl.where(run_starts | run_grows, start_n + BLOCK_N, full_end)
+        live_tile = (may43) & (tile_n < N_SIZE)
+        first_t = tl.minimum(first_t, tl.where(live_tile, tile_n, N_SIZE))
+        end_t = tl.maximum(end_t, tl.where(live_tile, tile_n + BLOCK_N, 0))
+        is_full = ((may44) == 0) & (tile_n + BLOCK_N <= N_SIZE)
+        full_first = tl.minimum(full_first, tl.min(tl.where(is_full, tile_n, N_SIZE)))
+        cut = tl.min(tl.where((is_full == 0) & (tile_n > full_first), tile_n, N_SIZE))
+        full_stop = tl.minimum(full_stop, cut)
+    tiles_first = tl.min(first_t)
+    tiles_end = tl.max(end_t)
+    full_end = full_stop
     full_first = tl.minimum(tl.maximum(full_first, tiles_first), tiles_end)
     full_end = tl.maximum(tl.minimum(full_end, tiles_end), full_first)
     for start_n in range(tiles_first, full_first, BLOCK_N):
