@@ -56,10 +56,17 @@ def _graph_tensors(gm: fx.GraphModule, example_inputs) -> list[torch.Tensor]:
     return found
 
 
+def _host_scalar(t: torch.Tensor) -> bool:
+    """A 0-dim CPU tensor, which PyTorch lets CUDA operations take (a size's arithmetic
+    in a graph whose sizes are symbolic: ``scalar_tensor(s0) ** -0.5``); a kernel reads
+    it from the device ([Note: host scalars])."""
+    return t.dim() == 0 and t.device.type == "cpu"
+
+
 def _unsupported_graph(gm: fx.GraphModule, example_inputs) -> str | None:
     """Why no Flashlight kernel can run this graph (it then runs as PyTorch runs it), or None."""
     tensors = _graph_tensors(gm, example_inputs)
-    devices = sorted({t.device.type for t in tensors})
+    devices = sorted({t.device.type for t in tensors if not _host_scalar(t)} or {t.device.type for t in tensors})
     if devices == ["cpu"] and not settings.get("interpret"):
         warnings.warn("Flashlight kernels need a CUDA device, or TRITON_INTERPRET=1 on CPU; "
                       "running this graph without them", stacklevel=3)
@@ -240,7 +247,7 @@ def _stitch(gm: fx.GraphModule, launchers: dict[str, Launcher], plan: Plan) -> N
         # kernel there only where every use of its outputs comes later: backoff._place)
         late = last_input is not None and _position(gm, last_input) > _position(gm, first)
         with gm.graph.inserting_after(last_input) if late else gm.graph.inserting_before(first):
-            call = gm.graph.call_function(launcher, inputs)
+            call = gm.graph.call_function(launcher, _on_kernel_device(gm, inputs, targets[0]))
         with gm.graph.inserting_after(call):
             items = [call] if len(targets) == 1 else [gm.graph.call_function(operator.getitem, (call, k))
                                                       for k in reversed(range(len(targets)))][::-1]
@@ -257,6 +264,41 @@ def _stitch(gm: fx.GraphModule, launchers: dict[str, Launcher], plan: Plan) -> N
                 _move_views_after(gm, item)
     gm.graph.eliminate_dead_code()
     gm.recompile()
+
+
+def _on_kernel_device(gm: fx.GraphModule, inputs: tuple[fx.Node, ...], output: fx.Node) -> tuple[fx.Node, ...]:
+    """``inputs``, each host scalar among them copied to the device of the kernel's
+    ``output`` (nodes inserted where the graph's insertion point is: before the kernel).
+
+    [Note: host scalars]
+    With a symbolic head width, ``q * q.shape[-1] ** -0.5`` captures as a 0-dim CPU
+    tensor (``scalar_tensor`` of the size, then ``pow``) multiplying a CUDA tensor, which
+    PyTorch allows. Flashlight's kernel reads that factor like any other input, through
+    a pointer, so the graph copies it to the device first (a 4-byte copy per call); the
+    rest of the graph is unchanged. Without this, a function compiled once and called
+    with a second head width ran unfused."""
+    device = getattr(output.meta.get("val"), "device", None)
+    if device is None or device.type == "cpu":
+        return inputs
+    moved = []
+    for node in inputs:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor) and _host_scalar(value):
+            copy = gm.graph.call_function(aten._to_copy.default, (node,), {"device": device})
+            copy.meta = {"val": _fake_on(value, device)}
+            node = copy
+        moved.append(node)
+    return tuple(moved)
+
+
+def _fake_on(value: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+    """The value ``value`` (a fake tensor of the capture) would have on ``device``."""
+    mode = getattr(value, "fake_mode", None)
+    try:
+        with mode if mode is not None else contextlib.nullcontext():
+            return value.to(device)
+    except Exception:  # noqa: BLE001 - metadata only; the graph runs without it
+        return None
 
 
 def _move_views_after(gm: fx.GraphModule, node: fx.Node) -> None:

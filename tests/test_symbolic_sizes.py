@@ -163,3 +163,47 @@ def test_a_function_of_the_probabilities_at_a_symbolic_length_stores_no_rows_by_
             ref = entropy_weighted(q.double(), k.double(), v.double())
             torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
     assert kernels[0] == kernels[1] > 1 and report.fallback_ops == [], str(report)
+
+
+def _scaled_by_width(q, k, v):
+    s = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # a symbolic width: a host scalar
+    return torch.softmax(s, dim=-1) @ v
+
+
+def test_host_scalars_reach_the_kernel_through_a_copy_to_its_device():
+    """[Note: host scalars]: a 0-dim CPU input of a kernel computing on another device is
+    copied there before the kernel; its other inputs are untouched."""
+    import torch.fx as fx
+
+    from flashlight.backend import _on_kernel_device, _unsupported_graph
+
+    gm = fx.symbolic_trace(lambda x, s: x * s)
+    x, s, out = list(gm.graph.nodes)[:3]  # the two placeholders and the product
+    x.meta["val"] = torch.empty(4, device="meta")
+    s.meta["val"] = torch.tensor(0.25)
+    out.meta["val"] = torch.empty(4, device="meta")
+    # the scalar does not count as a second device (meta, here, is refused on its own)
+    assert _unsupported_graph(gm, [x.meta["val"], s.meta["val"]]).startswith("tensors on meta:")
+    with gm.graph.inserting_before(out):
+        inputs = _on_kernel_device(gm, (x, s), out)
+    assert inputs[0] is x and inputs[1] is not s
+    assert inputs[1].target is torch.ops.aten._to_copy.default and inputs[1].args == (s,)
+    assert inputs[1].kwargs["device"] == torch.device("meta")
+    assert _on_kernel_device(gm, (x, s), s) == (x, s)  # a kernel on the CPU reads it where it is
+
+
+
+def test_a_second_head_width_runs_one_kernel(gen):
+    """The second width makes the width symbolic and its scale a computed scalar (a host
+    scalar on a CUDA device, [Note: host scalars]): still one kernel, exact."""
+    import flashlight
+    from flashlight.integrations.openfold_testing import count_launches
+
+    compiled = flashlight.compile(_scaled_by_width)
+    for width in (32, 16):
+        q, k, v = (torch.randn(2, 3, 40, width, generator=gen) for _ in range(3))
+        with count_launches() as launches:
+            out = compiled(q, k, v)
+        assert len(launches) == 1, width
+        ref = _scaled_by_width(q.double(), k.double(), v.double())
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
