@@ -285,7 +285,8 @@ def _on_kernel_device(gm: fx.GraphModule, inputs: tuple[fx.Node, ...], output: f
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor) and _host_scalar(value):
             copy = gm.graph.call_function(aten._to_copy.default, (node,), {"device": device})
-            copy.meta = {"val": _fake_on(value, device)}
+            copy.meta = {"val": _fake_on(value, device),
+                         "flashlight_reason": "a 0-dim CPU input of a kernel, copied to its device"}
             node = copy
         moved.append(node)
     return tuple(moved)

@@ -189,6 +189,7 @@ def test_host_scalars_reach_the_kernel_through_a_copy_to_its_device():
     assert inputs[0] is x and inputs[1] is not s
     assert inputs[1].target is torch.ops.aten._to_copy.default and inputs[1].args == (s,)
     assert inputs[1].kwargs["device"] == torch.device("meta")
+    assert "copied to its device" in inputs[1].meta["flashlight_reason"]  # what explain() says
     assert _on_kernel_device(gm, (x, s), s) == (x, s)  # a kernel on the CPU reads it where it is
 
 
