@@ -58,8 +58,7 @@ class LiveScan:
         self.full = full
         self.memo: dict[Expr, tuple[str, str]] = {}
         self.full_range: tuple[str, str] | None = None  # set by emit() when ``full`` is given
-        self.axis = ""  # ", axis=1" while bounding loads of the vector scan: per key tile
-        self.rows = ("row_lo", "row_hi")  # the row tile's first and last row (vectors in that scan)
+        self.vector = False  # inside the vector scan: loads bounded per key tile, rows as vectors
 
     def emit(self) -> tuple[str, str]:
         """Append the scan to ``p.pre``; returns the loop range ``(first, end)``."""
@@ -126,36 +125,34 @@ class LiveScan:
                  f"coarse_first = tl.minimum(coarse_first, tl.where({may_live}, start_n, N_SIZE))",
                  f"coarse_end = tl.where({may_live}, tl.minimum(start_n + {width}, N_SIZE), coarse_end)"]
         p.pre.extend("    " + line for line in steps)
-        # bounds of values along the keys were for the coarse width; those of the rest stay
-        self.memo = {node: b for node, b in self.memo.items() if self.scope(node) == "pre"}
+        self.forget_key_bounds()  # they were for the coarse width
         return "coarse_first", "coarse_end"
 
     def emit_vector(self, tiles: int) -> None:
         """``tiles`` key tiles per step, bounded at once ([Note: the vector scan])."""
         p = self.p
-        self.axis = ", axis=1"
-        self.rows = ("row_lo_t", "row_hi_t")
         if p.tiling.row is not None:
             # the rows' bounds as vectors over the step's tiles, so that every value bounded
             # from them is one too: a comparison of two floating-point scalars next to
             # vectors of booleans trips the Triton interpreter (its result stays float)
             p.pre.append(f"row_lo_t = row_lo + tl.zeros([{tiles}], tl.int32)")
             p.pre.append(f"row_hi_t = row_hi + tl.zeros([{tiles}], tl.int32)")
+        self.vector = True
         try:
             with p.key_tile("BLOCK_N", "offs_scan") as lines:
                 may_live, _ = self.bound(self.live)
                 may_cut = self.bound(self.full)[1] if self.full is not None else None
         finally:
-            self.axis, self.rows = "", ("row_lo", "row_hi")
+            self.vector = False
         runs = []
         if may_cut is not None:
             p.pre.append("full_first = N_SIZE + tl.zeros([], tl.int32)")
+            p.pre.append("full_end = N_SIZE + tl.zeros([], tl.int32)")
             runs = [f"is_full = (({may_cut}) == 0) & (tile_n + BLOCK_N <= N_SIZE)",
                     "full_first = tl.minimum(full_first, tl.min(tl.where(is_full, tile_n, N_SIZE)))",
                     # the run ends at the first tile after its start that is not full
                     "cut = tl.min(tl.where((is_full == 0) & (tile_n > full_first), tile_n, N_SIZE))",
-                    "full_stop = tl.minimum(full_stop, cut)"]
-            p.pre.append("full_stop = N_SIZE + tl.zeros([], tl.int32)")
+                    "full_end = tl.minimum(full_end, cut)"]
         # the live range per lane of the step, reduced once after the loop
         p.pre.append(f"first_t = N_SIZE + tl.zeros([{tiles}], tl.int32)")
         p.pre.append(f"end_t = tl.zeros([{tiles}], tl.int32)")
@@ -172,9 +169,10 @@ class LiveScan:
         p.pre.extend("    " + line for line in steps)
         p.pre.append("tiles_first = tl.min(first_t)")
         p.pre.append("tiles_end = tl.max(end_t)")
-        if may_cut is not None:
-            p.pre.append("full_end = full_stop")
-        # bounds of values along the keys were for the vector step; those of the rest stay
+        self.forget_key_bounds()  # they were for the vector step
+
+    def forget_key_bounds(self) -> None:
+        """Drop the bounds of values along the keys (kept: those of the rest)."""
         self.memo = {node: b for node, b in self.memo.items() if self.scope(node) == "pre"}
 
     @staticmethod
@@ -215,7 +213,7 @@ class LiveScan:
         if role is None:
             return self.p.grid_var(d), self.p.grid_var(d)
         if role == "m":
-            return self.rows
+            return ("row_lo_t", "row_hi_t") if self.vector else ("row_lo", "row_hi")
         if role == "n":
             return "col_lo", "col_hi"
         return "0", f"({self.p.size(d)} - 1)"
@@ -243,7 +241,7 @@ class LiveScan:
         if not layout:
             lo = hi = x
         else:
-            axis = self.axis if scope == "scan" else ""
+            axis = ", axis=1" if self.vector and scope == "scan" else ""  # per key tile
             lo = self.var(scope, "lo", f"tl.min(tl.where({mask}, {x}, {low}){axis})" if mask else f"tl.min({x}{axis})")
             hi = self.var(scope, "hi", f"tl.max(tl.where({mask}, {x}, {high}){axis})" if mask else f"tl.max({x}{axis})")
         if load.dtype == torch.bool:

@@ -3,7 +3,7 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_1402af8a8c43(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1_s2, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
+def flashlight_03a280ab4ff9(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1_s2, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
     pid = tl.program_id(0)
     if INDEX_BITS == 64:
         pid = pid.to(tl.int64)
@@ -31,7 +31,7 @@ def flashlight_1402af8a8c43(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
     lo33 = tl.min(tl.where((offs_m < 35), lv32, 9223372036854775807))
     hi34 = tl.max(tl.where((offs_m < 35), lv32, -9223372036854775807))
     full_first = N_SIZE + tl.zeros([], tl.int32)
-    full_stop = N_SIZE + tl.zeros([], tl.int32)
+    full_end = N_SIZE + tl.zeros([], tl.int32)
     first_t = N_SIZE + tl.zeros([16], tl.int32)
     end_t = tl.zeros([16], tl.int32)
     for start_n in range(0, N_SIZE, BLOCK_N * 16):
@@ -55,10 +55,9 @@ def flashlight_1402af8a8c43(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
         is_full = ((may44) == 0) & (tile_n + BLOCK_N <= N_SIZE)
         full_first = tl.minimum(full_first, tl.min(tl.where(is_full, tile_n, N_SIZE)))
         cut = tl.min(tl.where((is_full == 0) & (tile_n > full_first), tile_n, N_SIZE))
-        full_stop = tl.minimum(full_stop, cut)
+        full_end = tl.minimum(full_end, cut)
     tiles_first = tl.min(first_t)
     tiles_end = tl.max(end_t)
-    full_end = full_stop
     full_first = tl.minimum(tl.maximum(full_first, tiles_first), tiles_end)
     full_end = tl.maximum(tl.minimum(full_end, tiles_end), full_first)
     for start_n in range(tiles_first, full_first, BLOCK_N):
