@@ -41,12 +41,22 @@ their warm-up compiled (``*_warmup_compile``), the first call's stage times
 (``*_warmup_stages_s``) and each graphed module's recordings, replays and failed
 recordings (``*_cuda_graphs``).
 
+``--rows cold,warm,solo`` adds a third row per record (``cache`` "solo"): the default command alone,
+without ``--compare``, in two fresh processes with empty caches, one ``--no-flashlight``
+(stock) and one Flashlight, and keeps each one's *first fold*: its warm-up pass, if it
+ran one, plus its timed pass, from a process that had done no GPU work before (in a
+``--compare`` process stock runs first, so its first call also pays the process's CUDA
+start-up, libraries and kernel modules, and the Flashlight variant's does not); and each
+process's wall time (imports, model, features, fold, outputs). This is what a user
+waits for on a first run.
+
 ``--fold-args`` passes extra options to every fold (``--num-blocks 1 --recycles 0
 --device cpu`` in the CPU smoke test).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -85,6 +95,10 @@ def parse_args(argv):
     p.add_argument("--max-minutes", type=float, default=9.0)
     p.add_argument("--run-estimate-s", type=float, default=150.0,
                    help="seconds one fold is assumed to need when deciding whether a config fits")
+    p.add_argument("--rows", default="cold,warm",
+                   help="which rows per record: cold, warm (the --compare command with empty, then filled "
+                        "caches) and solo (stock alone and Flashlight alone, cold, in fresh processes: "
+                        "each one's first fold)")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
 
@@ -119,12 +133,13 @@ def make_inputs(work: pathlib.Path, length: int, depth: int) -> pathlib.Path:
 
 
 def user_args(fasta: pathlib.Path, alignment_dir: pathlib.Path | None, dtype: str, out_dir: pathlib.Path,
-              extra: list[str]) -> list[str]:
-    """The options of the user's ``flashlight-fold`` command line."""
+              extra: list[str], mode: str = "--compare") -> list[str]:
+    """The options of the user's ``flashlight-fold`` command line; ``mode`` is
+    ``--compare``, ``--no-flashlight`` (stock alone) or "" (the default: Flashlight alone)."""
     args = [str(fasta)]
     if alignment_dir is not None:
         args += ["--alignment-dir", str(alignment_dir)]
-    args += ["--compare"]
+    args += [mode] if mode else []
     if dtype != "fp32":
         args += ["--dtype", dtype]
     return args + ["--out-dir", str(out_dir), *extra]
@@ -161,6 +176,7 @@ def summarise(report: dict) -> dict:
         steady = run.get("steady", {})
         row[f"{name}_model_s"] = steady.get("model_s")
         row[f"{name}_runs_s"] = run.get("runs_s")
+        row[f"{name}_warmup_s"] = run.get("warmup_s")
         row[f"{name}_first_call_s"] = run["warmup_s"][0] if run.get("warmup_s") else None
         row[f"{name}_modules_s"] = module_totals(steady)
         if run.get("modules_synchronised"):  # the comparison's own module pass
@@ -212,10 +228,52 @@ def run_fold(cmd: list[str], env: dict, out_dir: pathlib.Path, record_id: str, t
     return {"status": "ok", "exit_status": 0, "wall_s": wall, **summarise(json.loads(latency.read_text()))}
 
 
+def first_fold(rec: dict, name: str) -> float | None:
+    """Seconds from a process's first model call to its structure: the warm-up pass (where
+    one ran) plus the timed pass of variant ``name`` in a fold's row."""
+    runs = rec.get(f"{name}_runs_s")
+    if rec.get("status") != "ok" or not runs:
+        return None
+    return round(sum(rec.get(f"{name}_warmup_s") or []) + runs[0], 4)
+
+
+def solo_fold(fold, env: dict, work: pathlib.Path, record_id: str, deadline) -> dict:
+    """The ``solo`` row's fields: stock alone and Flashlight alone, each in a fresh process
+    with empty caches; ``fold(mode)`` gives a command's options, ``env`` extra environment."""
+    row: dict = {"status": "ok", "wall_s": 0.0}
+    for name, mode in (("stock", "--no-flashlight"), ("flashlight", "")):
+        cache = work / f"cache-solo-{name}"
+        shutil.rmtree(cache, ignore_errors=True)  # each process starts cold
+        rec = run_fold([*launcher()[0], *fold(mode)], {**cache_env(cache), **env}, work / "out", record_id,
+                       deadline.remaining() - 10)
+        row["wall_s"] = round(row["wall_s"] + rec["wall_s"], 2)
+        row[f"{name}_process_wall_s"] = rec["wall_s"]
+        if rec["status"] != "ok":
+            return {**row, "status": rec["status"], "message": f"{name} alone: {rec.get('message', '')}"}
+        row[f"{name}_first_fold_s"] = first_fold(rec, name)
+        for key in ("model_s", "first_call_s", "warmup_stages_s", "warmup_compile", "stages_s", "host"):
+            row[f"{name}_{key}"] = rec.get(f"{name}_{key}")
+        row[f"{name}_end_to_end"] = rec.get("end_to_end")
+        row["environment"] = rec.get("environment")
+    row["first_fold_ratio"] = round(row["flashlight_first_fold_s"] / row["stock_first_fold_s"], 4)
+    return row
+
+
 def save(path: pathlib.Path, data: dict) -> None:
     from bench.common import save_results
 
     save_results(path, data, "rows", CSV_FIELDS)
+
+
+def describe(rec: dict) -> str:
+    """One line for the log: a row's times, or its failure."""
+    if rec["status"] != "ok":
+        return f"{rec['status'].upper()} {rec.get('message', '')[:300]}"
+    if "first_fold_ratio" in rec:
+        return (f"first fold alone: stock {rec['stock_first_fold_s']:.2f} s, Flashlight "
+                f"{rec['flashlight_first_fold_s']:.2f} s ({rec['first_fold_ratio']:.2f}x), wall {rec['wall_s']:.0f} s")
+    return (f"stock {rec.get('stock_model_s', 0):.2f} s, Flashlight {rec.get('flashlight_model_s', 0):.2f} s, "
+            f"first call {rec.get('flashlight_first_call_s') or 0:.1f} s, wall {rec['wall_s']:.0f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,10 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = [d for d in args.dtypes.split(",") if d]
     modes = [m for m in args.warmup_compile.split(",") if m] or [""]
     bad = [m for m in msas if m not in ("deep", "single")] + [d for d in dtypes if d not in ("fp32", "bf16")] \
-        + [m for m in modes if m not in ("", "inline", "background")]
+        + [m for m in modes if m not in ("", "inline", "background")] \
+        + [r for r in args.rows.split(",") if r not in ("cold", "warm", "solo")]
     if bad:
-        sys.exit(f"bench.fold_product: unknown {bad}; --msa takes deep,single, --dtypes fp32,bf16 and "
-                 "--warmup-compile inline,background")
+        sys.exit(f"bench.fold_product: unknown {bad}; --msa takes deep,single, --dtypes fp32,bf16, "
+                 "--warmup-compile inline,background and --rows cold,warm,solo")
     out = pathlib.Path(args.out) if args.out else RESULTS / "fold_product.json"
     work = pathlib.Path(args.work_dir or pathlib.Path(tempfile.gettempdir()) / "flashlight-fold-product")
     extra = shlex.split(args.fold_args) + (["--repeats", str(args.repeats)] if args.repeats else []) \
@@ -241,8 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     data = json.loads(out.read_text()) if out.exists() else {"schema": "flashlight-bench-fold-product/1",
                                                              "runs": [], "rows": []}
     have = {row_key(r): i for i, r in enumerate(data["rows"])}
+    wanted = set(args.rows.split(",")) | ({"cold"} if "warm" in args.rows.split(",") else set())
+    kinds = tuple(k for k in ("cold", "warm", "solo") if k in wanted)  # a warm row needs its cold run
     todo = [c for c in configs(lengths, msas, dtypes, modes)
-            if any(row_key(_base(c, cache)) not in have for cache in ("cold", "warm"))]
+            if any(row_key(_base(c, cache)) not in have for cache in kinds)]
     if not todo:
         say(f"bench.fold_product: every row is already in {out}")
         return EXIT_COMPLETE
@@ -277,20 +338,23 @@ def main(argv: list[str] | None = None) -> int:
         record = f"synthetic_{length}"
         cache = work / f"cache-{length}-{msa}-{dtype}{'-' + mode if mode else ''}"
         shutil.rmtree(cache, ignore_errors=True)  # cold: empty caches
-        for kind in ("cold", "warm"):
-            options = user_args(inputs / f"{record}.fasta", inputs if msa == "deep" else None, dtype,
-                                work / "out", extra)
-            prefix, how = launcher()
-            cmd = [*prefix, *options]
-            base = {**_base((length, msa, dtype, mode), kind), "run": meta["id"],
-                    "command": ["flashlight-fold", *options], "invoked_as": how}
-            env = {**cache_env(cache), **({"FLASHLIGHT_WARMUP_COMPILE": mode} if mode else {})}
-            rec = run_fold(cmd, env, work / "out", record, deadline.remaining() - 10)
+        pair_done = all(row_key(_base((length, msa, dtype, mode), k)) in have for k in kinds if k != "solo")
+        for kind in kinds:
+            # a warm row needs its cold run's caches: the pair runs again unless both are in
+            if pair_done if kind != "solo" else row_key(_base((length, msa, dtype, mode), kind)) in have:
+                continue
+            fold = functools.partial(user_args, inputs / f"{record}.fasta", inputs if msa == "deep" else None,
+                                     dtype, work / "out", extra)
+            env = {"FLASHLIGHT_WARMUP_COMPILE": mode} if mode else {}
+            base = {**_base((length, msa, dtype, mode), kind), "run": meta["id"], "invoked_as": launcher()[1],
+                    "command": ["flashlight-fold", *fold("--compare" if kind != "solo" else "")]}
+            if kind == "solo":
+                rec = solo_fold(fold, env, work, record, deadline)
+            else:
+                rec = run_fold([*launcher()[0], *fold()], {**cache_env(cache), **env}, work / "out", record,
+                               deadline.remaining() - 10)
             put({**base, **rec, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-            say(f"  [{deadline.elapsed():5.0f}s] N_res {length} {msa} {dtype} {kind} {mode}: " + (
-                f"stock {rec.get('stock_model_s', 0):.2f} s, Flashlight {rec.get('flashlight_model_s', 0):.2f} s, "
-                f"first call {rec.get('flashlight_first_call_s') or 0:.1f} s, wall {rec['wall_s']:.0f} s"
-                if rec["status"] == "ok" else f"{rec['status'].upper()} {rec.get('message', '')[:300]}"))
+            say(f"  [{deadline.elapsed():5.0f}s] N_res {length} {msa} {dtype} {kind} {mode}: " + describe(rec))
             if rec["status"] == "timeout":
                 return EXIT_INCOMPLETE
     return EXIT_COMPLETE

@@ -56,6 +56,8 @@ class Compiles:
         self._jobs: dict[Hashable, Future] = {}
         self._after: dict[Hashable, Callable[[], object]] = {}
         self._lock = threading.Lock()
+        self._opened = time.perf_counter()
+        self._times: dict[Hashable, dict[str, float]] = {}  # per job: seconds since the context opened
         self.wait_s = 0.0  # how long leaving the context waited for unfinished jobs
 
     def job(self, key: Hashable) -> Future | None:
@@ -67,8 +69,26 @@ class Compiles:
         with self._lock:
             job = self._jobs.get(key)
             if job is None:
-                job = self._jobs[key] = self._pool.submit(compile_fn)
+                times = self._times[key] = {"submitted_s": self._since()}
+                job = self._jobs[key] = self._pool.submit(self._timed, times, compile_fn)
             return job
+
+    def _since(self) -> float:
+        return round(time.perf_counter() - self._opened, 4)
+
+    def _timed(self, times: dict[str, float], compile_fn: Callable[[], object]) -> object:
+        times["started_s"] = self._since()
+        try:
+            return compile_fn()
+        finally:
+            times["finished_s"] = self._since()
+
+    def timeline(self) -> list[dict]:
+        """When each job was submitted, started and finished, in seconds since the context
+        opened, with its key's first element (the kernel's name), in submission order."""
+        with self._lock:
+            items = list(self._times.items())
+        return [{"kernel": str(key[0] if isinstance(key, tuple) else key), **times} for key, times in items]
 
     def after(self, key: Hashable, fn: Callable[[], object]) -> None:
         """Call ``fn`` on the context's own thread once every job has finished (once per

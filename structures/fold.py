@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import torch
 
-from flashlight import compile_workers, settings
+from flashlight import compile_workers, prepare, settings
 from flashlight.integrations import openfold_graphs
 from flashlight.structures import confidence
 from flashlight.structures import features as feature_builder
@@ -128,7 +128,8 @@ def _compiling_in_background(first: bool, device: torch.device, report: dict):
     after it measured the same as after an inline one
     (bench/results/fold_product_runs/README.md).
     ``report`` receives the mode, the kernels compiled in the background, the seconds
-    the pass waited for them at its end, and what the compile worker processes did
+    the pass waited for them at its end, each job's submission, start and end (seconds
+    into the pass), and what the compile worker processes did
     ([Note: compiling in other processes]; None without them)."""
     from flashlight import background
 
@@ -140,7 +141,7 @@ def _compiling_in_background(first: bool, device: torch.device, report: dict):
     with background.compiling_in_background() as compiles:
         yield
     report.update(mode=mode, kernels=len(compiles.jobs()), wait_s=compiles.wait_s,
-                  workers=compile_workers.stats())
+                  workers=compile_workers.stats(), jobs=compiles.timeline())
     if compiles.jobs() and device.type == "cuda":
         torch.cuda.empty_cache()
 
@@ -484,7 +485,10 @@ class Folder(RecordFiles):
         predictions: Dict[str, dict] = {}
         timer_method = None
         if len(self.variants) > 1:
-            compile_workers.wait_ready()  # no variant is timed while the workers start
+            # no variant is timed while the workers start or the preparing thread runs
+            # ([Note: a process's one-time costs] in flashlight.prepare)
+            compile_workers.wait_ready()
+            prepare.wait()
         for name in list(self.variants):
             model = self.variants[name]
             try:

@@ -28,6 +28,9 @@ def test_each_key_compiles_once_and_deferred_calls_run_after_every_job():
     assert background.active() is None
     assert sorted(order[:2]) == ["job 1", "job 2"] and sorted(order[2:]) == ["after 1", "after 2"]
     assert set(compiles.jobs()) == {1, 2} and all(job.done() for job in compiles.jobs().values())
+    timeline = compiles.timeline()  # one entry per job, in submission order, times non-decreasing
+    assert [t["kernel"] for t in timeline] == ["1", "2"]
+    assert all(0 <= t["submitted_s"] <= t["started_s"] <= t["finished_s"] for t in timeline)
 
 
 def test_a_failed_job_is_logged_and_an_error_inside_cancels_and_leaves_none_active(caplog):

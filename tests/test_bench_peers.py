@@ -280,13 +280,16 @@ cold = not os.listdir(os.environ["FLASHLIGHT_CACHE_DIR"]) if os.path.isdir(os.en
 os.makedirs(os.environ["FLASHLIGHT_CACHE_DIR"], exist_ok=True)
 open(os.path.join(os.environ["FLASHLIGHT_CACHE_DIR"], "k"), "w").write("x")
 first = 30.0 if cold else 3.0
-def run(model_s):
+def run(model_s, warmup=True):
     block = {"index": 0, "total_s": model_s, "modules": {"msa_att_row": model_s / 4, "tri_att_start": model_s / 8}}
-    return {"warmup_s": [first], "runs_s": [model_s], "chunk_size": None,
+    return {"warmup_s": [first] if warmup else [], "runs_s": [model_s], "chunk_size": None,
             "warmup": [{"model_s": first, "stages": {"evoformer": first / 2}}],
             "cuda_graphs": [{"module": "EvoformerStack", "recordings": 1, "replays": 3, "failures": []}],
             "steady": {"model_s": model_s, "stages": {"evoformer": model_s}, "blocks": [block, block]}}
-report = {"runs": {"stock": run(4.0), "flashlight": run(2.0 if "--dtype" not in args else 1.0)},
+runs = {"stock": run(4.0, warmup="--compare" in args), "flashlight": run(2.0 if "--dtype" not in args else 1.0)}
+if "--compare" not in args:  # one variant alone: stock without a warm-up
+    runs = {k: v for k, v in runs.items() if (k == "stock") == ("--no-flashlight" in args)}
+report = {"runs": runs,
           "comparison": {"max_atom_deviation_A": 0.01}, "record": {"msa_depth": 7 if "--alignment-dir" in args else 1}}
 os.makedirs(os.path.join(out, rid), exist_ok=True)
 json.dump(report, open(os.path.join(out, rid, "latency.json"), "w"))
@@ -317,6 +320,30 @@ def test_fold_product_runs_cold_then_warm_and_resumes(tmp_path, monkeypatch):
     assert (tmp_path / "fp.csv").read_text().count("\n") == 9
     assert fold_product.main(argv) == fold_product.EXIT_COMPLETE  # resumes: nothing to do
     assert len(json.loads(out.read_text())["runs"]) == 1
+
+
+def test_fold_product_solo_row_times_each_variant_alone_and_cold(tmp_path, monkeypatch):
+    from bench import fold_product
+
+    script = _fake_fold(tmp_path)
+    monkeypatch.setattr(fold_product, "launcher", lambda: ([sys.executable, str(script)], "fake"))
+    out = tmp_path / "fp.json"
+    argv = ["--lengths", "20", "--msa", "single", "--dtypes", "fp32", "--rows", "cold,warm,solo", "--work-dir", str(tmp_path / "w"),
+            "--out", str(out), "--quiet", "--run-estimate-s", "1"]
+    assert fold_product.main(argv) == fold_product.EXIT_COMPLETE
+    rows = {fold_product.row_key(r): r for r in json.loads(out.read_text())["rows"]}
+    solo = rows[(20, "single", "fp32", "solo")]
+    # stock alone: no warm-up, its cold pass; Flashlight alone: its cold warm-up plus its pass
+    assert solo["stock_first_fold_s"] == 4.0 and solo["flashlight_first_fold_s"] == 32.0
+    assert solo["first_fold_ratio"] == 8.0 and "--compare" not in solo["command"]
+    assert rows[(20, "single", "fp32", "warm")]["flashlight_first_call_s"] == 3.0  # the pair kept its caches
+    data = json.loads(out.read_text())
+    data["rows"] = [r for r in data["rows"] if r["cache"] != "warm"]
+    out.write_text(json.dumps(data))
+    assert fold_product.main(argv) == fold_product.EXIT_COMPLETE  # the pair runs again, together
+    rows = {fold_product.row_key(r): r for r in json.loads(out.read_text())["rows"]}
+    assert rows[(20, "single", "fp32", "warm")]["flashlight_first_call_s"] == 3.0
+    assert rows[(20, "single", "fp32", "cold")]["flashlight_first_call_s"] == 30.0
 
 
 def test_fold_product_compares_warmup_compile_modes_in_one_call(tmp_path, monkeypatch):
