@@ -255,6 +255,7 @@ def solo_fold(fold, env: dict, work: pathlib.Path, record_id: str, deadline) -> 
             row[f"{name}_{key}"] = rec.get(f"{name}_{key}")
         row[f"{name}_end_to_end"] = rec.get("end_to_end")
         row["environment"] = rec.get("environment")
+        row["flashlight"] = rec.get("flashlight")  # the patch's report (the Flashlight process's)
     row["first_fold_ratio"] = round(row["flashlight_first_fold_s"] / row["stock_first_fold_s"], 4)
     return row
 

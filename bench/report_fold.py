@@ -34,7 +34,11 @@ def load_fold_rows(results: pathlib.Path) -> list[dict]:
 
 
 def _current(row: dict) -> bool:
-    """A finished row of the default fold: Flashlight active, its stacks CUDA-graphed."""
+    """A finished row of the default fold: Flashlight active, its stacks CUDA-graphed (a
+    ``solo`` row: its Flashlight process compiled in a warm-up, which only an active
+    patch does)."""
+    if row.get("cache") == "solo":
+        return row.get("status") == "ok" and bool(row.get("flashlight_warmup_compile"))
     patch = row.get("flashlight") or {}
     return row.get("status") == "ok" and bool(patch.get("active")) and patch.get("cuda_graphs", 0) > 0
 
@@ -60,6 +64,15 @@ def newest_pairs(rows: list[dict]) -> list[tuple[dict, dict | None]]:
     return pairs
 
 
+def newest_solo(rows: list[dict]) -> dict[tuple, dict]:
+    """Per (length, MSA, dtype): the newest ``solo`` row (each variant alone, cold)."""
+    solo: dict[tuple, dict] = {}
+    for row in rows:
+        if row.get("cache") == "solo" and row.get("measured_at", "") >= solo.get(_key(row), {}).get("measured_at", ""):
+            solo[_key(row)] = row
+    return solo
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f}"
 
@@ -70,15 +83,20 @@ def fold_rows(rows: list[dict]) -> list[str]:
     speed-ups of both, in that order: the passes are bound by the host at 256 residues
     and vary between processes), and the first calls."""
     lines = []
+    solo = newest_solo(rows)
     for cold, warm in newest_pairs(rows):
         length, msa, dtype = _key(cold)
-        label = f"`flashlight-fold --compare`, N_res {length}, {MSA_TITLES.get(msa, msa)}"
+        label = f"`flashlight-fold`, N_res {length}, {MSA_TITLES.get(msa, msa)}"
         both = [r for r in (cold, warm) if r is not None]
         inline = (cold.get("flashlight_warmup_compile") or {}).get("mode") == "inline"
-        first = (f"first call{' (inline warm-up)' if inline else ''}: stock {_ms(cold['stock_first_call_s'])}, "
-                 f"Flashlight {_ms(cold['flashlight_first_call_s'])}")
+        alone = solo.get(_key(cold))
+        if alone is not None:  # what a first run waits for: each variant alone, cold
+            first = f"alone {_ms(alone['stock_first_fold_s'])} / {_ms(alone['flashlight_first_fold_s'])}"
+        else:
+            first = (f"first call{' (inline warm-up)' if inline else ''}: stock {_ms(cold['stock_first_call_s'])}, "
+                     f"Flashlight {_ms(cold['flashlight_first_call_s'])}")
         if warm is not None:
-            first += f" (caches filled: {_ms(warm['flashlight_first_call_s'])})"
+            first += f"; warm first call {_ms(warm['flashlight_first_call_s'])}"
         flashlight = ", ".join(_ms(r["flashlight_model_s"]) for r in both)
         stock = ", ".join(_ms(r["stock_model_s"]) for r in both)
         speed = ", ".join(f"{r['stock_model_s'] / r['flashlight_model_s']:.2f}×" for r in both)
@@ -87,8 +105,8 @@ def fold_rows(rows: list[dict]) -> list[str]:
     return lines
 
 
-CAPTION = ("Fold rows: the command a user runs (`flashlight-fold RECORD --compare`, `--dtype bf16` for "
-           "bf16; `bench/fold_product.py`), OpenFold `model_1` with seeded random weights, 4 recycling "
-           "iterations, synthetic records (5632-row MSA, or none); model time of the timed pass (which records "
-           "the CUDA graphs of the stacks and the structure module; `--repeats 2`: the median of two passes) in a process with empty caches, "
-           "then in one with them filled; first call: the warm-up pass of one iteration.")
+CAPTION = ("Fold rows: the command a user runs (`flashlight-fold RECORD --compare [--dtype bf16]`, "
+           "`bench/fold_product.py`), `model_1` with seeded random weights, 4 recycling iterations, synthetic "
+           "records (5632-row MSA, or none); model time of the timed pass (which records the CUDA graphs) with "
+           "empty caches, then filled; alone: stock / Flashlight, each in a fresh process with empty caches, time "
+           "to its first structure (warm-up plus pass); first call: Flashlight's warm-up pass of one iteration.")

@@ -433,7 +433,7 @@ def compile_with_remainder(gm: fx.GraphModule, example_inputs, report: ExplainRe
     the graph without Flashlight kernels (``FLASHLIGHT_ON_ERROR=raise``: it propagates)."""
     from flashlight import inductor, prepare
 
-    prepare.wait()  # [Note: a process's one-time costs]
+    prepare.wait(prepare.CAPTURE)  # [Note: a process's one-time costs]
 
     remainder = options.get("remainder") or settings.get("remainder")
     fallback = settings.get("on_error") == "fallback"

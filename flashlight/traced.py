@@ -220,7 +220,7 @@ class TracedFunction:
         from flashlight import prepare
         from flashlight.decompositions import decompositions
 
-        prepare.wait()  # [Note: a process's one-time costs]
+        prepare.wait(prepare.CAPTURE)  # [Note: a process's one-time costs]
         if dynamic is None:
             # every size static: no shape environment, whose symbolic reasoning about each
             # view's sizes and strides costs 4-20 ms per input (sympy's facts about new

@@ -200,17 +200,21 @@ def test_fold_rows_show_the_newest_default_fold_with_both_processes(tmp_path):
     new = [_fold_row("cold", "2026-12-03T01", 1.8), _fold_row("warm", "2026-12-03T02", 2.0),
            _fold_row("cold", "2026-12-03T03", 3.0, length=512, mode="inline"),
            _fold_row("warm", "2026-12-03T04", 1.0, length=512, mode="inline", status="timeout")]
-    for name, rows in (("old.json", old), ("new.json", new)):
+    # each variant alone and cold (a solo row): the first fold a user waits for
+    solo = {"length": 512, "msa": "deep", "dtype": "bf16", "cache": "solo", "status": "ok",
+            "measured_at": "2026-12-03T05", "stock_first_fold_s": 4.1, "flashlight_first_fold_s": 3.2,
+            "flashlight_warmup_compile": {"mode": "background"}}
+    for name, rows in (("old.json", old), ("new.json", new + [solo])):
         (folder / name).write_text(json.dumps({"schema": report_fold.SCHEMA, "rows": rows}))
     (folder / "other.json").write_text(json.dumps({"schema": "something else", "rows": old}))
     rows = report_fold.load_fold_rows(tmp_path)
-    assert sorted((r["length"], r["cache"]) for r in rows) == [(256, "cold"), (256, "warm"), (512, "cold")]
+    assert sorted((r["length"], r["cache"]) for r in rows) == [(256, "cold"), (256, "warm"), (512, "cold"),
+                                                               (512, "solo")]
     lines = report_fold.fold_rows(rows)
     assert lines == [
-        "| `flashlight-fold --compare`, N_res 256, deep MSA | bf16 | 1800, 2000 | stock 3600, 3600; first call: "
-        "stock 1300, Flashlight 2500 (caches filled: 2500) | 2.00×, 1.80× |",
-        "| `flashlight-fold --compare`, N_res 512, deep MSA | bf16 | 3000 | stock 3600; first call (inline "
-        "warm-up): stock 1300, Flashlight 2500 | 1.20× |"]
+        "| `flashlight-fold`, N_res 256, deep MSA | bf16 | 1800, 2000 | stock 3600, 3600; first call: "
+        "stock 1300, Flashlight 2500; warm first call 2500 | 2.00×, 1.80× |",
+        "| `flashlight-fold`, N_res 512, deep MSA | bf16 | 3000 | stock 3600; alone 4100 / 3200 | 1.20× |"]
     section = report_summary.readme_section({}, [], [], [], rows)
     assert lines[0] in section and report_fold.CAPTION in section
 

@@ -227,6 +227,40 @@ def test_a_kernel_with_several_outputs_is_kept_and_reloaded(gen, cache_dir):
         assert aten_outside_kernels(traced, args) == []
 
 
+def test_a_capture_waits_for_the_steps_it_uses_and_a_compile_for_all(monkeypatch):
+    """[Note: a process's one-time costs]: a capture starts once the thread's first steps
+    are done, while its later (Triton) steps still run; a compile waits for every step."""
+    import threading
+
+    from flashlight import prepare
+
+    release = threading.Event()
+
+    def run():
+        try:
+            for name in prepare.CAPTURE:
+                prepare._step(name, lambda: None)
+            prepare._step("triton_key", release.wait)
+        finally:
+            prepare._done.set()
+
+    monkeypatch.setattr(prepare, "_done", threading.Event())
+    monkeypatch.setattr(prepare, "_steps_done", {})
+    monkeypatch.setattr(prepare, "TIMES", {})
+    thread = threading.Thread(target=run, daemon=True)
+    monkeypatch.setattr(prepare, "_thread", thread)
+    thread.start()
+    prepare.wait(prepare.CAPTURE)
+    assert set(prepare.CAPTURE) <= set(prepare.TIMES) and thread.is_alive() and not prepare._done.is_set()
+    waiter = threading.Thread(target=prepare.wait)
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive()  # the whole thread's work is not done
+    release.set()
+    waiter.join(5)
+    assert not waiter.is_alive() and prepare._done.is_set() and "triton_key" in prepare.TIMES
+
+
 def test_the_preparing_thread_runs_once_and_the_compile_path_waits_for_it(gen, cache_dir, monkeypatch):
     """[Note: a process's one-time costs]: the thread starts once, a traced capture waits
     for it, it leaves ``nn.Module.__call__`` alone while it runs (the caller runs its
@@ -238,6 +272,7 @@ def test_the_preparing_thread_runs_once_and_the_compile_path_waits_for_it(gen, c
 
     monkeypatch.setattr(prepare, "_thread", None)
     monkeypatch.setattr(prepare, "_done", threading.Event())
+    monkeypatch.setattr(prepare, "_steps_done", {})
     monkeypatch.setattr(prepare, "TIMES", {})
     with settings.override(prepare=False):
         assert prepare.start() is False and prepare._thread is None
@@ -251,7 +286,9 @@ def test_the_preparing_thread_runs_once_and_the_compile_path_waits_for_it(gen, c
     r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
     args = (r(3, 7, 4), r(3, 9, 4), r(3, 9, 4), r(3, 1, 9))
     out = TracedFunction(cross, {}, name="prepared")(*args)  # waits for the thread's trace first
-    assert prepare._done.is_set() and not first.is_alive() and prepare.TIMES["trace"] > 0
+    assert prepare.TIMES["trace"] > 0
     assert "modules" in prepare.TIMES  # the launch operators' registration, imported on the thread
+    prepare.wait()
+    assert prepare._done.is_set() and not first.is_alive()
     assert torch.equal(torch.random.get_rng_state(), rng)  # the caller's seeded numbers stay its own
     assert_matches_float64(cross, out, args)
