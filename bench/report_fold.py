@@ -96,7 +96,7 @@ def fold_rows(rows: list[dict]) -> list[str]:
             first = (f"first call{' (inline warm-up)' if inline else ''}: stock {_ms(cold['stock_first_call_s'])}, "
                      f"Flashlight {_ms(cold['flashlight_first_call_s'])}")
         if warm is not None:
-            first += f"; warm first call {_ms(warm['flashlight_first_call_s'])}"
+            first += f"; warm {_ms(warm['flashlight_first_call_s'])}"
         flashlight = ", ".join(_ms(r["flashlight_model_s"]) for r in both)
         stock = ", ".join(_ms(r["stock_model_s"]) for r in both)
         speed = ", ".join(f"{r['stock_model_s'] / r['flashlight_model_s']:.2f}×" for r in both)
@@ -107,6 +107,6 @@ def fold_rows(rows: list[dict]) -> list[str]:
 
 CAPTION = ("Fold rows: the command a user runs (`flashlight-fold RECORD --compare [--dtype bf16]`, "
            "`bench/fold_product.py`), `model_1` with seeded random weights, 4 recycling iterations, synthetic "
-           "records (5632-row MSA, or none); model time of the timed pass (which records the CUDA graphs) with "
-           "empty caches, then filled; alone: stock / Flashlight, each in a fresh process with empty caches, time "
-           "to its first structure (warm-up plus pass); first call: Flashlight's warm-up pass of one iteration.")
+           "records (5632-row MSA, or none); model time of the timed pass with empty caches, then filled; alone: "
+           "stock / Flashlight, each in a fresh process with empty caches, time to its first structure (warm-up "
+           "plus pass); first call: the warm-up pass of one iteration; warm: Flashlight's, caches filled.")

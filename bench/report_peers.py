@@ -77,10 +77,9 @@ def peers_lines(results: pathlib.Path) -> list[str]:
     return lines + [""]
 
 
-SUMMARY_CAPTION = ("Peer rows: `model_1` at the end-to-end rows' sizes, every attention module computed by "
-                   "the named implementation, each at its fastest valid form (\"+ graphs\": the stacks and "
-                   "structure module replayed as CUDA graphs, as `flashlight-fold` runs Flashlight); "
-                   "REPORT's \"against the peers\" has every cell.")
+SUMMARY_CAPTION = ("Peer rows: `model_1` at the end-to-end sizes, every attention module computed by the "
+                   "named implementation at its fastest valid form (\"+ graphs\": the stacks and structure "
+                   "module replayed as CUDA graphs, as `flashlight-fold` runs Flashlight).")
 
 
 def _fastest_form(latest: dict, scope: str, n: int, dtype: str, base: str) -> tuple[str, dict] | None:

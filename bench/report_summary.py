@@ -188,9 +188,8 @@ def summary_table(case_map: dict, evo: list[dict], fold: list[dict] = (), prows:
              "|---|---|---|---|---|", *krows, *erows, *prows, *frows, ""]
     caption = ["Forward pass only, median ms; speed-up: the fastest other implementation's time over "
                "Flashlight's (< 1: Flashlight is slower). Kernel rows: each implementation computes the whole "
-               "variant of the catalog (`bench/variants_*.py`; the Evoformer ones with both biases, softmax, "
-               "`@ v` and the sigmoid gate), errors checked against float64; the peers are eager, "
-               "torch.compile, SDPA, FlexAttention, cuEquivariance and trifast where they apply."]
+               "catalog variant (`bench/variants_*.py`), errors checked against float64; peers: eager, "
+               "torch.compile, SDPA, FlexAttention, cuEquivariance, trifast where they apply."]
     if erows:
         caption.append("End-to-end rows: OpenFold with seeded random `model_1` weights (timings only), "
                        "512 MSA rows (the whole model: also 5120 extra-MSA rows, one recycling iteration), "

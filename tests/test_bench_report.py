@@ -213,7 +213,7 @@ def test_fold_rows_show_the_newest_default_fold_with_both_processes(tmp_path):
     lines = report_fold.fold_rows(rows)
     assert lines == [
         "| `flashlight-fold`, N_res 256, deep MSA | bf16 | 1800, 2000 | stock 3600, 3600; first call: "
-        "stock 1300, Flashlight 2500; warm first call 2500 | 2.00×, 1.80× |",
+        "stock 1300, Flashlight 2500; warm 2500 | 2.00×, 1.80× |",
         "| `flashlight-fold`, N_res 512, deep MSA | bf16 | 3000 | stock 3600; alone 4100 / 3200 | 1.20× |"]
     section = report_summary.readme_section({}, [], [], [], rows)
     assert lines[0] in section and report_fold.CAPTION in section
