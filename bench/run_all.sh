@@ -50,7 +50,7 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # runs OpenFold chunked (minutes per cell, torch.compile's the longest), so Flashlight's
 # is measured before torch.compile's.
 PARTS=(
-    "fold-product|$PY -m bench.fold_product --max-minutes 9 --out $R/fold_product.json"
+    "fold-product|$PY -m bench.fold_product --rows cold,warm,solo --max-minutes 9 --out $R/fold_product.json"
     "fold-warmup-ab|$PY -m bench.fold_product --lengths 256 --msa deep --dtypes bf16,fp32 --warmup-compile inline,background --repeats 3 --profile-kernels --run-estimate-s 75 --max-minutes 9 --out $R/fold_product_warmup_ab.json"
     "kernels-general|$K --variants attention_lse,rotary,relative_bias,global_column --shapes all --dtypes bf16 --impls flashlight,eager,torch_compile,flex,sdpa --out $R/kernels_general.json"
     "training-kernels|$PY -m bench.training --dtypes bf16 --out $R/training.json"
