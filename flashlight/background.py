@@ -79,13 +79,16 @@ class Compiles:
     def _timed(self, times: dict[str, float], compile_fn: Callable[[], object]) -> object:
         times["started_s"] = self._since()
         try:
-            return compile_fn()
+            with compile_workers.job_phases(times):  # the job's phases, where it names them
+                return compile_fn()
         finally:
             times["finished_s"] = self._since()
 
     def timeline(self) -> list[dict]:
         """When each job was submitted, started and finished, in seconds since the context
-        opened, with its key's first element (the kernel's name), in submission order."""
+        opened, with its key's first element (the kernel's name) and the seconds of the
+        phases it timed (``*_s``: waiting for the preparing thread, for a worker, the
+        worker's compile, loading the binary, building the launcher), in submission order."""
         with self._lock:
             items = list(self._times.items())
         return [{"kernel": str(key[0] if isinstance(key, tuple) else key), **times} for key, times in items]

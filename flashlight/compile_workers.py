@@ -47,6 +47,7 @@ leaves the compile to the parent, as before.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -174,6 +175,32 @@ while (job := read()) is not None:
 '''
 
 
+_job = threading.local()  # the phase times of the background compile job this thread runs
+
+
+@contextlib.contextmanager
+def job_phases(times: dict[str, float]):
+    """Within the context, :func:`phase` adds this thread's phase durations to ``times``."""
+    _job.times = times
+    try:
+        yield
+    finally:
+        _job.times = None
+
+
+@contextlib.contextmanager
+def phase(name: str):
+    """Time the block as phase ``name`` (seconds, summed) of the job this thread runs
+    inside :func:`job_phases`; nothing outside one."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        times = getattr(_job, "times", None)
+        if times is not None:
+            times[name] = round(times.get(name, 0.0) + time.perf_counter() - start, 4)
+
+
 class WorkerError(RuntimeError):
     """A worker process died or answered nothing."""
 
@@ -246,9 +273,13 @@ class Pool:
                 "compile_s": round(self.compile_s, 3), "load_s": round(self.load_s, 3)}
 
     def compile(self, job: dict) -> dict:
-        worker = self._idle.get()
+        with phase("worker_wait_s"):
+            worker = self._idle.get()
         try:
-            result = worker.call(job)
+            with phase("worker_wait_s"):  # its warm-up, where it is still warming up
+                worker.wait_ready()
+            with phase("worker_s"):
+                result = worker.call(job)
         except WorkerError:
             worker.close()
             self._idle.put(_Worker(self.target))  # a fresh one in its place
@@ -407,7 +438,8 @@ def compile_elsewhere(jit_fn, args: tuple, grid, options: dict) -> bool:
         return False
     start_s = time.perf_counter()
     try:
-        data = specialization(jit_fn, args, grid, options)
+        with phase("specialize_s"):
+            data = specialization(jit_fn, args, grid, options)
         if data is None:
             return False
         module = sys.modules[jit_fn.fn.__module__]

@@ -20,8 +20,9 @@ weights and builds inputs. It traces nothing itself (an FX tracer patches
 ``nn.Module.__call__`` process-wide while it runs), and it draws no random numbers. The
 compile path waits for the steps it needs, where the thread has not finished them
 (never longer than doing the work itself, and the same work never runs twice at once):
-capture and lowering for the first two (:data:`CAPTURE`), a Triton compile for all of
-them. A capture thus starts while the thread is still on Triton's steps: a fold whose
+capture and lowering for the first two (:data:`CAPTURE`), asking Triton what a launch
+would compile (for a compile worker) for the first three (:data:`DRIVER`), Triton's own
+compile for all of them. A capture thus starts while the thread is still on Triton's steps: a fold whose
 first call came 0.5 s after the patch (an H200 host, 256 residues, one sequence) waited
 about 0.9 s before its first capture when every wait was for the whole thread
 (``bench/results/fold_product_runs/``).
@@ -45,6 +46,7 @@ _done = threading.Event()  # every step
 _steps_done: dict[str, threading.Event] = {}  # each step, once finished (or failed)
 TIMES: dict[str, float] = {}  # seconds each step took on the thread
 CAPTURE = ("trace", "modules")  # the steps a capture and its lowering use
+DRIVER = CAPTURE + ("triton_driver",)  # and asking Triton for a launch's specialization
 
 
 def start() -> bool:

@@ -324,16 +324,23 @@ class Launcher:
         build its launcher and load the binary (what reading a compiled kernel's ``run``
         does; with empty caches the launcher is C code compiled for the kernel's
         signature), so that the first launch finds everything done; returns ``chosen``."""
-        prepare.wait()  # [Note: a process's one-time costs]
+        phase = compile_workers.phase  # each step's seconds, in a background job's timeline
+        with phase("prepare_wait_s"):  # [Note: a process's one-time costs]
+            # the worker needs the launch's specialization only, not Triton's digest
+            prepare.wait(prepare.DRIVER)
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             # into Triton's disk cache from another process, where workers run ([Note:
             # compiling in other processes]); the compile below then only loads it
             elsewhere = compile_workers.compile_elsewhere(self._raw, args, grid, chosen)
+            with phase("prepare_wait_s"):
+                prepare.wait()
             start = time.perf_counter()
-            kernel = self._raw.warmup(*args, grid=grid, **chosen)
+            with phase("load_s" if elsewhere else "compile_s"):
+                kernel = self._raw.warmup(*args, grid=grid, **chosen)
             if elsewhere:
                 compile_workers.note_load(time.perf_counter() - start)
-            getattr(kernel, "run", None)
+            with phase("launcher_s"):
+                getattr(kernel, "run", None)
         return chosen
 
     def _eager_fits(self, sizes: tuple[int, ...], tensors: Sequence[torch.Tensor], device: torch.device) -> bool:

@@ -151,6 +151,12 @@ def test_the_background_job_builds_the_launcher_too(launcher_call, monkeypatch):
     launcher._raw = Jit()
     assert launcher._compile((), None, dict(CHOICE), CPU) == CHOICE
     assert touched == ["warmup 64", "run"]
+    # inside a background context the job's timeline names its phases
+    with background.compiling_in_background(threads=1) as compiles:
+        compiles.submit("k", lambda: launcher._compile((), None, dict(CHOICE), CPU))
+    (timed,) = compiles.timeline()
+    assert {"prepare_wait_s", "compile_s", "launcher_s"} <= set(timed)  # no worker on the CPU: compiled here
+    assert all(timed[k] >= 0 for k in ("prepare_wait_s", "compile_s", "launcher_s"))
 
 
 def test_deferred_calls_run_outside_the_context():

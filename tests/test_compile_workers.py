@@ -48,8 +48,12 @@ def test_a_worker_compiles_into_the_named_cache_and_another_process_finds_it_the
     cache = kernel_job["env"]["TRITON_CACHE_DIR"]
     pool = compile_workers.Pool(1, ("cuda", 90, 32))  # with its warm-up compile
     try:
-        result = pool.compile(kernel_job)
+        phases: dict[str, float] = {}
+        with compile_workers.job_phases(phases):  # as a background compile job times it
+            result = pool.compile(kernel_job)
         assert result["ok"], result.get("error")
+        # waiting for the worker (its warm-up included) and the worker's compile, apart
+        assert set(phases) == {"worker_wait_s", "worker_s"} and phases["worker_s"] >= result["seconds"] * 0.9
         groups = _cache_groups(cache)
         files = [f for d in groups for f in os.listdir(os.path.join(cache, d))]
         assert any(f.endswith(".cubin") for f in files), files
