@@ -22,10 +22,10 @@ compile path waits for the steps it needs, where the thread has not finished the
 (never longer than doing the work itself, and the same work never runs twice at once):
 capture and lowering for the first two (:data:`CAPTURE`), asking Triton what a launch
 would compile (for a compile worker) for the first three (:data:`DRIVER`), Triton's own
-compile for all of them. A capture thus starts while the thread is still on Triton's steps: a fold whose
-first call came 0.5 s after the patch (an H200 host, 256 residues, one sequence) waited
-about 0.9 s before its first capture when every wait was for the whole thread
-(``bench/results/fold_product_runs/``).
+compile for all of them. A capture thus starts while the thread is still on Triton's
+steps: in a cold single-sequence fold alone on an H200 host (256 residues), the first
+kernel's compile was submitted 0.90-0.98 s into the warm-up pass when every wait was for
+the whole thread, 0.21-0.35 s with these waits (``bench/results/fold_product_runs/``).
 ``FLASHLIGHT_PREPARE=0`` turns the thread off.
 """
 from __future__ import annotations
