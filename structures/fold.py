@@ -274,6 +274,11 @@ class Folder(RecordFiles):
             max_msa_clusters=int(config.data.predict.max_msa_clusters),
             max_extra_msa=int(config.data.predict.max_extra_msa),
         )
+        if options.flashlight and self.device.type == "cuda" and settings.get("warmup_compile") == "background":
+            # the warm-up's compile workers (separate processes) start while the model is
+            # built and the features are made ([Note: compiling in other processes] in
+            # flashlight.compile_workers); they idle if Flashlight turns out unusable
+            compile_workers.start_soon()
         self.stock = build_model(config, self.info, options.params)
         self.status = PatchStatus(requested=options.flashlight)
         self.variants: Dict[str, torch.nn.Module] = {}
@@ -289,10 +294,6 @@ class Folder(RecordFiles):
                     patched, scope=options.patch_scope,
                     cuda_graphs=options.cuda_graphs and self.device.type == "cuda")
             if self.status.active:
-                if self.device.type == "cuda" and settings.get("warmup_compile") == "background":
-                    # the warm-up's compile workers start while the features are made
-                    # ([Note: compiling in other processes] in flashlight.compile_workers)
-                    compile_workers.start_soon()
                 if options.compare:
                     self.variants["stock"] = self.stock
                 self.variants["flashlight"] = patched
