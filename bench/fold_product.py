@@ -41,9 +41,9 @@ their warm-up compiled (``*_warmup_compile``), the first call's stage times
 (``*_warmup_stages_s``) and each graphed module's recordings, replays and failed
 recordings (``*_cuda_graphs``).
 
-``--rows cold,warm,solo`` adds a third row per record (``cache`` "solo"): the default command alone,
-without ``--compare``, in two fresh processes with empty caches, one ``--no-flashlight``
-(stock) and one Flashlight, and keeps each one's *first fold*: its warm-up pass, if it
+``--rows cold,warm,solo`` adds a third row per record (``cache`` "solo"): the default
+command alone, without ``--compare``, in two fresh processes with empty caches, one
+``--no-flashlight`` (stock) and one Flashlight, and keeps each one's *first fold*: its warm-up pass, if it
 ran one, plus its timed pass, from a process that had done no GPU work before (in a
 ``--compare`` process stock runs first, so its first call also pays the process's CUDA
 start-up, libraries and kernel modules, and the Flashlight variant's does not); and each
@@ -255,7 +255,8 @@ def solo_fold(fold, env: dict, work: pathlib.Path, record_id: str, deadline) -> 
             row[f"{name}_{key}"] = rec.get(f"{name}_{key}")
         row[f"{name}_end_to_end"] = rec.get("end_to_end")
         row["environment"] = rec.get("environment")
-        row["flashlight"] = rec.get("flashlight")  # the patch's report (the Flashlight process's)
+        if name == "flashlight":
+            row["flashlight"] = rec.get("flashlight")  # the patch's report
     row["first_fold_ratio"] = round(row["flashlight_first_fold_s"] / row["stock_first_fold_s"], 4)
     return row
 
