@@ -142,6 +142,9 @@ def _compiling_in_background(first: bool, device: torch.device, report: dict):
         yield
     report.update(mode=mode, kernels=len(compiles.jobs()), wait_s=compiles.wait_s,
                   workers=compile_workers.stats(), jobs=compiles.timeline())
+    if compiles.jobs():
+        log.info(f"  warm-up: {len(compiles.jobs())} kernel(s) compiled in the background; the pass "
+                 f"waited {compiles.wait_s:.2f} s for the last (timeline in latency.json)")
     if compiles.jobs() and device.type == "cuda":
         torch.cuda.empty_cache()
 
