@@ -340,10 +340,11 @@ def main(argv: list[str] | None = None) -> int:
         record = f"synthetic_{length}"
         cache = work / f"cache-{length}-{msa}-{dtype}{'-' + mode if mode else ''}"
         shutil.rmtree(cache, ignore_errors=True)  # cold: empty caches
-        pair_done = all(row_key(_base((length, msa, dtype, mode), k)) in have for k in kinds if k != "solo")
+        done = {k: row_key(_base((length, msa, dtype, mode), k)) in have for k in kinds}
+        pair_done = all(v for k, v in done.items() if k != "solo")
         for kind in kinds:
             # a warm row needs its cold run's caches: the pair runs again unless both are in
-            if pair_done if kind != "solo" else row_key(_base((length, msa, dtype, mode), kind)) in have:
+            if (done[kind] if kind == "solo" else pair_done):
                 continue
             fold = functools.partial(user_args, inputs / f"{record}.fasta", inputs if msa == "deep" else None,
                                      dtype, work / "out", extra)

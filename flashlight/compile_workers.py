@@ -35,9 +35,10 @@ Here the compile runs in separate processes, each with its own interpreter:
 Workers start when :func:`start` is first called (``flashlight-fold`` calls
 :func:`start_soon` before it builds its model, so that their start, about a second of
 imports and a first compile each, overlaps the model's construction (seconds of OpenFold's
-initialisation) and the feature processing; a background compile starts them otherwise), one per CPU core this process may use, shared among the
-processes of a ``torchrun`` node (``LOCAL_WORLD_SIZE``), at most 8
-(``FLASHLIGHT_COMPILE_PROCESSES``; 0: compile on threads as before); they exit with the
+initialisation) and the feature processing; a background compile starts them otherwise),
+one per CPU core this process may use, shared among the processes of a ``torchrun`` node
+(``LOCAL_WORLD_SIZE``), at most 8 (``FLASHLIGHT_COMPILE_PROCESSES``; 0: compile on
+threads as before); they exit with the
 program (their input closes). Each says when its warm-up is done; a comparison of
 variants (``flashlight-fold --compare``) waits for that before it times anything
 (:func:`wait_ready`), so no variant's timing shares the CPU with their start. Anything

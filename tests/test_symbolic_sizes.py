@@ -193,7 +193,6 @@ def test_host_scalars_reach_the_kernel_through_a_copy_to_its_device():
     assert _on_kernel_device(gm, (x, s), s) == (x, s)  # a kernel on the CPU reads it where it is
 
 
-
 def test_a_second_head_width_runs_one_kernel(gen):
     """The second width makes the width symbolic and its scale a computed scalar (a host
     scalar on a CUDA device, [Note: host scalars]): still one kernel, exact."""
