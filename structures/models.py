@@ -17,6 +17,7 @@ blocks' weights are used.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -233,6 +234,21 @@ def set_chunk_size(model: torch.nn.Module, chunk_size: Optional[int]) -> None:
     model.globals.chunk_size = chunk_size
 
 
+@contextlib.contextmanager
+def _numpy_seeded(seed: int):
+    """NumPy's global generator seeded with ``seed`` inside, restored after: OpenFold's
+    ``trunc_normal_init_`` samples with ``scipy.stats.truncnorm`` from that generator, so
+    a model built under ``torch.manual_seed`` alone differs from process to process."""
+    import numpy as np
+
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
 def build_model(
     config, info: ModelInfo, params: Optional[str] = None
 ) -> torch.nn.Module:
@@ -240,7 +256,8 @@ def build_model(
     from openfold.model.model import AlphaFold
 
     torch.manual_seed(info.seed)
-    model = AlphaFold(config)
+    with _numpy_seeded(info.seed):  # OpenFold draws its truncated-normal weights with NumPy
+        model = AlphaFold(config)
     if params is None:
         generator = torch.Generator().manual_seed(info.seed)
         _liven_zero_layers(model, generator)

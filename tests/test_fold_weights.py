@@ -132,3 +132,24 @@ def test_cli_folds_with_loaded_weights(tmp_path, source_model, kind):
     assert report["model"]["weights"] == str(params)
     pdb_text = (out / "trp" / "trp.pdb").read_text()
     assert pdb_text.splitlines()[0] == f"REMARK 250 flashlight-fold model_1: weights {params.name}"
+
+
+def test_seeded_random_weights_are_the_same_in_every_process():
+    """OpenFold draws some initial weights with NumPy's global generator: a seeded random
+    model must not depend on that generator's state (another process, earlier draws),
+    and building it leaves the state as it found it."""
+    from flashlight.structures.models import ModelInfo, build_model
+
+    config = make_config("model_1", num_blocks=1)
+    info = ModelInfo("model_1", 1, 0, "fp32", "cpu", "random", 3, None, 4, 4)
+    states = []
+    models = []
+    for numpy_seed in (1, 2):  # two processes' different NumPy histories
+        np.random.seed(numpy_seed)
+        before = np.random.get_state()[1].copy()
+        models.append(build_model(config, info).state_dict())
+        states.append((before, np.random.get_state()[1]))
+    assert all((a == b).all() for a, b in states)
+    assert models[0].keys() == models[1].keys()
+    assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
+    assert any(v.float().std() > 0 for v in models[0].values())
