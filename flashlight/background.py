@@ -58,6 +58,8 @@ class Compiles:
         self._lock = threading.Lock()
         self._opened = time.perf_counter()
         self._times: dict[Hashable, dict[str, float]] = {}  # per job: seconds since the context opened
+        self._ran: set[Hashable] = set()  # deferred calls already run (by settle())
+        self.settle_s = 0.0  # seconds settle() waited for jobs
         self.wait_s = 0.0  # how long leaving the context waited for unfinished jobs
 
     def job(self, key: Hashable) -> Future | None:
@@ -114,8 +116,33 @@ class Compiles:
                 log.warning("flashlight: compiling %s in the background failed (%s: %s)",
                             key, type(error).__name__, error)
 
+    def settle(self) -> float:
+        """Wait for every job submitted so far, then run the deferred calls registered so
+        far; returns the seconds waited. The context stays open. For work that must hold
+        compiled kernels before the context ends: a CUDA graph's recording keeps whatever
+        the calls it records launch ([Note: compiling in the background during a fold's
+        pass] in ``flashlight/structures/fold.py``). A failed job is reported at the
+        context's end."""
+        start = time.perf_counter()
+        for job in self.jobs().values():
+            try:
+                job.result()
+            except Exception:  # noqa: BLE001 - reported by _wait; the launch compiles in place
+                pass
+        waited = time.perf_counter() - start
+        self.settle_s += waited
+        self._run_after()
+        return waited
+
     def _run_after(self) -> None:
-        for fn in list(self._after.values()):
+        """The deferred calls not run yet, each once, in registration order."""
+        while True:
+            with self._lock:
+                pending = [(k, fn) for k, fn in self._after.items() if k not in self._ran]
+                if not pending:
+                    return
+                key, fn = pending[0]
+                self._ran.add(key)
             fn()
 
     def _cancel(self) -> None:
@@ -153,3 +180,9 @@ def compiling_in_background(threads: int | None = None) -> Iterator[Compiles]:
 def active() -> Compiles | None:
     """The jobs of the open :func:`compiling_in_background` context, or None."""
     return _active
+
+
+def settle() -> float:
+    """:meth:`Compiles.settle` of the open context (seconds waited); 0.0 without one."""
+    compiles = _active
+    return compiles.settle() if compiles is not None else 0.0

@@ -34,7 +34,10 @@ to back and the host only copies the inputs in and the outputs out.
   key runs eagerly: it compiles and tunes Flashlight's kernels and makes every lazy
   initialisation (cuBLAS handles and workspaces, OpenFold's cached constants) that a
   recording must not contain. The second call records and replays; later ones replay.
-  In a fold the warm-up pass is the eager call, so every timed iteration replays.
+  A recording first waits for the kernels compiling in the background
+  (:func:`flashlight.background.settle`), so that it holds them, not their unfused
+  graphs. In a fold the eager call is the warm-up pass's, or, in a fold without one,
+  the first recycling iteration's.
 - *What it keeps.* A graph reads its inputs from, and writes its outputs to, fixed
   buffers: each call copies its tensors into the input buffers (OpenFold's inference path
   updates ``m`` and ``z`` in place: the buffers, not the caller's tensors) and returns
@@ -85,7 +88,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils import _pytree as pytree
 
-from flashlight import settings
+from flashlight import background, settings
 
 log = logging.getLogger("flashlight.openfold")
 # class name -> keyword arguments its recorded calls use ([Note: CUDA graphs for the stacks])
@@ -243,6 +246,10 @@ class GraphedForward:
     def _record(self, key: str, leaves: list, spec):
         """Record the key's graph and replay it once; None (the reason kept and logged)
         when the recording fails."""
+        # kernels still compiling in the background would leave their unfused graphs in
+        # the recording: it waits for them first ([Note: compiling in the background
+        # during a fold's pass] in flashlight/structures/fold.py)
+        background.settle()
         self._recording = None  # the previous graph's pool is freed first
         buffers = [t.clone(memory_format=torch.contiguous_format) if isinstance(t, torch.Tensor) else t
                    for t in leaves]

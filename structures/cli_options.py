@@ -113,8 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--warmup", type=_non_negative, default=None,
         help="full warm-up passes per record, timed and reported apart from the medians "
-        "(default: one pass of a single recycling iteration where Flashlight compiles its "
-        "kernels or --compare times two variants, none otherwise)",
+        "(default: one pass of a single recycling iteration where --compare times two "
+        "variants, or --repeats above 1 times a Flashlight fold that compiles; none otherwise: "
+        "a plain fold compiles during its one pass)",
     )
     p.add_argument(
         "--num-blocks", type=_positive,

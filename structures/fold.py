@@ -5,9 +5,10 @@ Flashlight-patched copy) and folds records one at a time, by default once each: 
 record's MSA is used at its own depth ([Note: folding at the MSA's depth] in
 :mod:`~flashlight.structures.features`), chunking is off unless memory runs out
 ([Note: chunking only where memory needs it] in :mod:`~flashlight.structures.models`),
-and a short warm-up pass runs only where Flashlight compiles or ``compare`` times two
-variants (:meth:`Folder._warmup_plan`). ``repeats`` timed passes (default one) give the
-element-wise medians reported as the steady state. It writes the structure, the plot and ``latency.json`` (with the
+Flashlight compiles during that pass ([Note: compiling in the background during a fold's
+pass]), and a short warm-up pass runs only where passes are timed against each other
+(``compare``, ``repeats`` above one: :meth:`Folder._warmup_plan`). ``repeats`` timed
+passes (default one) give the element-wise medians reported. It writes the structure, the plot and ``latency.json`` (with the
 command line and options) into a fresh folder that then replaces
 ``<out_dir>/<safe name of the record id>/`` whole, and returns the report.
 """
@@ -116,21 +117,38 @@ def _attention_choices() -> list:
     return [dict(t) for t in choice.TIMINGS] if choice is not None else []
 
 
+# [Note: compiling in the background during a fold's pass]
+# A fold's output comes from one pass. A separate warm-up pass, where Flashlight compiles,
+# is work whose result is thrown away: on an H200 (256 residues, one sequence, empty
+# caches) the first fold took 2.9-3.3 s as a one-iteration warm-up (1.9-2.0 s) plus the
+# pass, against stock's 2.1-2.4 s (bench/results/fold_product_runs/, solo rows). So a
+# plain fold (no ``--compare``, one pass, no ``--warmup``) compiles inside its pass: its
+# first recycling iteration runs while the kernels compile in the background, their
+# unfused graphs answering; the stacks' CUDA graphs record on their second call (the
+# second iteration), and each recording first waits for the compiles and the timings
+# deferred to them (``flashlight.background.settle``), so that a graph holds the
+# compiled kernels and the stock-or-kernel choices, not the unfused graphs. The pass's
+# timing then includes the compile (``compiled_in_pass`` in ``latency.json``); its later
+# iterations are the steady state. ``--repeats N`` (N > 1) and ``--compare`` keep a
+# warm-up, so that every timed pass is the steady state.
+
+
 @contextlib.contextmanager
 def _compiling_in_background(first: bool, device: torch.device, report: dict):
-    """By default (``FLASHLIGHT_WARMUP_COMPILE=background``), the first warm-up pass
-    compiles new kernels on threads while their unfused graphs answer ([Note: compiling
-    in the background] in ``flashlight.background``); its timing includes waiting for the
-    last compile, and the score-sized buffers those graphs left in PyTorch's allocator
-    cache are returned. With ``inline`` each kernel compiles where it is first launched.
-    On an H200 (256 residues, bf16) the background warm-up took a cold first call from
-    4.4-5.3 s to 2.5-2.7 s, and with the stacks replayed as CUDA graphs the timed passes
-    after it measured the same as after an inline one
-    (bench/results/fold_product_runs/README.md).
+    """By default (``FLASHLIGHT_WARMUP_COMPILE=background``), the first pass that
+    compiles (the warm-up, or the fold's one pass where it runs none: [Note: compiling
+    in the background during a fold's pass]) compiles new kernels on threads while their
+    unfused graphs answer ([Note: compiling in the background] in
+    ``flashlight.background``); its timing includes waiting for the last compile, and the
+    score-sized buffers those graphs left in PyTorch's allocator cache are returned.
+    With ``inline`` each kernel compiles where it is first launched. On an H200 (256
+    residues, bf16) the background warm-up took a cold first call from 4.4-5.3 s to
+    2.5-2.7 s, and with the stacks replayed as CUDA graphs the timed passes after it
+    measured the same as after an inline one (bench/results/fold_product_runs/README.md).
     ``report`` receives the mode, the kernels compiled in the background, the seconds
-    the pass waited for them at its end, each job's submission, start and end (seconds
-    into the pass), and what the compile worker processes did
-    ([Note: compiling in other processes]; None without them)."""
+    the pass waited for them at its end and before graph recordings (``settle_s``), each
+    job's submission, start and end (seconds into the pass), and what the compile worker
+    processes did ([Note: compiling in other processes]; None without them)."""
     from flashlight import background
 
     mode = settings.get("warmup_compile")
@@ -141,10 +159,11 @@ def _compiling_in_background(first: bool, device: torch.device, report: dict):
     with background.compiling_in_background() as compiles:
         yield
     report.update(mode=mode, kernels=len(compiles.jobs()), wait_s=compiles.wait_s,
-                  workers=compile_workers.stats(), jobs=compiles.timeline())
+                  settle_s=round(compiles.settle_s, 4), workers=compile_workers.stats(),
+                  jobs=compiles.timeline())
     if compiles.jobs():
-        log.info(f"  warm-up: {len(compiles.jobs())} kernel(s) compiled in the background; the pass "
-                 f"waited {compiles.wait_s:.2f} s for the last (timeline in latency.json)")
+        log.info(f"  {len(compiles.jobs())} kernel(s) compiled in the background; the pass waited "
+                 f"{compiles.wait_s + compiles.settle_s:.2f} s for them (timeline in latency.json)")
     if compiles.jobs() and device.type == "cuda":
         torch.cuda.empty_cache()
 
@@ -349,23 +368,35 @@ class Folder(RecordFiles):
     def _warmup_plan(self, batch: Optional[Dict[str, torch.Tensor]] = None) -> tuple:
         """(warm-up passes, recycling iterations in each) for every variant.
 
-        An explicit ``warmup`` runs that many full passes. By default a fold runs once:
-        a warm-up pass is added only where the first call differs from the steady state
-        (Flashlight compiles its kernels, or ``compare`` times both variants alike),
-        and it runs one recycling iteration, not all of them: recycling repeats the same
-        modules on the same shapes (OpenFold's ``iteration``), so one iteration compiles
-        every kernel the timed pass launches, at a fraction of the cost. Given the
-        record's ``batch``, a Flashlight fold whose compiled work the caches already hold
-        skips it ([Note: skipping the warm-up when the caches are warm] in
-        :mod:`~flashlight.structures.warm_folds`).
+        An explicit ``warmup`` runs that many full passes. By default a fold runs once,
+        and where Flashlight compiles, it compiles during that pass ([Note: compiling in
+        the background during a fold's pass]). A warm-up pass is added only where passes
+        are timed against each other (``compare``, or ``repeats`` above one with
+        Flashlight compiling), so that every timed pass is the steady state; it runs one
+        recycling iteration, not all of them: recycling repeats the same modules on the
+        same shapes (OpenFold's ``iteration``), so one iteration compiles every kernel the
+        timed passes launch, at a fraction of the cost. Given the record's ``batch``, such
+        a warm-up is skipped where the caches already hold the fold's compiled work
+        ([Note: skipping the warm-up when the caches are warm] in
+        :mod:`~flashlight.structures.warm_folds`), except for ``compare``.
         """
         opts = self.options
         if opts.warmup is not None:
             return opts.warmup, opts.recycles + 1
-        wanted = opts.compare or (self.status.active and "flashlight" in self.variants)
+        wanted = opts.compare or (self._compiles() and opts.repeats > 1)
         if wanted and not opts.compare and batch is not None and warm_folds.compiled_before(self._fold_key(batch)):
             wanted = False
         return (1 if wanted else 0), 1
+
+    def _compiles(self) -> bool:
+        """Whether this fold runs Flashlight (whose first calls compile)."""
+        return self.status.active and "flashlight" in self.variants
+
+    def _compiles_in_pass(self, batch: Dict[str, torch.Tensor]) -> bool:
+        """Whether the first timed pass compiles Flashlight's kernels in the background:
+        a fold without a warm-up whose compiled work the caches do not hold yet."""
+        return (self._warmup_plan(batch)[0] == 0 and self._compiles()
+                and not warm_folds.compiled_before(self._fold_key(batch)))
 
     def _fold_key(self, batch: Dict[str, torch.Tensor]) -> str:
         opts = self.options
@@ -433,8 +464,12 @@ class Folder(RecordFiles):
                     compiling = _compiling_in_background(not warm, self.device, warmup_compile)
                     out, timing = timer.run(lambda: _run_within(compiling, model, warm_batch))
                     warm.append(timing)
+                in_pass = self._compiles_in_pass(batch)
+                if in_pass:
+                    log.info("  compiling Flashlight's kernels during the pass (no warm-up)")
                 for _ in range(opts.repeats):
-                    out, timing = timer.run(lambda: model(batch))
+                    compiling = _compiling_in_background(in_pass and not steady, self.device, warmup_compile)
+                    out, timing = timer.run(lambda: _run_within(compiling, model, batch))
                     steady.append(timing)
                     log.info(f"  model: {timing.model_s:.1f} s ({opts.recycles + 1} recycling iteration(s))")
                 # one more pass, not timed: what it ran, by kernel
@@ -449,7 +484,8 @@ class Folder(RecordFiles):
         median = median_timing(steady)
         run = {
             "warmup_s": [t.model_s for t in warm],
-            "warmup_compile": warmup_compile,
+            "warmup_compile": warmup_compile,  # of the warm-up, or of the first pass where it compiled
+            "compiled_in_pass": bool(in_pass),
             "runs_s": [t.model_s for t in steady],
             "steady": median.to_json(),
             "warmup": [t.to_json() for t in warm],

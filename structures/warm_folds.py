@@ -1,19 +1,24 @@
-"""Which folds this machine has compiled before, so that their warm-up can be skipped.
+"""Which folds this machine has compiled before, so that their warm-up (or their compiling in
+the background) can be skipped.
 
 [Note: skipping the warm-up when the caches are warm]
-A Flashlight fold runs a short warm-up pass first, where its kernels compile (and where
-traced graphs are captured, [Note: traced capture] in ``flashlight/traced.py``), so that
-the timed pass is the steady state. Once a fold of the same shapes has filled the caches
-(traced graphs, Triton's binaries, tuning choices), that pass only adds the time of one
-recycling iteration: with filled caches the first call takes stock's time (an H200,
-256 residues: 1.68-1.71 s against 1.51-1.69 s, bench/results/fold_product_runs/). After
-each Flashlight fold a marker is written to ``<Flashlight cache folder>/folds/``, keyed by
-everything the compiled work depends on: the model's configuration and dtype, every
-input feature's shape and dtype, the chunk size, the patch scope, the GPU and the
-versions of Flashlight, PyTorch and Triton. A later fold with the same key runs without
-a warm-up. If the caches were emptied in between, that fold compiles in its first
-recycling iteration: the same result, a slower first pass. ``--compare`` and an explicit
-``--warmup`` keep their warm-up (they time passes).
+A Flashlight fold that times several passes (``--repeats`` above one) runs a short
+warm-up pass first, where its kernels compile (and where traced graphs are captured,
+[Note: traced capture] in ``flashlight/traced.py``), so that the timed passes are the
+steady state; a plain fold compiles during its one pass instead ([Note: compiling in the
+background during a fold's pass] in ``fold.py``). Once a fold of the same shapes has
+filled the caches (traced graphs, Triton's binaries, tuning choices), a warm-up only adds
+the time of one recycling iteration (an H200, 256 residues: a first call with filled
+caches took 1.68-1.71 s against stock's 1.51-1.69 s, bench/results/fold_product_runs/),
+and compiling in the background would only put unfused graphs where cached kernels load
+at once. After each Flashlight fold a marker is written to ``<Flashlight cache
+folder>/folds/``, keyed by everything the compiled work depends on: the model's
+configuration and dtype, every input feature's shape and dtype, the chunk size, the patch
+scope, the GPU and the versions of Flashlight, PyTorch and Triton. A later fold with the
+same key runs without a warm-up and compiles nothing in the background. If the caches
+were emptied in between, that fold compiles where each kernel is first launched: the same
+result, a slower first pass. ``--compare`` and an explicit ``--warmup`` keep their
+warm-up.
 """
 from __future__ import annotations
 

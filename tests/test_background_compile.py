@@ -164,3 +164,17 @@ def test_deferred_calls_run_outside_the_context():
     with background.compiling_in_background() as compiles:
         compiles.after("k", lambda: seen.append(background.active()))
     assert seen == [None]
+
+
+def test_settle_waits_for_the_jobs_so_far_and_runs_the_deferred_calls_once():
+    order: list[str] = []
+    released = threading.Event()
+    with background.compiling_in_background(threads=2) as compiles:
+        compiles.submit("slow", lambda: (released.wait(10), order.append("slow")))
+        compiles.after("choice", lambda: order.append("after"))
+        threading.Timer(0.1, released.set).start()
+        waited = background.settle()
+        assert order == ["slow", "after"] and waited > 0.05 and compiles.settle_s == waited
+        compiles.submit("late", lambda: order.append("late"))
+    assert order == ["slow", "after", "late"]  # the deferred call ran once
+    assert background.settle() == 0.0  # no context: nothing to wait for

@@ -179,9 +179,11 @@ def test_compare_times_modules_in_one_more_pass_without_autograd(tmp_path, fake_
     assert folder.runs_per_record() == 2 * (1 + 1 + 1)
 
 
-def test_warm_up_is_skipped_once_the_caches_hold_the_fold(tmp_path, fake_flashlight):
-    """[Note: skipping the warm-up when the caches are warm]: a Flashlight fold of shapes
-    folded before on this machine runs no warm-up; other shapes and comparisons do."""
+def test_a_plain_fold_compiles_in_its_pass_and_timed_folds_warm_up(tmp_path, fake_flashlight):
+    """[Note: compiling in the background during a fold's pass]: a plain Flashlight fold
+    runs no warm-up and compiles in its one pass, unless the caches hold the fold
+    ([Note: skipping the warm-up when the caches are warm]); folds that time several
+    passes warm up where they compile, comparisons always."""
     from flashlight import settings
 
     fake_flashlight()
@@ -192,14 +194,21 @@ def test_warm_up_is_skipped_once_the_caches_hold_the_fold(tmp_path, fake_flashli
 
         def fold(record):
             report = folder.fold(record, on_recycle=lambda: iterations.append(1), on_total=totals.append)
-            return report["warmup_runs"]
+            run = report["runs"]["flashlight"]
+            return report["warmup_runs"], run["compiled_in_pass"], run["warmup_compile"]["mode"]
 
         first, second = fold(RECORD), fold(RECORD)
+        assert first == (0, True, "background") and second[:2] == (0, False)
+        vars(folder.options)["repeats"] = 2  # timed passes: a warm-up where the fold compiles
+        try:
+            shorter = Record(id="short", description="", sequence=SEQUENCE[:-3], source="-", index=2)
+            timed_again, timed_new = fold(RECORD), fold(shorter)
+        finally:
+            vars(folder.options)["repeats"] = 1
         # the progress total counts the warm-up only where it runs
-        assert totals == [2, 1] and len(iterations) == 3
-        shorter = Record(id="short", description="", sequence=SEQUENCE[:-3], source="-", index=2)
-        other_shape = folder.fold(shorter)["warmup_runs"]
+        assert totals == [1, 1, 2, 3] and len(iterations) == 7
+        assert timed_again[:2] == (0, False) and timed_new[:2] == (1, False)
         comparing = Folder(_options(tmp_path / "cmp", warmup=None, plot=False, compare=True), warn=lambda _: None)
         compared = comparing.fold(RECORD)
-    assert (first, second, other_shape) == (1, 0, 1)
     assert compared["warmup_runs"] == 1 and all(len(r["warmup_s"]) == 1 for r in compared["runs"].values())
+    assert not any(r["compiled_in_pass"] for r in compared["runs"].values())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import logging
 import pickle
+import threading
 
 import pytest
 import torch
@@ -279,3 +280,29 @@ def test_a_graphed_module_traced_by_torch_compile_traces_its_stock_forward():
         for _ in range(2):
             torch.testing.assert_close(compiled(x), want.relu())
     assert (graphed.recordings, graphed.replays) == (1, 1)
+
+
+def test_a_recording_waits_for_the_kernels_compiling_in_the_background(setup, stock_outputs):
+    """[Note: compiling in the background during a fold's pass]: a graph recorded while
+    kernels compile would hold their unfused graphs, so the first recording waits for
+    every job so far (here one that finishes only once released) and the deferred work."""
+    from flashlight import background
+
+    model, batches = setup
+    released = threading.Event()
+    events: list[str] = []
+
+    class Watching(StandInRecorder):
+        def record(self, fn):
+            events.append("record")
+            return super().record(fn)
+
+    graphed_model, graphed = _graphed(model, Watching())
+    with background.compiling_in_background(threads=1) as compiles:
+        compiles.submit("kernel", lambda: (released.wait(10), events.append("compiled")))
+        compiles.after("choice", lambda: events.append("deferred"))
+        threading.Timer(0.2, released.set).start()
+        out = _fold(graphed_model, batches[0])  # 3 recycling iterations: eager, then recorded
+    assert events[:3] == ["compiled", "deferred", "record"] and events.count("deferred") == 1
+    assert compiles.settle_s >= 0.1 and graphed.recordings == 3
+    _same(out, stock_outputs[0])
