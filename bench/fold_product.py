@@ -66,6 +66,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 EXIT_COMPLETE, EXIT_INCOMPLETE = 0, 3
 DEEP_DEPTH = 512 + 5120  # model_1's cluster rows plus its extra rows
 CSV_FIELDS = ("length", "msa", "dtype", "cache", "status", "stock_model_s", "flashlight_model_s", "speedup",
@@ -183,7 +185,8 @@ def summarise(report: dict) -> dict:
             row[f"{name}_modules_synchronised_s"] = module_totals(run["modules_synchronised"])
         row[f"{name}_stages_s"] = steady.get("stages")
         row[f"{name}_host"] = steady.get("host")  # the timed pass's host record
-        row[f"{name}_warmup_compile"] = run.get("warmup_compile")
+        row[f"{name}_warmup_compile"] = run.get("warmup_compile")  # of the pass that compiled
+        row[f"{name}_compiled_in_pass"] = run.get("compiled_in_pass")  # no warm-up: the pass compiled
         warmups = run.get("warmup") or []
         row[f"{name}_warmup_stages_s"] = warmups[0].get("stages") if warmups else None  # the first call's
         row[f"{name}_cuda_graphs"] = run.get("cuda_graphs")  # recordings, replays, failures per module
@@ -237,10 +240,32 @@ def first_fold(rec: dict, name: str) -> float | None:
     return round(sum(rec.get(f"{name}_warmup_s") or []) + runs[0], 4)
 
 
+def pdb_atoms(path: pathlib.Path) -> dict[tuple, np.ndarray]:
+    """(chain, residue number, atom name) -> coordinates (angstroms) of a PDB file."""
+    import gemmi
+
+    atoms = {}
+    for chain in gemmi.read_structure(str(path))[0]:
+        for residue in chain:
+            for atom in residue:
+                atoms[(chain.name, residue.seqid.num, atom.name)] = np.array(atom.pos.tolist())
+    return atoms
+
+
+def atom_deviation(a: dict[tuple, np.ndarray], b: dict[tuple, np.ndarray]) -> float | None:
+    """The largest distance (angstroms) between the atoms two structures share, in the
+    frame the model wrote them in (no fitting: as ``--compare`` measures); None when
+    they share none."""
+    shared = sorted(set(a) & set(b))
+    return max(float(np.linalg.norm(a[k] - b[k])) for k in shared) if shared else None
+
+
 def solo_fold(fold, env: dict, work: pathlib.Path, record_id: str, deadline) -> dict:
     """The ``solo`` row's fields: stock alone and Flashlight alone, each in a fresh process
-    with empty caches; ``fold(mode)`` gives a command's options, ``env`` extra environment."""
+    with empty caches; ``fold(mode)`` gives a command's options, ``env`` extra environment.
+    ``max_abs_diff``: the largest atom deviation between the two structures written."""
     row: dict = {"status": "ok", "wall_s": 0.0}
+    structures: dict[str, dict] = {}
     for name, mode in (("stock", "--no-flashlight"), ("flashlight", "")):
         cache = work / f"cache-solo-{name}"
         shutil.rmtree(cache, ignore_errors=True)  # each process starts cold
@@ -251,13 +276,17 @@ def solo_fold(fold, env: dict, work: pathlib.Path, record_id: str, deadline) -> 
         if rec["status"] != "ok":
             return {**row, "status": rec["status"], "message": f"{name} alone: {rec.get('message', '')}"}
         row[f"{name}_first_fold_s"] = first_fold(rec, name)
-        for key in ("model_s", "first_call_s", "warmup_stages_s", "warmup_compile", "stages_s", "host"):
+        written = sorted((work / "out" / record_id).glob("*.pdb"))
+        structures[name] = pdb_atoms(written[0]) if written else {}
+        for key in ("model_s", "first_call_s", "warmup_stages_s", "warmup_compile", "compiled_in_pass",
+                    "stages_s", "host"):
             row[f"{name}_{key}"] = rec.get(f"{name}_{key}")
         row[f"{name}_end_to_end"] = rec.get("end_to_end")
         row["environment"] = rec.get("environment")
         if name == "flashlight":
             row["flashlight"] = rec.get("flashlight")  # the patch's report
     row["first_fold_ratio"] = round(row["flashlight_first_fold_s"] / row["stock_first_fold_s"], 4)
+    row["max_abs_diff"] = atom_deviation(structures["stock"], structures["flashlight"])
     return row
 
 

@@ -293,6 +293,9 @@ report = {"runs": runs,
           "comparison": {"max_atom_deviation_A": 0.01}, "record": {"msa_depth": 7 if "--alignment-dir" in args else 1}}
 os.makedirs(os.path.join(out, rid), exist_ok=True)
 json.dump(report, open(os.path.join(out, rid, "latency.json"), "w"))
+x = 1.5 if "--no-flashlight" in args else 2.25  # one atom, 0.75 A apart between the variants
+open(os.path.join(out, rid, rid + ".pdb"), "w").write(
+    "ATOM      1  CA  ALA A   1    %8.3f%8.3f%8.3f  1.00 50.00           C\\nEND\\n" % (x, 0.0, 0.0))
 ''')
     return script
 
@@ -336,6 +339,7 @@ def test_fold_product_solo_row_times_each_variant_alone_and_cold(tmp_path, monke
     # stock alone: no warm-up, its cold pass; Flashlight alone: its cold warm-up plus its pass
     assert solo["stock_first_fold_s"] == 4.0 and solo["flashlight_first_fold_s"] == 32.0
     assert solo["first_fold_ratio"] == 8.0 and "--compare" not in solo["command"]
+    assert solo["max_abs_diff"] == pytest.approx(0.75)  # between the two structures written
     assert rows[(20, "single", "fp32", "warm")]["flashlight_first_call_s"] == 3.0  # the pair kept its caches
     data = json.loads(out.read_text())
     data["rows"] = [r for r in data["rows"] if r["cache"] != "warm"]
