@@ -320,3 +320,31 @@ def test_long_chain_rows_set_flashlight_against_stocks_low_memory_settings(tmp_p
     lines = report_long_chain.long_chain_lines(tmp_path)
     assert any("| 3072 | Flashlight, unchunked | oom |" in line and "out of memory" in line for line in lines)
     assert sum(line.startswith("| 2048 |") for line in lines) == 3
+
+
+def test_fold_rows_take_medians_of_recent_runs_and_modules_are_read_against_stock_noise():
+    """Since NOISE_SINCE a fold row is the median of every run (cold and warm processes,
+    counted in its label); a module slower than stock counts as *slower* only beyond
+    stock-against-stock spread over the same processes."""
+    from bench import report_fold
+
+    day = report_fold.NOISE_SINCE
+    rows = []
+    # two runs: stock spans of the unpatched module 1.0 and 1.2 s (noise 20%)
+    for i, (flash_s, stock_mod, flash_mod) in enumerate(((1.0, 1.0, 1.1), (2.0, 1.2, 1.3))):
+        for cache in ("cold", "warm"):
+            row = _fold_row(cache, f"{day}T0{2 * i + (cache == 'warm')}", flash_s)
+            row.update(file=f"run{i}.json", measured_at=row["measured_at"],
+                       stock_modules_synchronised_s={"tri_mul_in": stock_mod, "msa_att_row": 4.0,
+                                                     "pair_transition": stock_mod},
+                       flashlight_modules_synchronised_s={"tri_mul_in": flash_mod, "msa_att_row": 1.0,
+                                                          "pair_transition": 2 * stock_mod})
+            rows.append(row)
+    (line,) = report_fold.fold_rows(rows)
+    assert "deep MSA (2 runs)" in line and "| 1500, 1500 | stock 3600, 3600;" in line
+    assert line.endswith("| 2.70×, 2.70× |")  # medians of 3.6 and 1.8
+    cells = {c["module"]: c for c in report_fold.module_noise(rows)}
+    assert cells["msa_att_row"]["verdict"] == "ok" and cells["msa_att_row"]["patched"]
+    assert cells["tri_mul_in"]["verdict"] == "noise"  # 0.91x, within stock's own 20%
+    assert cells["tri_mul_in"]["stock_noise"] == pytest.approx(0.2)
+    assert cells["pair_transition"]["verdict"] == "slower"  # 0.5x, beyond it
