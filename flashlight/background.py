@@ -121,7 +121,7 @@ class Compiles:
         far; returns the seconds waited. The context stays open. For work that must hold
         compiled kernels before the context ends: a CUDA graph's recording keeps whatever
         the calls it records launch ([Note: compiling in the background during a fold's
-        pass] in ``flashlight/structures/fold.py``). A failed job is reported at the
+        pass] in ``flashlight/structures/compile_pass.py``). A failed job is reported at the
         context's end."""
         start = time.perf_counter()
         for job in self.jobs().values():

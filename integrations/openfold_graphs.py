@@ -248,7 +248,7 @@ class GraphedForward:
         when the recording fails."""
         # kernels still compiling in the background would leave their unfused graphs in
         # the recording: it waits for them first ([Note: compiling in the background
-        # during a fold's pass] in flashlight/structures/fold.py)
+        # during a fold's pass] in flashlight/structures/compile_pass.py)
         background.settle()
         self._recording = None  # the previous graph's pool is freed first
         buffers = [t.clone(memory_format=torch.contiguous_format) if isinstance(t, torch.Tensor) else t

@@ -6,10 +6,10 @@ record's MSA is used at its own depth ([Note: folding at the MSA's depth] in
 :mod:`~flashlight.structures.features`), chunking is off unless memory runs out
 ([Note: chunking only where memory needs it] in :mod:`~flashlight.structures.models`),
 Flashlight compiles during that pass ([Note: compiling in the background during a fold's
-pass]), and a short warm-up pass runs only where passes are timed against each other
+pass] in :mod:`~flashlight.structures.compile_pass`), and a short warm-up pass runs only where passes are timed against each other
 (``compare``, ``repeats`` above one: :meth:`Folder._warmup_plan`). ``repeats`` timed
-passes (default one) give the element-wise medians reported. It writes the structure, the plot and ``latency.json`` (with the
-command line and options) into a fresh folder that then replaces
+passes (default one) give the element-wise medians reported. It writes the structure,
+the plot and ``latency.json`` (with the command line and options) into a fresh folder that then replaces
 ``<out_dir>/<safe name of the record id>/`` whole, and returns the report.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 
 from flashlight import compile_workers, prepare, settings
 from flashlight.integrations import openfold_graphs
-from flashlight.structures import confidence
+from flashlight.structures import compile_pass, confidence
 from flashlight.structures import features as feature_builder
 from flashlight.structures import warm_folds
 from flashlight.structures.inputs import Record
@@ -115,63 +115,6 @@ def _attention_choices() -> list:
 
     choice = sys.modules.get("flashlight.integrations.openfold_choice")
     return [dict(t) for t in choice.TIMINGS] if choice is not None else []
-
-
-# [Note: compiling in the background during a fold's pass]
-# A fold's output comes from one pass. A separate warm-up pass, where Flashlight compiles,
-# is work whose result is thrown away: on an H200 (256 residues, one sequence, empty
-# caches) the first fold took 2.9-3.3 s as a one-iteration warm-up (1.9-2.0 s) plus the
-# pass, against stock's 2.1-2.4 s (bench/results/fold_product_runs/, solo rows). So a
-# plain fold (no ``--compare``, one pass, no ``--warmup``) compiles inside its pass: its
-# first recycling iteration runs while the kernels compile in the background, their
-# unfused graphs answering; the stacks' CUDA graphs record on their second call (the
-# second iteration), and each recording first waits for the compiles and the timings
-# deferred to them (``flashlight.background.settle``), so that a graph holds the
-# compiled kernels and the stock-or-kernel choices, not the unfused graphs. The pass's
-# timing then includes the compile (``compiled_in_pass`` in ``latency.json``); its later
-# iterations are the steady state. ``--repeats N`` (N > 1) and ``--compare`` keep a
-# warm-up, so that every timed pass is the steady state.
-
-
-@contextlib.contextmanager
-def _compiling_in_background(first: bool, device: torch.device, report: dict):
-    """By default (``FLASHLIGHT_WARMUP_COMPILE=background``), the first pass that
-    compiles (the warm-up, or the fold's one pass where it runs none: [Note: compiling
-    in the background during a fold's pass]) compiles new kernels on threads while their
-    unfused graphs answer ([Note: compiling in the background] in
-    ``flashlight.background``); its timing includes waiting for the last compile, and the
-    score-sized buffers those graphs left in PyTorch's allocator cache are returned.
-    With ``inline`` each kernel compiles where it is first launched. On an H200 (256
-    residues, bf16) the background warm-up took a cold first call from 4.4-5.3 s to
-    2.5-2.7 s, and with the stacks replayed as CUDA graphs the timed passes after it
-    measured the same as after an inline one (bench/results/fold_product_runs/README.md).
-    ``report`` receives the mode, the kernels compiled in the background, the seconds
-    the pass waited for them at its end and before graph recordings (``settle_s``), each
-    job's submission, start and end (seconds into the pass), and what the compile worker
-    processes did ([Note: compiling in other processes]; None without them)."""
-    from flashlight import background
-
-    mode = settings.get("warmup_compile")
-    if not first or mode != "background":
-        report.setdefault("mode", mode)
-        yield
-        return
-    with background.compiling_in_background() as compiles:
-        yield
-    report.update(mode=mode, kernels=len(compiles.jobs()), wait_s=compiles.wait_s,
-                  settle_s=round(compiles.settle_s, 4), workers=compile_workers.stats(),
-                  jobs=compiles.timeline())
-    if compiles.jobs():
-        log.info(f"  {len(compiles.jobs())} kernel(s) compiled in the background; the pass waited "
-                 f"{compiles.wait_s + compiles.settle_s:.2f} s for them (timeline in latency.json)")
-    if compiles.jobs() and device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def _run_within(context, model, batch):
-    """``model(batch)`` inside ``context`` (whose exit the caller's timing includes)."""
-    with context:
-        return model(batch)
 
 
 def _flashlight_unusable(device: torch.device) -> Optional[str]:
@@ -370,9 +313,9 @@ class Folder(RecordFiles):
 
         An explicit ``warmup`` runs that many full passes. By default a fold runs once,
         and where Flashlight compiles, it compiles during that pass ([Note: compiling in
-        the background during a fold's pass]). A warm-up pass is added only where passes
-        are timed against each other (``compare``, or ``repeats`` above one with
-        Flashlight compiling), so that every timed pass is the steady state; it runs one
+        the background during a fold's pass] in :mod:`~flashlight.structures.compile_pass`).
+        A warm-up pass is added only where passes are timed against each other
+        (``compare``, or ``repeats`` above one with Flashlight compiling), so that every timed pass is the steady state; it runs one
         recycling iteration, not all of them: recycling repeats the same modules on the
         same shapes (OpenFold's ``iteration``), so one iteration compiles every kernel the
         timed passes launch, at a fraction of the cost. Given the record's ``batch``, such
@@ -461,17 +404,18 @@ class Folder(RecordFiles):
             with self._inference(model, batch), \
                     LayerTimer(model, self.device, on_recycle, opts.sync_modules) as timer:
                 for _ in range(warmups):
-                    compiling = _compiling_in_background(not warm, self.device, warmup_compile)
-                    out, timing = timer.run(lambda: _run_within(compiling, model, warm_batch))
+                    compiling = compile_pass.compiling_in_background(not warm, self.device, warmup_compile)
+                    out, timing = timer.run(lambda: compile_pass.run_within(compiling, model, warm_batch))
                     warm.append(timing)
                 in_pass = self._compiles_in_pass(batch)
                 if in_pass:
                     log.info("  compiling Flashlight's kernels during the pass (no warm-up)")
                 for _ in range(opts.repeats):
-                    compiling = _compiling_in_background(in_pass and not steady, self.device, warmup_compile)
-                    out, timing = timer.run(lambda: _run_within(compiling, model, batch))
+                    compiling = compile_pass.compiling_in_background(in_pass and not steady, self.device, warmup_compile)
+                    out, timing = timer.run(lambda: compile_pass.run_within(compiling, model, batch))
                     steady.append(timing)
-                    log.info(f"  model: {timing.model_s:.1f} s ({opts.recycles + 1} recycling iteration(s))")
+                    compiled = ", Flashlight's kernels compiled in it" if in_pass and len(steady) == 1 else ""
+                    log.info(f"  model: {timing.model_s:.1f} s ({opts.recycles + 1} recycling iteration(s){compiled})")
                 # one more pass, not timed: what it ran, by kernel
                 kernels = kernel_profile(lambda: model(batch), self.device) if opts.profile_kernels else None
             synchronised = None

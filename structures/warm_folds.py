@@ -6,7 +6,7 @@ A Flashlight fold that times several passes (``--repeats`` above one) runs a sho
 warm-up pass first, where its kernels compile (and where traced graphs are captured,
 [Note: traced capture] in ``flashlight/traced.py``), so that the timed passes are the
 steady state; a plain fold compiles during its one pass instead ([Note: compiling in the
-background during a fold's pass] in ``fold.py``). Once a fold of the same shapes has
+background during a fold's pass] in ``compile_pass.py``). Once a fold of the same shapes has
 filled the caches (traced graphs, Triton's binaries, tuning choices), a warm-up only adds
 the time of one recycling iteration (an H200, 256 residues: a first call with filled
 caches took 1.68-1.71 s against stock's 1.51-1.69 s, bench/results/fold_product_runs/),
