@@ -154,10 +154,10 @@ def _spread(values: list[float]) -> float:
 
 def module_noise(rows: list[dict]) -> list[dict]:
     """Per record, dtype and Evoformer module kind, from every ``--compare`` process
-    (cold and warm rows of every file, measured since :data:`NOISE_SINCE`): Flashlight's speed-up in each process (stock's
-    synchronised module span over Flashlight's, same process) and the noise it is read
-    against, stock against stock across those processes: the same module, the same
-    kernels and the same command, ``max / min - 1`` of stock's spans. A module is
+    (cold and warm rows of every file, measured since :data:`NOISE_SINCE`): Flashlight's
+    speed-up in each process (stock's synchronised module span over Flashlight's, same
+    process) and the noise it is read against, stock against stock across those
+    processes: the same module, the same kernels and the same command, ``max / min - 1`` of stock's spans. A module is
     ``slower`` when its median speed-up is below ``1 / (1 + noise)``, ``noise`` when it is
     below 1.0 within that band, ``ok`` otherwise."""
     grouped: dict[tuple, list[dict]] = {}
@@ -169,8 +169,8 @@ def module_noise(rows: list[dict]) -> list[dict]:
     for key in sorted(grouped, key=lambda k: (k[1] != "deep", k[0], k[2])):
         group = grouped[key]
         for part in group[0]["stock_modules_synchronised_s"]:
-            pairs = [(r["stock_modules_synchronised_s"].get(part), r["flashlight_modules_synchronised_s"].get(part))
-                     for r in group]
+            pairs = [(r["stock_modules_synchronised_s"].get(part),
+                      r["flashlight_modules_synchronised_s"].get(part)) for r in group]
             pairs = [(s, f) for s, f in pairs if s and f]
             if len(pairs) < 2:
                 continue
@@ -194,16 +194,20 @@ def noise_lines(results: pathlib.Path) -> list[str]:
         return []
     lines = ["", "## The fold a user runs: modules against stock, and the noise", "",
              f"`bench.fold_product` rows (`flashlight-fold RECORD --compare [--dtype bf16]`, every process with "
-             f"empty and then filled caches, all files measured since {NOISE_SINCE}): per Evoformer module kind, summed over the blocks, "
+             f"empty and then filled caches, all files measured since {NOISE_SINCE}): per Evoformer module "
+             "kind, summed over the blocks, "
              "the synchronised pass's span (each module starts on an idle GPU). Speed-up: stock over "
              "Flashlight in the same process, median and range over the processes. Noise: stock against "
              "stock over the same processes (the same kernels), slowest / fastest - 1. Verdict: *slower* "
              "when the median speed-up is below 1 / (1 + noise), *noise* when below 1.0 within it.", "",
-             "| record | dtype | module | processes | stock ms | speed-up, median (range) | noise (stock vs stock) | verdict |",
+             "| record | dtype | module | processes | stock ms | speed-up, median (range) "
+             "| noise (stock vs stock) | verdict |",
              "|---|---|---|---|---|---|---|---|"]
     for c in cells:
         name = c["module"] + (" (patched)" if c["patched"] else "")
-        lines.append(f"| {c['length']}, {MSA_TITLES.get(c['msa'], c['msa'])} | {DTYPE_TITLES.get(c['dtype'], c['dtype'])} "
+        record = f"{c['length']}, {MSA_TITLES.get(c['msa'], c['msa'])}"
+        lines.append(f"| {record} | {DTYPE_TITLES.get(c['dtype'], c['dtype'])} "
                      f"| {name} | {c['processes']} | {c['stock_ms']:.0f} | {c['speedup_median']:.2f}× "
-                     f"({c['speedup_min']:.2f}-{c['speedup_max']:.2f}) | ±{100 * c['stock_noise']:.0f}% | {c['verdict']} |")
+                     f"({c['speedup_min']:.2f}-{c['speedup_max']:.2f}) | ±{100 * c['stock_noise']:.0f}% "
+                     f"| {c['verdict']} |")
     return lines

@@ -6,10 +6,11 @@ record's MSA is used at its own depth ([Note: folding at the MSA's depth] in
 :mod:`~flashlight.structures.features`), chunking is off unless memory runs out
 ([Note: chunking only where memory needs it] in :mod:`~flashlight.structures.models`),
 Flashlight compiles during that pass ([Note: compiling in the background during a fold's
-pass] in :mod:`~flashlight.structures.compile_pass`), and a short warm-up pass runs only where passes are timed against each other
-(``compare``, ``repeats`` above one: :meth:`Folder._warmup_plan`). ``repeats`` timed
-passes (default one) give the element-wise medians reported. It writes the structure,
-the plot and ``latency.json`` (with the command line and options) into a fresh folder that then replaces
+pass] in :mod:`~flashlight.structures.compile_pass`), and a short warm-up pass runs only
+where passes are timed against each other (``compare``, ``repeats`` above one:
+:meth:`Folder._warmup_plan`). ``repeats`` timed passes (default one) give the
+element-wise medians reported. It writes the structure, the plot and ``latency.json``
+(with the command line and options) into a fresh folder that then replaces
 ``<out_dir>/<safe name of the record id>/`` whole, and returns the report.
 """
 from __future__ import annotations
@@ -315,10 +316,11 @@ class Folder(RecordFiles):
         and where Flashlight compiles, it compiles during that pass ([Note: compiling in
         the background during a fold's pass] in :mod:`~flashlight.structures.compile_pass`).
         A warm-up pass is added only where passes are timed against each other
-        (``compare``, or ``repeats`` above one with Flashlight compiling), so that every timed pass is the steady state; it runs one
-        recycling iteration, not all of them: recycling repeats the same modules on the
-        same shapes (OpenFold's ``iteration``), so one iteration compiles every kernel the
-        timed passes launch, at a fraction of the cost. Given the record's ``batch``, such
+        (``compare``, or ``repeats`` above one with Flashlight compiling), so that every
+        timed pass is the steady state; it runs one recycling iteration, not all of them:
+        recycling repeats the same modules on the same shapes (OpenFold's ``iteration``),
+        so one iteration compiles every kernel the timed passes launch, at a fraction of
+        the cost. Given the record's ``batch``, such
         a warm-up is skipped where the caches already hold the fold's compiled work
         ([Note: skipping the warm-up when the caches are warm] in
         :mod:`~flashlight.structures.warm_folds`), except for ``compare``.
@@ -411,11 +413,13 @@ class Folder(RecordFiles):
                 if in_pass:
                     log.info("  compiling Flashlight's kernels during the pass (no warm-up)")
                 for _ in range(opts.repeats):
-                    compiling = compile_pass.compiling_in_background(in_pass and not steady, self.device, warmup_compile)
+                    first = in_pass and not steady  # the pass that compiles
+                    compiling = compile_pass.compiling_in_background(first, self.device, warmup_compile)
                     out, timing = timer.run(lambda: compile_pass.run_within(compiling, model, batch))
                     steady.append(timing)
-                    compiled = ", Flashlight's kernels compiled in it" if in_pass and len(steady) == 1 else ""
-                    log.info(f"  model: {timing.model_s:.1f} s ({opts.recycles + 1} recycling iteration(s){compiled})")
+                    compiled = ", Flashlight's kernels compiled in it" if first else ""
+                    log.info(f"  model: {timing.model_s:.1f} s ({opts.recycles + 1} recycling "
+                             f"iteration(s){compiled})")
                 # one more pass, not timed: what it ran, by kernel
                 kernels = kernel_profile(lambda: model(batch), self.device) if opts.profile_kernels else None
             synchronised = None
