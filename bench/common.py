@@ -58,6 +58,59 @@ def _nvidia_smi(query: str) -> str | None:
         return None
 
 
+GPU_SAMPLE_QUERY = "clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active"
+
+
+def summarise_gpu_samples(lines: list[str]) -> dict | None:
+    """``nvidia-smi --query-gpu=GPU_SAMPLE_QUERY --format=csv,noheader,nounits`` lines ->
+    the SM clock's min / median / max (MHz), the highest power (W) and temperature (C),
+    and the share of samples with a throttle reason other than idle (bit 0x1), with the
+    reasons seen; None without a parsable sample."""
+    samples = []
+    for line in lines:
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            samples.append((float(parts[0]), float(parts[1]), float(parts[2]), int(parts[3], 16)))
+        except (IndexError, ValueError):
+            continue
+    if not samples:
+        return None
+    clocks = [s[0] for s in samples]
+    throttled = [s[3] & ~0x1 for s in samples]
+    return {"samples": len(samples), "sm_mhz_min": min(clocks), "sm_mhz_median": statistics.median(clocks),
+            "sm_mhz_max": max(clocks), "power_w_max": max(s[1] for s in samples),
+            "temperature_c_max": max(s[2] for s in samples),
+            "throttled_share": round(sum(1 for t in throttled if t) / len(samples), 3),
+            "throttle_reasons": sorted({hex(t) for t in throttled if t})}
+
+
+@contextlib.contextmanager
+def gpu_samples(interval_ms: int = 250) -> Iterator[dict]:
+    """Sample the GPU's SM clock, power, temperature and throttle reasons with
+    ``nvidia-smi --loop-ms`` while the block runs; the yielded dict receives
+    :func:`summarise_gpu_samples`'s summary under ``"gpu"`` on exit (None where
+    ``nvidia-smi`` is absent). Where a comparison's variants differ in compute-bound
+    modules only, a clock that dropped during one of them shows here."""
+    out: dict = {"gpu": None}
+    try:
+        proc = subprocess.Popen(["nvidia-smi", f"--query-gpu={GPU_SAMPLE_QUERY}", "--format=csv,noheader,nounits",
+                                 f"--loop-ms={interval_ms}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True)
+    except OSError:  # no nvidia-smi: a CPU machine
+        yield out
+        return
+    try:
+        yield out
+    finally:
+        proc.terminate()
+        try:
+            text, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text, _ = proc.communicate()
+        out["gpu"] = summarise_gpu_samples(text.splitlines())
+
+
 def source_digest() -> str:
     """SHA-256 (first 16 hex digits) of the Python sources Flashlight runs from."""
     h = hashlib.sha256()

@@ -38,8 +38,10 @@ before ``--max-minutes`` (exit status 3: run again). Status 0: every row is in t
 ``warmup_compile_setting``), for a same-machine comparison of how the warm-up compiles.
 Each row also keeps the variants' host records of the timed pass (``*_host``), how
 their warm-up compiled (``*_warmup_compile``), the first call's stage times
-(``*_warmup_stages_s``) and each graphed module's recordings, replays and failed
-recordings (``*_cuda_graphs``).
+(``*_warmup_stages_s``), each graphed module's recordings, replays and failed
+recordings (``*_cuda_graphs``), and the GPU's SM clock, power, temperature and
+throttle reasons sampled while each fold process ran (``gpu_samples``; solo rows:
+``*_gpu_samples``, :func:`bench.common.gpu_samples`).
 
 ``--rows cold,warm,solo`` adds a third row per record (``cache`` "solo"): the default
 command alone, without ``--compare``, in two fresh processes with empty caches, one
@@ -215,20 +217,25 @@ def _base(config: tuple, cache: str) -> dict:
 
 def run_fold(cmd: list[str], env: dict, out_dir: pathlib.Path, record_id: str, timeout_s: float) -> dict:
     """Run one fold; the row's measured fields (``status`` included)."""
+    from bench.common import gpu_samples
+
     shutil.rmtree(out_dir, ignore_errors=True)
     t0 = time.monotonic()
-    try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(timeout_s, 1.0))
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "message": f"did not finish in {timeout_s:.0f} s",
-                "wall_s": round(time.monotonic() - t0, 2)}
+    with gpu_samples() as sampled:  # the GPU's clock, power and throttling while it ran
+        try:
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(timeout_s, 1.0))
+        except subprocess.TimeoutExpired:
+            done = None
     wall = round(time.monotonic() - t0, 2)
+    if done is None:
+        return {"status": "timeout", "message": f"did not finish in {timeout_s:.0f} s", "wall_s": wall}
     latency = out_dir / record_id / "latency.json"
     if done.returncode != 0 or not latency.exists():
         tail = " | ".join((done.stderr or done.stdout or "").strip().splitlines()[-4:])
         return {"status": "error", "exit_status": done.returncode, "wall_s": wall,
                 "message": f"exit status {done.returncode}: {tail[:600]}"}
-    return {"status": "ok", "exit_status": 0, "wall_s": wall, **summarise(json.loads(latency.read_text()))}
+    return {"status": "ok", "exit_status": 0, "wall_s": wall, "gpu_samples": sampled["gpu"],
+            **summarise(json.loads(latency.read_text()))}
 
 
 def first_fold(rec: dict, name: str) -> float | None:
@@ -282,6 +289,7 @@ def solo_fold(fold, env: dict, work: pathlib.Path, record_id: str, deadline) -> 
                     "stages_s", "host"):
             row[f"{name}_{key}"] = rec.get(f"{name}_{key}")
         row[f"{name}_end_to_end"] = rec.get("end_to_end")
+        row[f"{name}_gpu_samples"] = rec.get("gpu_samples")
         row["environment"] = rec.get("environment")
         if name == "flashlight":
             row["flashlight"] = rec.get("flashlight")  # the patch's report

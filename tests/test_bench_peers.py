@@ -516,3 +516,29 @@ def test_an_end_to_end_cell_that_disagrees_with_stock_is_wrong():
     assert "differs from stock" in disagreement({"max_abs_diff_vs_stock": 0.5}, "stack", "tf32")
     assert "NaN" in disagreement({"max_abs_diff_vs_stock": float("nan"), "finite": False}, "model", "bf16")
     assert disagreement({}, "stack", "tf32") is None  # stock itself: nothing to compare
+
+
+def test_gpu_samples_summarise_the_clock_and_throttling_while_a_fold_runs(tmp_path, monkeypatch):
+    """bench.common.gpu_samples runs ``nvidia-smi --loop-ms`` beside the block (here a
+    stand-in printing two samples, one throttled by the power cap) and summarises it; with
+    no nvidia-smi it yields None."""
+    from bench import common
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '1980, 650.5, 61, 0x0000000000000000'\n"
+                    "echo '1755, 699.0, 66, 0x0000000000000004'\necho 'garbage'\nexec sleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with common.gpu_samples(interval_ms=10) as sampled:
+        import time
+
+        time.sleep(0.3)  # the stand-in prints its samples
+    gpu = sampled["gpu"]
+    assert gpu["samples"] == 2 and (gpu["sm_mhz_min"], gpu["sm_mhz_max"]) == (1755.0, 1980.0)
+    assert gpu["power_w_max"] == 699.0 and gpu["temperature_c_max"] == 66.0
+    assert gpu["throttled_share"] == 0.5 and gpu["throttle_reasons"] == ["0x4"]
+    assert common.summarise_gpu_samples(["1400, 100, 40, 0x1"])["throttled_share"] == 0.0  # idle is no throttle
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with common.gpu_samples() as sampled:
+        pass
+    assert sampled["gpu"] is None
