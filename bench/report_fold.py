@@ -46,8 +46,8 @@ def load_fold_rows(results: pathlib.Path) -> list[dict]:
 
 def _current(row: dict) -> bool:
     """A finished row of the default fold: Flashlight active, its stacks CUDA-graphed (a
-    ``solo`` row: its Flashlight process compiled in a warm-up, which only an active
-    patch does)."""
+    ``solo`` row: its Flashlight process reports how it compiled, in a warm-up or in its
+    pass, which only an active patch does)."""
     if row.get("cache") == "solo":
         return row.get("status") == "ok" and bool(row.get("flashlight_warmup_compile"))
     patch = row.get("flashlight") or {}
@@ -56,12 +56,6 @@ def _current(row: dict) -> bool:
 
 def _key(row: dict) -> tuple:
     return row["length"], row["msa"], row["dtype"]
-
-
-def newest_pairs(rows: list[dict]) -> list[tuple[dict, dict | None]]:
-    """Per (length, MSA, dtype): the newest row with empty caches, and the row with
-    filled caches that followed it in the same file and warm-up mode (or None)."""
-    return [pairs[-1] for pairs in current_pairs(rows, since="9999")]
 
 
 def _partner(first: dict, rows: list[dict]) -> dict | None:
