@@ -27,9 +27,13 @@ HEADS, WIDTH = 2, 16
 
 def _triangle_inputs(gen, batch, length, width=WIDTH):
     """Triangle attention's core inputs: q, k, v ``[*, I, H, J, C]``, the mask bias
-    ``[*, I, 1, 1, J]``, the triangle bias ``[*, 1, H, J, J]`` and the gate ``[*, I, J, H, C]``."""
+    ``[*, I, 1, 1, J]`` (no row fully masked), the triangle bias ``[*, 1, H, J, J]`` and the gate ``[*, I, J, H, C]``."""
     qkv = [torch.randn(*batch, length, HEADS, length, width, generator=gen) for _ in range(3)]
-    mask_bias = 1e9 * (torch.rand(*batch, length, 1, 1, length, generator=gen) < 0.2).float().neg()
+    masked = torch.rand(*batch, length, 1, 1, length, generator=gen) < 0.2
+    # every row keeps a key, as OpenFold's masks keep the residue's own: with all keys at
+    # -1e9 the float32 sum loses the triangle bias (eager float32 too: 0.9 off float64)
+    masked[..., 0] = False
+    mask_bias = 1e9 * masked.float().neg()
     triangle_bias = torch.randn(*batch, 1, HEADS, length, length, generator=gen)
     gate = torch.randn(*batch, length, length, HEADS, width, generator=gen)
     return (*qkv, mask_bias, triangle_bias, gate)
