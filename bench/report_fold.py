@@ -123,7 +123,9 @@ def fold_rows(rows: list[dict]) -> list[str]:
         else:
             first = (f"first call{' (inline warm-up)' if inline else ''}: stock {_ms(cold['stock_first_call_s'])}, "
                      f"Flashlight {_ms(cold['flashlight_first_call_s'])}")
-        if warms:
+        if alone is not None and alone.get("flashlight_second_fold_s"):  # a user's next run, caches filled
+            first += f", again {_ms(alone['stock_second_fold_s'])} / {_ms(alone['flashlight_second_fold_s'])}"
+        elif warms:
             first += f"; warm {_median_ms([w['flashlight_first_call_s'] for w in warms])}"
         flashlight = ", ".join(_median_ms([r["flashlight_model_s"] for r in g]) for g in groups)
         stock = ", ".join(_median_ms([r["stock_model_s"] for r in g]) for g in groups)
@@ -136,9 +138,9 @@ def fold_rows(rows: list[dict]) -> list[str]:
 
 CAPTION = ("Fold rows: `flashlight-fold RECORD --compare [--dtype bf16]` (`bench/fold_product.py`), seeded "
            "random `model_1`, 4 recycling iterations, synthetic records (5632-row MSA, or none); timed pass "
-           "with empty caches, then filled (medians of the runs); alone: stock / Flashlight without "
-           "`--compare`, each in a fresh process with empty caches, time to its first structure; first call: "
-           "`--compare`'s one-iteration warm-up; warm: Flashlight's, caches filled.")
+           "with empty caches, then filled (medians); alone: stock / Flashlight without "
+           "`--compare`, each in a fresh process, empty caches (again: filled), time to first structure; "
+           "first call: `--compare`'s 1-iteration warm-up; warm: Flashlight's, caches filled.")
 
 
 def _spread(values: list[float]) -> float:

@@ -285,7 +285,8 @@ def run(model_s, warmup=True):
     return {"warmup_s": [first] if warmup else [], "runs_s": [model_s], "chunk_size": None,
             "warmup": [{"model_s": first, "stages": {"evoformer": first / 2}}],
             "cuda_graphs": [{"module": "EvoformerStack", "recordings": 1, "replays": 3, "failures": []}],
-            "steady": {"model_s": model_s, "stages": {"evoformer": model_s}, "blocks": [block, block]}}
+            "steady": {"model_s": model_s, "stages": {"evoformer": model_s}, "blocks": [block, block]},
+            "modules_synchronised": {"model_s": model_s, "blocks": [block, dict(block, modules={"msa_att_row": 9.0})]}}
 runs = {"stock": run(4.0, warmup="--compare" in args), "flashlight": run(2.0 if "--dtype" not in args else 1.0)}
 if "--compare" not in args:  # one variant alone: stock without a warm-up
     runs = {k: v for k, v in runs.items() if (k == "stock") == ("--no-flashlight" in args)}
@@ -315,6 +316,8 @@ def test_fold_product_runs_cold_then_warm_and_resumes(tmp_path, monkeypatch):
     assert cold["flashlight_first_call_s"] == 30.0 and warm["flashlight_first_call_s"] == 3.0  # caches filled
     assert cold["speedup"] == 2.0 and rows[(20, "deep", "bf16", "cold")]["speedup"] == 4.0
     assert cold["flashlight_modules_s"] == {"msa_att_row": 1.0, "tri_att_start": 0.5}  # both blocks summed
+    assert cold["flashlight_modules_synchronised_s"]["msa_att_row"] == 9.5
+    assert cold["flashlight_modules_synchronised_blocks_s"]["msa_att_row"] == [0.5, 9.0]  # one block's outlier
     assert cold["flashlight_warmup_stages_s"] == {"evoformer": 15.0}  # the first call's stages
     assert cold["stock_cuda_graphs"][0]["replays"] == 3
     assert cold["msa_depth"] == 7 and rows[(20, "single", "fp32", "cold")]["msa_depth"] == 1
@@ -339,6 +342,9 @@ def test_fold_product_solo_row_times_each_variant_alone_and_cold(tmp_path, monke
     # stock alone: no warm-up, its cold pass; Flashlight alone: its cold warm-up plus its pass
     assert solo["stock_first_fold_s"] == 4.0 and solo["flashlight_first_fold_s"] == 32.0
     assert solo["first_fold_ratio"] == 8.0 and "--compare" not in solo["command"]
+    # then each alone again, in fresh processes finding the caches the first ones filled
+    assert solo["stock_second_fold_s"] == 4.0 and solo["flashlight_second_fold_s"] == 5.0
+    assert solo["second_fold_ratio"] == 1.25
     assert solo["max_abs_diff"] == pytest.approx(0.75)  # between the two structures written
     assert rows[(20, "single", "fp32", "warm")]["flashlight_first_call_s"] == 3.0  # the pair kept its caches
     data = json.loads(out.read_text())

@@ -204,16 +204,19 @@ def test_fold_rows_show_the_newest_default_fold_with_both_processes(tmp_path):
     solo = {"length": 512, "msa": "deep", "dtype": "bf16", "cache": "solo", "status": "ok",
             "measured_at": "2026-12-03T05", "stock_first_fold_s": 4.1, "flashlight_first_fold_s": 3.2,
             "flashlight_warmup_compile": {"mode": "background"}}
-    for name, rows in (("old.json", old), ("new.json", new + [solo])):
+    # and again in fresh processes with the caches filled: a user's next run, in place of
+    # --compare's warm-up (which a plain fold does not run)
+    solo_256 = dict(solo, length=256, stock_second_fold_s=2.0, flashlight_second_fold_s=1.9)
+    for name, rows in (("old.json", old), ("new.json", new + [solo, solo_256])):
         (folder / name).write_text(json.dumps({"schema": report_fold.SCHEMA, "rows": rows}))
     (folder / "other.json").write_text(json.dumps({"schema": "something else", "rows": old}))
     rows = report_fold.load_fold_rows(tmp_path)
-    assert sorted((r["length"], r["cache"]) for r in rows) == [(256, "cold"), (256, "warm"), (512, "cold"),
-                                                               (512, "solo")]
+    assert sorted((r["length"], r["cache"]) for r in rows) == [(256, "cold"), (256, "solo"), (256, "warm"),
+                                                               (512, "cold"), (512, "solo")]
     lines = report_fold.fold_rows(rows)
     assert lines == [
-        "| `flashlight-fold`, N_res 256, deep MSA | bf16 | 1800, 2000 | stock 3600, 3600; first call: "
-        "stock 1300, Flashlight 2500; warm 2500 | 2.00×, 1.80× |",
+        "| `flashlight-fold`, N_res 256, deep MSA | bf16 | 1800, 2000 | stock 3600, 3600; alone 4100 / 3200, "
+        "again 2000 / 1900 | 2.00×, 1.80× |",
         "| `flashlight-fold`, N_res 512, deep MSA | bf16 | 3000 | stock 3600; alone 4100 / 3200 | 1.20× |"]
     section = report_summary.readme_section({}, [], [], [], rows)
     assert lines[0] in section and report_fold.CAPTION in section
