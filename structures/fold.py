@@ -45,7 +45,7 @@ from flashlight.structures.models import (
     remove_flashlight,
     set_chunk_size,
 )
-from flashlight.structures.timing import LayerTimer, kernel_profile, median_timing
+from flashlight.structures.timing import FrozenHeap, LayerTimer, kernel_profile, median_timing
 
 SCHEMA = "flashlight.fold.latency/1"
 log = logging.getLogger("flashlight.fold")
@@ -403,9 +403,10 @@ class Folder(RecordFiles):
         warmup_compile: dict = {}  # how the warm-up compiled (_compiling_in_background)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NOISY_OPENFOLD_WARNING)
-            with self._inference(model, batch), \
+            with self._inference(model, batch), FrozenHeap() as heap, \
                     LayerTimer(model, self.device, on_recycle, opts.sync_modules) as timer:
                 for _ in range(warmups):
+                    heap.refreeze()  # [Note: the collector between passes] in timing.py
                     compiling = compile_pass.compiling_in_background(not warm, self.device, warmup_compile)
                     out, timing = timer.run(lambda: compile_pass.run_within(compiling, model, warm_batch))
                     warm.append(timing)
@@ -413,6 +414,7 @@ class Folder(RecordFiles):
                 if in_pass:
                     log.info("  compiling Flashlight's kernels during the pass (no warm-up)")
                 for _ in range(opts.repeats):
+                    heap.refreeze()
                     first = in_pass and not steady  # the pass that compiles
                     compiling = compile_pass.compiling_in_background(first, self.device, warmup_compile)
                     out, timing = timer.run(lambda: compile_pass.run_within(compiling, model, batch))
@@ -426,7 +428,7 @@ class Folder(RecordFiles):
             if self._module_pass():
                 # modules compared on their own latency ([Note: synchronised module spans]),
                 # every iteration eager ([Note: layer spans under CUDA graphs])
-                with self._inference(model, batch), openfold_graphs.eager(model), \
+                with self._inference(model, batch), openfold_graphs.eager(model), FrozenHeap(), \
                         LayerTimer(model, self.device, on_recycle, True) as sync_timer:
                     synchronised = sync_timer.run(lambda: model(batch))[1]
         median = median_timing(steady)

@@ -1,4 +1,5 @@
 """The latency report: schema, 48 per-block entries for a 48-block model, module discovery."""
+import gc
 import json
 
 import pytest
@@ -10,6 +11,7 @@ from flashlight.structures.fold import SCHEMA, Folder, FoldOptions  # noqa: E402
 from flashlight.structures.inputs import Record  # noqa: E402
 from flashlight.structures.timing import (  # noqa: E402
     MODULE_KINDS,
+    FrozenHeap,
     RunTiming,
     find_block_modules,
     find_evoformer_blocks,
@@ -69,8 +71,12 @@ def test_full_depth_model_reports_48_blocks(tmp_path, one_thread, monkeypatch):
     )
     folder = Folder(options, warn=print)
     assert folder.info.num_blocks == 48
+    frozen = []  # objects the collector skips, at each pass's start
+    folder.stock.register_forward_pre_hook(lambda *_: frozen.append(gc.get_freeze_count()))
     record = Record(id="hexa", description="six residues", sequence="MKTAYI", source="-", index=1)
     report = folder.fold(record)
+    # every pass (warm-up, two timed) started on a frozen heap, undone after the passes
+    assert len(frozen) == 3 and min(frozen) > 0 and gc.get_freeze_count() == 0
 
     on_disk = json.loads((tmp_path / "hexa" / "latency.json").read_text())
     assert on_disk["schema"] == SCHEMA == report["schema"]
@@ -95,6 +101,29 @@ def test_full_depth_model_reports_48_blocks(tmp_path, one_thread, monkeypatch):
     assert len(contexts) == 1 and background.active() is None
     compiled = stock["warmup_compile"]
     assert compiled["mode"] == "background" and compiled["kernels"] == 0 and compiled["wait_s"] >= 0
+
+
+def test_frozen_heap_collects_before_and_releases_after():
+    """[Note: the collector between passes]: entering collects the cyclic garbage and
+    freezes the survivors; a refreeze collects what came since; leaving unfreezes."""
+
+    class Node:
+        pass
+
+    def cycle():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+
+    cycle()
+    kept = Node()
+    with FrozenHeap() as heap:
+        assert not any(type(o) is Node and o is not kept for o in gc.get_objects())  # the cycle was collected
+        assert gc.get_freeze_count() > 0
+        cycle()
+        assert sum(type(o) is Node for o in gc.get_objects()) == 2  # new objects are not frozen
+        heap.refreeze()
+        assert sum(type(o) is Node for o in gc.get_objects()) == 0
+    assert gc.get_freeze_count() == 0 and any(o is kept for o in gc.get_objects())
 
 
 def test_median_is_elementwise():
