@@ -201,6 +201,7 @@ def summarise(report: dict) -> dict:
         row[f"{name}_host"] = steady.get("host")  # the timed pass's host record
         row[f"{name}_warmup_compile"] = run.get("warmup_compile")  # of the pass that compiled
         row[f"{name}_compiled_in_pass"] = run.get("compiled_in_pass")  # no warm-up: the pass compiled
+        row[f"{name}_prepare_at_first_pass"] = run.get("prepare_at_first_pass")  # flashlight.prepare.state()
         warmups = run.get("warmup") or []
         row[f"{name}_warmup_stages_s"] = warmups[0].get("stages") if warmups else None  # the first call's
         row[f"{name}_cuda_graphs"] = run.get("cuda_graphs")  # recordings, replays, failures per module
@@ -301,12 +302,14 @@ def solo_fold(fold, env: dict, work: pathlib.Path, record_id: str, deadline) -> 
             return {**row, "status": rec["status"], "message": f"{label.replace('_', ' ')} alone: {rec.get('message', '')}"}
         row[f"{label}_fold_s" if second else f"{name}_first_fold_s"] = first_fold(rec, name)
         row[f"{label}_compiled_in_pass"] = rec.get(f"{name}_compiled_in_pass")
+        row[f"{label}_prepare_at_first_pass"] = rec.get(f"{name}_prepare_at_first_pass")
+        row[f"{label}_stages_s"] = rec.get(f"{name}_stages_s")  # where the first fold's time went
         row[f"{label}_gpu_samples"] = rec.get("gpu_samples")
         if second:
             continue
         written = sorted((work / "out" / record_id).glob("*.pdb"))
         structures[name] = pdb_atoms(written[0]) if written else {}
-        for key in ("model_s", "first_call_s", "warmup_stages_s", "warmup_compile", "stages_s", "host"):
+        for key in ("model_s", "first_call_s", "warmup_stages_s", "warmup_compile", "host"):
             row[f"{name}_{key}"] = rec.get(f"{name}_{key}")
         row[f"{name}_end_to_end"] = rec.get("end_to_end")
         row["environment"] = rec.get("environment")

@@ -15,8 +15,8 @@ fold's first call with empty caches (H200 host, ``bench/results/first_call``):
   the cache key of every compile (``triton_key``, 0.6 s, in every process).
 
 None of it depends on the kernels, so :func:`start` runs it on a daemon thread as soon
-as a user says Flashlight will be used (``patch_openfold``), while the program loads
-weights and builds inputs. It traces nothing itself (an FX tracer patches
+as a user says Flashlight will be used (``patch_openfold``; ``flashlight-fold`` starts it
+before it builds the model), while the program loads weights and builds inputs. It traces nothing itself (an FX tracer patches
 ``nn.Module.__call__`` process-wide while it runs), and it draws no random numbers. The
 compile path waits for the steps it needs, where the thread has not finished them
 (never longer than doing the work itself, and the same work never runs twice at once):
@@ -60,6 +60,14 @@ def start() -> bool:
             _thread = threading.Thread(target=_run, name="flashlight-prepare", daemon=True)
             _thread.start()
     return True
+
+
+def state() -> dict:
+    """Where the preparing thread stands: ``"off"`` (never started), ``"running"`` or
+    ``"done"``, with the seconds each finished step took (for reports: a first pass that
+    starts while it runs pays its remaining steps where it waits for them)."""
+    status = "off" if _thread is None else ("done" if _done.is_set() else "running")
+    return {"thread": status, "steps_s": {name: round(seconds, 4) for name, seconds in TIMES.items()}}
 
 
 def wait(steps: tuple[str, ...] | None = None) -> None:

@@ -245,6 +245,11 @@ class Folder(RecordFiles):
             # built and the features are made ([Note: compiling in other processes] in
             # flashlight.compile_workers); they idle if Flashlight turns out unusable
             compile_workers.start_soon()
+        if options.flashlight:
+            # the process's one-time compile costs, on a thread while the model is built
+            # ([Note: a process's one-time costs] in flashlight.prepare): a record with
+            # no MSA has its features at once, and its pass would wait for them
+            prepare.start()
         self.stock = build_model(config, self.info, options.params)
         self.status = PatchStatus(requested=options.flashlight)
         self.variants: Dict[str, torch.nn.Module] = {}
@@ -401,6 +406,7 @@ class Folder(RecordFiles):
         warm_batch = {k: v[..., :iterations] for k, v in batch.items()}
         warm, steady = [], []
         warmup_compile: dict = {}  # how the warm-up compiled (_compiling_in_background)
+        prepared = prepare.state()  # the preparing thread when the first pass starts
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NOISY_OPENFOLD_WARNING)
             with self._inference(model, batch), FrozenHeap() as heap, \
@@ -436,6 +442,7 @@ class Folder(RecordFiles):
             "warmup_s": [t.model_s for t in warm],
             "warmup_compile": warmup_compile,  # of the warm-up, or of the first pass where it compiled
             "compiled_in_pass": bool(in_pass),
+            "prepare_at_first_pass": prepared,
             "runs_s": [t.model_s for t in steady],
             "steady": median.to_json(),
             "warmup": [t.to_json() for t in warm],

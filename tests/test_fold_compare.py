@@ -179,22 +179,30 @@ def test_compare_times_modules_in_one_more_pass_without_autograd(tmp_path, fake_
     assert folder.runs_per_record() == 2 * (1 + 1 + 1)
 
 
-def test_a_plain_fold_compiles_in_its_pass_and_timed_folds_warm_up(tmp_path, fake_flashlight):
+def test_a_plain_fold_compiles_in_its_pass_and_timed_folds_warm_up(tmp_path, fake_flashlight, monkeypatch):
     """[Note: compiling in the background during a fold's pass]: a plain Flashlight fold
     runs no warm-up and compiles in its one pass, unless the caches hold the fold
     ([Note: skipping the warm-up when the caches are warm]); folds that time several
     passes warm up where they compile, comparisons always."""
     from flashlight import settings
 
+    from flashlight import prepare
+    from flashlight.structures import fold as fold_module
+
     fake_flashlight()
+    order = []  # the preparing thread starts before the model is built
+    monkeypatch.setattr(prepare, "start", lambda start=prepare.start: order.append("prepare") or start())
+    monkeypatch.setattr(fold_module, "build_model",
+                        lambda *a, build=fold_module.build_model: order.append("build") or build(*a))
     with settings.override(cache_dir=str(tmp_path / "cache")):
         folder = Folder(_options(tmp_path / "out", warmup=None, plot=False), warn=lambda _: None)
-        assert "stock" not in folder.variants
+        assert "stock" not in folder.variants and order[:2] == ["prepare", "build"]
         totals, iterations = [], []
 
         def fold(record):
             report = folder.fold(record, on_recycle=lambda: iterations.append(1), on_total=totals.append)
             run = report["runs"]["flashlight"]
+            assert run["prepare_at_first_pass"]["thread"] in ("running", "done")  # in latency.json
             return report["warmup_runs"], run["compiled_in_pass"], run["warmup_compile"]["mode"]
 
         first, second = fold(RECORD), fold(RECORD)
