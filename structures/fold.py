@@ -245,7 +245,7 @@ class Folder(RecordFiles):
             # built and the features are made ([Note: compiling in other processes] in
             # flashlight.compile_workers); they idle if Flashlight turns out unusable
             compile_workers.start_soon()
-        if options.flashlight:
+        if options.flashlight and _flashlight_unusable(self.device) is None:
             # the process's one-time compile costs, on a thread while the model is built
             # ([Note: a process's one-time costs] in flashlight.prepare): a record with
             # no MSA has its features at once, and its pass would wait for them
