@@ -16,8 +16,9 @@ fold's first call with empty caches (H200 host, ``bench/results/first_call``):
 
 None of it depends on the kernels, so :func:`start` runs it on a daemon thread as soon
 as a user says Flashlight will be used (``patch_openfold``; ``flashlight-fold`` starts it
-before it builds the model), while the program loads weights and builds inputs. It traces nothing itself (an FX tracer patches
-``nn.Module.__call__`` process-wide while it runs), and it draws no random numbers. The
+before it builds the model), while the program loads weights and builds inputs. It
+traces nothing itself (an FX tracer patches ``nn.Module.__call__`` process-wide while it
+runs), and it draws no random numbers. The
 compile path waits for the steps it needs, where the thread has not finished them
 (never longer than doing the work itself, and the same work never runs twice at once):
 capture and lowering for the first two (:data:`CAPTURE`), asking Triton what a launch

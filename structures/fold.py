@@ -248,7 +248,7 @@ class Folder(RecordFiles):
         if options.flashlight and _flashlight_unusable(self.device) is None:
             # the process's one-time compile costs, on a thread while the model is built
             # ([Note: a process's one-time costs] in flashlight.prepare): a record with
-            # no MSA has its features at once, and its pass would wait for them
+            # no MSA has its features at once, and its first pass would wait for the thread
             prepare.start()
         self.stock = build_model(config, self.info, options.params)
         self.status = PatchStatus(requested=options.flashlight)

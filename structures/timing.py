@@ -168,16 +168,17 @@ class FrozenHeap:
     on whichever thread allocates at that moment. A fold's process holds PyTorch's and
     OpenFold's objects, the model, and after compiling the captured graphs and their
     lowering: on a 2-core CPU, after a two-block fold with empty caches, a full collection
-    of its 380,000 objects took 0.18 s. On an H200 the synchronised module pass of a
-    ``--compare`` process with empty caches measured one triangle attention call 0.29 s
-    long (block 29; every other call of it 2.7-3.5 ms), twice in two runs, and never in a
-    process with filled caches, where compiling leaves far fewer objects: a full
-    collection is the likely stall (a host pause inside one module's span), and a timed
-    pass can meet one as well. So every pass starts with a full collection and the
-    survivors frozen (``gc.freeze``: later collections skip them), outside the timed
-    span; a collection during a pass then walks only what that pass allocated. The
-    freeze is undone when the record's passes end (``gc.unfreeze``), so garbage that
-    only became unreachable later is still collected.
+    of its 380,000 objects took 0.18 s. On an H200 the synchronised module pass of both
+    ``--compare`` processes with empty caches measured a 0.23-0.29 s stall in one
+    triangle attention call (where the blocks were kept: block 29's call 0.29 s, every
+    other call of it 2.7-3.5 ms), and no process with filled caches, where compiling
+    leaves far fewer objects: a full collection is the likely stall (a host pause inside
+    one module's span; not confirmed), and a timed pass can meet one as well. So every
+    pass of every variant starts with a full collection and the survivors frozen
+    (``gc.freeze``: later collections skip them), outside the timed span but inside the
+    process's wall time; a collection during a pass then walks only what that pass
+    allocated. The freeze is undone when the record's passes end (``gc.unfreeze``), so
+    garbage that only became unreachable later is still collected.
     """
 
     def __enter__(self) -> "FrozenHeap":
