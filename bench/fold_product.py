@@ -98,8 +98,10 @@ def parse_args(argv):
                    help="each fold lists its longest kernels in latency.json (flashlight-fold --profile-kernels); "
                         "the rows keep them")
     p.add_argument("--max-minutes", type=float, default=9.0)
-    p.add_argument("--run-estimate-s", type=float, default=150.0,
-                   help="seconds one fold is assumed to need when deciding whether a config fits")
+    p.add_argument("--run-estimate-s", type=float, default=60.0,
+                   help="seconds one fold process of 256 residues is assumed to need (scaled with the "
+                        "length) until a process of that length has been measured; a row starts only "
+                        "where its processes fit in the time left")
     p.add_argument("--rows", default="cold,warm",
                    help="which rows per record: cold, warm (the --compare command with empty, then filled "
                         "caches) and solo (stock alone and Flashlight alone, cold, in fresh processes: "
@@ -117,6 +119,24 @@ def configs(lengths, msas, dtypes, modes=("",)) -> list[tuple[int, str, str, str
             for n in lengths:
                 order.extend((n, msa, dtype, mode) for mode in modes)
     return order
+
+
+PROCESSES = {"cold": 1, "warm": 1, "solo": 4}  # fold processes one row runs
+
+
+def process_estimate(rows: list[dict], length: int, default_s: float) -> float:
+    """Seconds one fold process of ``length`` residues is expected to take: the longest
+    measured so far at that length (any finished row of the file, each process of a solo
+    row), else ``default_s`` scaled with the length (256 residues: ``default_s``)."""
+    walls = []
+    for row in rows:
+        if row.get("length") != length or row.get("status") != "ok":
+            continue
+        if row.get("cache") == "solo":
+            walls += [v for k, v in row.items() if k.endswith("_process_wall_s") and v]
+        elif row.get("wall_s"):
+            walls.append(row["wall_s"])
+    return max(walls) if walls else default_s * max(1.0, length / 256)
 
 
 def row_key(row: dict) -> tuple:
@@ -363,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     data = json.loads(out.read_text()) if out.exists() else {"schema": "flashlight-bench-fold-product/1",
                                                              "runs": [], "rows": []}
-    have = {row_key(r): i for i, r in enumerate(data["rows"])}
+    # a row that ran out of time is not a result: the next call runs it again
+    have = {row_key(r): i for i, r in enumerate(data["rows"]) if r.get("status") != "timeout"}
     wanted = set(args.rows.split(",")) | ({"cold"} if "warm" in args.rows.split(",") else set())
     kinds = tuple(k for k in ("cold", "warm", "solo") if k in wanted)  # a warm row needs its cold run
     todo = [c for c in configs(lengths, msas, dtypes, modes)
@@ -387,17 +408,17 @@ def main(argv: list[str] | None = None) -> int:
 
     def put(row: dict) -> None:
         k = row_key(row)
-        if k in have:
-            data["rows"][have[k]] = row
+        stale = [i for i, r in enumerate(data["rows"]) if row_key(r) == k]  # a timed-out try included
+        if stale:
+            data["rows"][stale[-1]] = row
+            data["rows"] = [r for i, r in enumerate(data["rows"]) if i not in stale[:-1]]
         else:
-            have[k] = len(data["rows"])
             data["rows"].append(row)
+        have.clear()
+        have.update({row_key(r): i for i, r in enumerate(data["rows"]) if r.get("status") != "timeout"})
         save(out, data)
 
     for length, msa, dtype, mode in todo:
-        if deadline.remaining() < 2 * args.run_estimate_s:
-            say("bench.fold_product: time budget reached; run the same command again to continue")
-            return EXIT_INCOMPLETE
         inputs = make_inputs(work, length, args.depth)
         record = f"synthetic_{length}"
         cache = work / f"cache-{length}-{msa}-{dtype}{'-' + mode if mode else ''}"
@@ -408,6 +429,11 @@ def main(argv: list[str] | None = None) -> int:
             # a warm row needs its cold run's caches: the pair runs again unless both are in
             if (done[kind] if kind == "solo" else pair_done):
                 continue
+            need = PROCESSES[kind] * process_estimate(data["rows"], length, args.run_estimate_s) + 10
+            if deadline.remaining() < need:
+                say(f"bench.fold_product: time budget reached ({deadline.remaining():.0f} s left, a {kind} row "
+                    f"at {length} residues needs about {need:.0f} s); run the same command again to continue")
+                return EXIT_INCOMPLETE
             fold = functools.partial(user_args, inputs / f"{record}.fasta", inputs if msa == "deep" else None,
                                      dtype, work / "out", extra)
             env = {"FLASHLIGHT_WARMUP_COMPILE": mode} if mode else {}

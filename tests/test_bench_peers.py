@@ -11,6 +11,7 @@ import math
 import os
 import pathlib
 import sys
+import time
 
 import pytest
 import torch
@@ -386,6 +387,34 @@ def test_fold_product_stops_without_time_for_a_cold_and_warm_pair(tmp_path):
     assert fold_product.main(["--lengths", "20", "--msa", "single", "--dtypes", "fp32", "--out", str(out),
                               "--work-dir", str(tmp_path), "--quiet", "--max-minutes", "1"]) == fold_product.EXIT_INCOMPLETE
     assert json.loads(out.read_text())["rows"] == []
+
+
+def test_fold_product_reruns_a_timed_out_row_and_sizes_rows_by_measured_processes(tmp_path, monkeypatch):
+    """A row that ran out of time is not a result: the next call runs it again and the
+    file keeps one row per key. A row starts only where its processes fit in the time
+    left, each expected to take the longest process measured at its length."""
+    from bench import fold_product
+
+    script = _fake_fold(tmp_path)
+    monkeypatch.setattr(fold_product, "launcher", lambda: ([sys.executable, str(script)], "fake"))
+    out = tmp_path / "fp.json"
+    timed_out = {"length": 20, "msa": "single", "dtype": "fp32", "cache": "warm", "status": "timeout", "wall_s": 42.0}
+    cold = {"length": 20, "msa": "single", "dtype": "fp32", "cache": "cold", "status": "ok", "wall_s": 30.0}
+    out.write_text(json.dumps({"schema": "flashlight-bench-fold-product/1", "runs": [], "rows": [cold, timed_out]}))
+    argv = ["--lengths", "20", "--msa", "single", "--dtypes", "fp32", "--work-dir", str(tmp_path / "w"),
+            "--out", str(out), "--quiet", "--run-estimate-s", "1"]
+    assert fold_product.main(argv) == fold_product.EXIT_COMPLETE
+    rows = json.loads(out.read_text())["rows"]
+    assert sorted((r["cache"], r["status"]) for r in rows) == [("cold", "ok"), ("warm", "ok")]
+    # expected seconds per process: the longest measured at the length, else scaled from the default
+    solo = {"length": 512, "cache": "solo", "status": "ok", "stock_process_wall_s": 70.0,
+            "flashlight_second_process_wall_s": 80.0}
+    assert fold_product.process_estimate([solo, cold], 512, 60.0) == 80.0
+    assert fold_product.process_estimate([solo, timed_out], 20, 60.0) == 60.0
+    assert fold_product.process_estimate([], 1024, 60.0) == 240.0
+    monkeypatch.setenv("FLASHLIGHT_BUDGET_END", str(time.time() + 8))  # less than 4 processes and the margin
+    assert fold_product.main(argv + ["--rows", "solo"]) == fold_product.EXIT_INCOMPLETE
+    assert all(r["cache"] != "solo" for r in json.loads(out.read_text())["rows"])
 
 
 def test_a_failing_fold_is_a_recorded_result(tmp_path, monkeypatch):
