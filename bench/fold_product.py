@@ -383,8 +383,12 @@ def main(argv: list[str] | None = None) -> int:
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     data = json.loads(out.read_text()) if out.exists() else {"schema": "flashlight-bench-fold-product/1",
                                                              "runs": [], "rows": []}
-    # a row that ran out of time is not a result: the next call runs it again
-    have = {row_key(r): i for i, r in enumerate(data["rows"]) if r.get("status") != "timeout"}
+
+    def finished() -> set[tuple]:
+        """Keys of the rows done (a row that ran out of time is not: the next call runs it again)."""
+        return {row_key(r) for r in data["rows"] if r.get("status") != "timeout"}
+
+    have = finished()
     wanted = set(args.rows.split(",")) | ({"cold"} if "warm" in args.rows.split(",") else set())
     kinds = tuple(k for k in ("cold", "warm", "solo") if k in wanted)  # a warm row needs its cold run
     todo = [c for c in configs(lengths, msas, dtypes, modes)
@@ -407,15 +411,11 @@ def main(argv: list[str] | None = None) -> int:
     save(out, data)
 
     def put(row: dict) -> None:
-        k = row_key(row)
-        stale = [i for i, r in enumerate(data["rows"]) if row_key(r) == k]  # a timed-out try included
-        if stale:
-            data["rows"][stale[-1]] = row
-            data["rows"] = [r for i, r in enumerate(data["rows"]) if i not in stale[:-1]]
+        keys = [row_key(r) for r in data["rows"]]  # one row per key, a timed-out try included
+        if row_key(row) in keys:
+            data["rows"][keys.index(row_key(row))] = row
         else:
             data["rows"].append(row)
-        have.clear()
-        have.update({row_key(r): i for i, r in enumerate(data["rows"]) if r.get("status") != "timeout"})
         save(out, data)
 
     for length, msa, dtype, mode in todo:
@@ -423,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         record = f"synthetic_{length}"
         cache = work / f"cache-{length}-{msa}-{dtype}{'-' + mode if mode else ''}"
         shutil.rmtree(cache, ignore_errors=True)  # cold: empty caches
+        have = finished()
         done = {k: row_key(_base((length, msa, dtype, mode), k)) in have for k in kinds}
         pair_done = all(v for k, v in done.items() if k != "solo")
         for kind in kinds:

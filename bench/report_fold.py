@@ -17,12 +17,12 @@ import json
 import pathlib
 import statistics
 
+from bench.evoformer import ATTENTION_PARTS  # the Evoformer block's modules Flashlight replaces
+
 SCHEMA = "flashlight-bench-fold-product/1"
 FOLDER = "fold_product_runs"
 DTYPE_TITLES = {"bf16": "bf16", "fp32": "fp32 (TF32)"}
 MSA_TITLES = {"deep": "deep MSA", "single": "one sequence"}
-# the Evoformer block's modules that Flashlight replaces (bench.evoformer.ATTENTION_PARTS)
-PATCHED_PARTS = ("msa_att_row", "msa_att_col", "tri_att_start", "tri_att_end")
 # rows from this date on ran the fold path of fold_product_runs/README.md's current sections
 # (code 7f59959 and later); older rows ran earlier warm-up and compile paths beside the
 # stock passes, so their stock spans do not measure the noise of today's command
@@ -175,7 +175,7 @@ def module_noise(rows: list[dict]) -> list[dict]:
             median = statistics.median(ratios)
             verdict = "ok" if median >= 1.0 else ("noise" if median * (1.0 + noise) >= 1.0 else "slower")
             out.append({"length": key[0], "msa": key[1], "dtype": key[2], "module": part,
-                        "patched": part in PATCHED_PARTS, "processes": len(pairs),
+                        "patched": part in ATTENTION_PARTS, "processes": len(pairs),
                         "stock_ms": 1e3 * statistics.median(s for s, _ in pairs),
                         "speedup_median": median, "speedup_min": min(ratios), "speedup_max": max(ratios),
                         "stock_noise": noise, "verdict": verdict})

@@ -245,7 +245,8 @@ class Folder(RecordFiles):
             # built and the features are made ([Note: compiling in other processes] in
             # flashlight.compile_workers); they idle if Flashlight turns out unusable
             compile_workers.start_soon()
-        if options.flashlight and _flashlight_unusable(self.device) is None:
+        unusable = _flashlight_unusable(self.device)
+        if options.flashlight and unusable is None:
             # the process's one-time compile costs, on a thread while the model is built
             # ([Note: a process's one-time costs] in flashlight.prepare): a record with
             # no MSA has its features at once, and its first pass would wait for the thread
@@ -257,7 +258,6 @@ class Folder(RecordFiles):
             self.variants["stock"] = self.stock
         else:
             patched = copy.deepcopy(self.stock) if options.compare else self.stock
-            unusable = _flashlight_unusable(self.device)
             if unusable:
                 self.status = PatchStatus(requested=True, active=False, reason=unusable)
             else:
