@@ -397,7 +397,9 @@ def make_backend(report: ExplainReport | None = None, **options: Any):
 
     captures = {inference: aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                                         inference_compiler=compiler("inference"), partition_fn=partition,
-                                        decompositions=decompositions(inference=inference))
+                                        decompositions=decompositions(inference=inference),
+                                        # [Note: writing into an input the graph overwrites]
+                                        keep_inference_input_mutations=True)
                 for inference in (False, True)}
 
     def backend(gm: fx.GraphModule, example_inputs):

@@ -69,6 +69,8 @@ def compile_remainder(gm: fx.GraphModule, example_inputs: Sequence, kind: str):
     from torch._inductor.compile_fx import compile_fx_inner
 
     graph_copy = decompose(gm, example_inputs)
+    if kind == "inference":
+        write_into_overwritten_inputs(graph_copy)
     return compile_fx_inner(graph_copy, list(example_inputs),
                             is_inference=kind == "inference", is_backward=kind == "backward")
 
@@ -88,3 +90,149 @@ def decompose(gm: fx.GraphModule, example_inputs: Sequence) -> fx.GraphModule:
             stack.enter_context(fake_mode)
         stack.enter_context(enable_python_dispatcher())
         return make_fx(gm, decomposition_table=select_decomp_table())(*example_inputs)
+
+
+# [Note: writing into an input the graph overwrites]
+# A function that updates its input in place (``x += f(x)``, OpenFold's residual
+# updates under ``inplace_safe``) reaches the backend functionalized: ``x1 = x + f(x)``,
+# ``x2 = x1 + g(x1)``, ... and one ``x.copy_(xn)`` at the end (AOTAutograd keeps an
+# inference graph's input mutations in the graph). Every ``xk`` then takes a new buffer
+# while ``x``'s own buffer, which the caller holds, is kept alive only to be overwritten
+# at the end: the graph needs one input-sized buffer more than the in-place code it came
+# from. PyTorch's generic re-inplacing (``torch.fx.passes.reinplace``) leaves such inputs
+# alone, and Inductor re-inplaces only scatter-like ops into them. Here an elementwise
+# node ``xk = op(x_current, ...)`` whose output has the input's shape, strides and dtype
+# is written into the input's buffer (``x.copy_(xk)``, which Inductor lowers to a kernel
+# that stores into that buffer) when no other node reads the input's current value, or a
+# view of it, after ``xk``; its users then read the copy. The final ``x.copy_(xn)``
+# becomes a copy of the buffer onto itself and is dropped. Reads before the write stay
+# before it: Inductor orders a mutation after the earlier reads of its buffer. Not
+# covered: a Flashlight kernel whose epilogue absorbed the update (``x + attention``
+# as one launch) still returns a new buffer, which the final copy moves into ``x``.
+
+
+def write_into_overwritten_inputs(gm: fx.GraphModule) -> int:
+    """Rewrite ``gm`` (an ATen inference graph with fake values in ``meta["val"]``) so
+    that elementwise results are stored in the buffers of inputs the graph overwrites at
+    its end ([Note: writing into an input the graph overwrites]); returns how many."""
+    graph = gm.graph
+    written = 0
+    for node in list(graph.nodes):
+        if node.op == "placeholder":
+            final = _final_copy(node)
+            if final is not None:
+                written += _write_chain(graph, node, final)
+    if written:
+        graph.lint()
+        gm.recompile()
+    return written
+
+
+def _final_copy(placeholder: fx.Node) -> fx.Node | None:
+    """The one ``placeholder.copy_(value)`` of the graph, where it is the only node that
+    writes the input and nothing reads the input after it."""
+    copies = [u for u in placeholder.users if u.target is torch.ops.aten.copy_.default and u.args[0] is placeholder]
+    val = placeholder.meta.get("val")
+    if len(copies) != 1 or not isinstance(val, torch.Tensor) or _overlaps(val):
+        return None
+    final = copies[0]
+    order = _order(placeholder.graph)
+    storage = _storage(val)
+    for node in placeholder.graph.nodes:
+        if order[node] > order[final] and node.op != "output" and any(
+                _in(a, storage) for a in node.all_input_nodes):
+            return None
+    return final
+
+
+def _write_chain(graph: fx.Graph, placeholder: fx.Node, final: fx.Node) -> int:
+    """Store each eligible elementwise value in ``placeholder``'s buffer, in graph order."""
+    val = placeholder.meta["val"]
+    current, written = placeholder, 0
+    while True:
+        order = _order(graph)
+        target = _next_writer(current, val, order, final)
+        if target is None:
+            break
+        with graph.inserting_after(target):
+            copy = graph.call_function(torch.ops.aten.copy_.default, (placeholder, target))
+        copy.meta["val"] = val
+        target.replace_all_uses_with(copy, delete_user_cb=lambda user: user is not copy)
+        current, written = copy, written + 1
+    if written and final.args[1] is current:  # the buffer copied onto itself
+        final.replace_all_uses_with(placeholder)
+        graph.erase_node(final)
+    return written
+
+
+def _next_writer(current: fx.Node, val: torch.Tensor, order: dict, final: fx.Node) -> fx.Node | None:
+    """The first elementwise user of ``current`` that may store into the input's buffer:
+    the last reader of the buffer's current value, with the input's layout."""
+    storage = _storage(val)
+    views = _views(current, storage, final)
+    readers = {u for v in views for u in v.users if u not in views and u is not final}
+    for user in sorted(current.users, key=order.get):
+        if user is final or not _pointwise(user):
+            continue
+        out = user.meta.get("val")
+        if not (isinstance(out, torch.Tensor) and out.shape == val.shape and out.dtype == val.dtype
+                and out.stride() == val.stride()):
+            continue
+        others = [a for a in user.all_input_nodes if a is not current]
+        if any(_in(a, storage) for a in others):
+            continue  # it reads the buffer elsewhere too, e.g. through a transposed view
+        if not all(order[r] < order[user] for r in readers if r is not user):
+            continue
+        # its value, once in the buffer, must be read before the final copy overwrites
+        # it, unless it is what that copy writes (then the copy is dropped)
+        if final.args[1] is user or all(order[r] < order[final] for r in _readers(user, final)):
+            return user
+    return None
+
+
+def _readers(node: fx.Node, final: fx.Node) -> set[fx.Node]:
+    """The nodes that read ``node``'s value, directly or through views of it."""
+    views = _views(node, _storage(node.meta.get("val")), final)
+    return {u for v in views for u in v.users if u not in views}
+
+
+def _views(node: fx.Node, storage, final: fx.Node) -> set[fx.Node]:
+    """``node`` and the nodes that view its memory, transitively (not the final copy)."""
+    found, todo = {node}, [node]
+    while todo:
+        for user in todo.pop().users:
+            if user not in found and user is not final and user.op == "call_function" \
+                    and user.target is not torch.ops.aten.copy_.default \
+                    and _in(user, storage):
+                found.add(user)
+                todo.append(user)
+    return found
+
+
+def _pointwise(node: fx.Node) -> bool:
+    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and torch.Tag.pointwise in node.target.tags and not node.target._schema.is_mutable)
+
+
+def _storage(val):
+    """A key for the memory ``val`` (a fake tensor) lives in; None for other values."""
+    if not isinstance(val, torch.Tensor):
+        return None
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    return StorageWeakRef(val.untyped_storage())
+
+
+def _in(node: fx.Node, storage) -> bool:
+    """Whether ``node``'s value lives in ``storage`` (see :func:`_storage`)."""
+    found = _storage(node.meta.get("val"))
+    return found is not None and found == storage
+
+
+def _overlaps(val: torch.Tensor) -> bool:
+    """Whether ``val`` has elements that share memory (an expanded input)."""
+    return any(st == 0 and n > 1 for n, st in zip(val.shape, val.stride()))
+
+
+def _order(graph: fx.Graph) -> dict[fx.Node, int]:
+    return {node: k for k, node in enumerate(graph.nodes)}

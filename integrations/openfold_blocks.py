@@ -81,6 +81,18 @@ use. Its largest intermediates are those of the eager patched block (the MSA
 transition's ``[*, S, R, 4 C_m]``, the outer product's ``[*, R, R, c^2]``); the triangle
 multiplications hold both projections ``a, b`` (``[*, R, R, c_mul]``) at once where the
 in-place path holds ``a`` and a chunk of ``b``.
+
+[Note: a compiled block updates its inputs in place]
+A functional block returns new ``m`` and ``z`` while the caller still holds the old ones:
+one MSA- and one pair-sized buffer more than OpenFold's in-place path, which adds each
+update into ``m`` and ``z`` (the extra-MSA stack's ``m`` at 5120 rows and 256 residues is
+320 MiB in float32). Where the caller allows that path (``inplace_safe=True``, as
+OpenFold's stacks pass at inference) and Inductor compiles the rest of the block, the
+compiled function copies its results into
+``m`` and ``z`` and returns them, as the in-place path does; AOTAutograd keeps those
+copies in the graph, and Flashlight then stores the residual updates themselves in the
+inputs' buffers ([Note: writing into an input the graph overwrites] in
+:mod:`flashlight.inductor`), so no second ``m`` or ``z`` is allocated.
 """
 from __future__ import annotations
 
@@ -91,6 +103,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from flashlight import settings
 from flashlight.integrations import openfold_core
 from flashlight.integrations.openfold_forward import (
     _STATE_ATTR,
@@ -110,6 +123,8 @@ _BLOCK_STACKS = {
     "ExtraMSABlock": "extra_msa",
     "TemplatePairStackBlock": "template_pair",
 }
+# the arguments each block class returns updated, in the order it returns them
+_UPDATED = {"EvoformerBlock": ("m", "z"), "ExtraMSABlock": ("m", "z"), "TemplatePairStackBlock": ("z",)}
 # arguments that make the compiled block unsuitable when set (see "When the eager block...")
 _EAGER_WHEN_SET = ("chunk_size", "_attn_chunk_size", "_offload_inference")
 
@@ -178,12 +193,16 @@ def _block_forward(self, *args, **kwargs):
         return type(self).forward(self, *args, **kwargs)  # the class raises the TypeError
     if torch.compiler.is_compiling() or _eager_reason(self, state, bound) is not None:
         return type(self).forward(self, *args, **kwargs)
+    # [Note: a compiled block updates its inputs in place]
+    options = _block_options(state.options.compile_options)
+    in_place = bound.get("inplace_safe") and options["remainder"] == "inductor"
+    updated = _UPDATED.get(type(self).__name__, ()) if in_place else ()
     bound.update(chunk_size=None, _attn_chunk_size=None, inplace_safe=False)
     bound = {k: v for k, v in bound.items() if k in state.stock_params}
     tensors = [v for v in bound.values() if isinstance(v, torch.Tensor)]
-    fn = compiled_block(type(self), tensors[0].dtype, state.options.compile_options)
+    fn = compiled_block(type(self), tensors[0].dtype, options)
     with _traceable_forwards(self):
-        return fn(self, bound)
+        return fn(self, bound, updated)
 
 
 @contextlib.contextmanager
@@ -224,9 +243,22 @@ def _eager_reason(block, state: _BlockState, bound: dict[str, Any]) -> str | Non
     return _fallback_reason(block, state.options, [x], others)
 
 
-def _run_block(block, kwargs):
-    """The block's class forward on keyword arguments: the function that is compiled."""
-    return type(block).forward(block, **kwargs)
+def _run_block(block, kwargs, updated=()):
+    """The block's class forward on keyword arguments: the function that is compiled.
+    With ``updated`` (the names of the inputs the block returns updated, in order), the
+    results are written into those inputs, which are returned, as OpenFold's in-place
+    path does ([Note: a compiled block updates its inputs in place])."""
+    out = type(block).forward(block, **kwargs)
+    if not updated:
+        return out
+    results = out if isinstance(out, tuple) else (out,)
+    targets = [kwargs[name] for name in updated]
+    if len(results) != len(targets) or any(r.shape != t.shape or r.dtype != t.dtype
+                                           for r, t in zip(results, targets)):
+        return out
+    for target, result in zip(targets, results):
+        target.copy_(result)
+    return tuple(targets) if isinstance(out, tuple) else targets[0]
 
 
 def _snake(name: str) -> str:
@@ -240,7 +272,14 @@ def compiled_block(cls: type, dtype: torch.dtype, compile_options: dict[str, Any
     """The Flashlight-compiled :func:`_run_block` for blocks of class ``cls`` in ``dtype``
     (see [Note: one compile for all blocks]), compiled on first request and cached."""
     name = f"{_snake(cls.__name__)}_{str(dtype).replace('torch.', '')}"
-    return _compiled.get((cls, dtype), _run_block, name, dict(compile_options))
+    return _compiled.get((cls, dtype), _run_block, name, _block_options(compile_options))
+
+
+def _block_options(compile_options: dict[str, Any]) -> dict[str, Any]:
+    """``compile_options`` with the remainder a block compiles with: the caller's, else
+    ``FLASHLIGHT_REMAINDER`` (Inductor by default), not the attention cores' eager one
+    ([Note: the cores' remainder] in :mod:`~flashlight.integrations.openfold_core`)."""
+    return {"remainder": settings.get("remainder"), **compile_options}
 
 
 def compiled_names() -> list[str]:

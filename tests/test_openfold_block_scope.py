@@ -22,6 +22,7 @@ from torch._dynamo.utils import counters
 pytest.importorskip("openfold")
 
 import flashlight  # noqa: E402
+import flashlight.inductor  # noqa: E402
 from flashlight import settings  # noqa: E402
 from flashlight.integrations import openfold_blocks  # noqa: E402
 from flashlight.integrations import openfold_testing as oft  # noqa: E402
@@ -183,11 +184,19 @@ def test_a_template_pair_block_through_the_inductor_remainder(gen):
     assert report.blocks == {"template_pair": 1}
     z = torch.randn(1, 6, 6, 8, generator=gen)
     mask = oft.random_mask((1, 6, 6), gen)
+    spy = unittest.mock.patch.object(flashlight.inductor, "write_into_overwritten_inputs",
+                                     wraps=flashlight.inductor.write_into_overwritten_inputs)
     with torch.no_grad():
         want = block(z.clone(), mask, inplace_safe=True)
-        with settings.override(remainder="inductor", on_error="raise"):
-            got = patched(z.clone(), mask, inplace_safe=True)
+        z_in = z.clone()
+        with settings.override(remainder="inductor", on_error="raise"), spy as handed:
+            got = patched(z_in, mask, inplace_safe=True)
         exact = copy.deepcopy(block).double()(z.double(), mask.double())
+    # Inductor compiled the rest of the block, and the result was written into the
+    # caller's z, as OpenFold's in-place path does ([Note: a compiled block updates its
+    # inputs in place] in openfold_blocks.py)
+    assert handed.called
+    assert got is z_in
     assert torch.isfinite(got).all()
     scale = exact.abs().max().item()
     assert (got - want).abs().max().item() <= 1e-4 * scale
