@@ -135,13 +135,12 @@ def _final_copy(placeholder: fx.Node) -> fx.Node | None:
     val = placeholder.meta.get("val")
     if len(copies) != 1 or not isinstance(val, torch.Tensor) or _overlaps(val):
         return None
-    final = copies[0]
-    order = _order(placeholder.graph)
-    storage = _storage(val)
-    for node in placeholder.graph.nodes:
-        if order[node] > order[final] and node.op != "output" and any(
-                _in(a, storage) for a in node.all_input_nodes):
+    final, storage = copies[0], _storage(val)
+    node = final.next
+    while node.op != "output":
+        if any(_in(a, storage) for a in node.all_input_nodes):
             return None
+        node = node.next
     return final
 
 
@@ -169,8 +168,7 @@ def _next_writer(current: fx.Node, val: torch.Tensor, order: dict, final: fx.Nod
     """The first elementwise user of ``current`` that may store into the input's buffer:
     the last reader of the buffer's current value, with the input's layout."""
     storage = _storage(val)
-    views = _views(current, storage, final)
-    readers = {u for v in views for u in v.users if u not in views and u is not final}
+    readers = _readers(current, final) - {final}
     for user in sorted(current.users, key=order.get):
         if user is final or not _pointwise(user):
             continue
@@ -192,12 +190,13 @@ def _next_writer(current: fx.Node, val: torch.Tensor, order: dict, final: fx.Nod
 
 def _readers(node: fx.Node, final: fx.Node) -> set[fx.Node]:
     """The nodes that read ``node``'s value, directly or through views of it."""
-    views = _views(node, _storage(node.meta.get("val")), final)
+    views = _views(node, final)
     return {u for v in views for u in v.users if u not in views}
 
 
-def _views(node: fx.Node, storage, final: fx.Node) -> set[fx.Node]:
+def _views(node: fx.Node, final: fx.Node) -> set[fx.Node]:
     """``node`` and the nodes that view its memory, transitively (not the final copy)."""
+    storage = _storage(node.meta.get("val"))
     found, todo = {node}, [node]
     while todo:
         for user in todo.pop().users:

@@ -268,11 +268,12 @@ def _snake(name: str) -> str:
 _compiled = openfold_core.CompiledFunctions()
 
 
-def compiled_block(cls: type, dtype: torch.dtype, compile_options: dict[str, Any]) -> Callable:
+def compiled_block(cls: type, dtype: torch.dtype, options: dict[str, Any]) -> Callable:
     """The Flashlight-compiled :func:`_run_block` for blocks of class ``cls`` in ``dtype``
-    (see [Note: one compile for all blocks]), compiled on first request and cached."""
+    with ``options`` (from :func:`_block_options`; see [Note: one compile for all
+    blocks]), compiled on first request and cached."""
     name = f"{_snake(cls.__name__)}_{str(dtype).replace('torch.', '')}"
-    return _compiled.get((cls, dtype), _run_block, name, _block_options(compile_options))
+    return _compiled.get((cls, dtype), _run_block, name, options)
 
 
 def _block_options(compile_options: dict[str, Any]) -> dict[str, Any]:
