@@ -41,7 +41,8 @@ not structures, only timings. float32 with TF32 matmuls (OpenFold's inference se
 ``chunk_size=None``, inference under ``torch.no_grad()``. A whole-model run that does not
 fit without chunking (stock OpenFold materialises the extra-MSA row attention's
 ``[N_extra, H, N_res, N_res]`` logits: 160 GiB at 1024 residues) is run again with
-OpenFold's own default ``chunk_size`` and the cell records ``chunk_size``; the stock
+OpenFold's own default ``chunk_size`` and chunk-size tuner, and the cell records
+``chunk_size`` and the sizes the tuner chose (``tuned_chunk_sizes``); the stock
 reference of the other modes follows the same rule (``reference_chunk_size``). Times are CUDA-event medians of
 ``--reps`` calls after one untimed call (whose time, compilation included, is reported
 as the first call). Peak memory is ``torch.cuda.max_memory_allocated`` during a timed
@@ -70,7 +71,8 @@ from typing import Any
 
 from bench.evoformer_modes import (MODES, apply_mode, base_mode, disagreement, dynamo_stats, first_call,
                                   recording_call)
-from bench.evoformer_inputs import build_model, cast_model, model_config, stack_inputs, synthetic_batch, torch_dtype
+from bench.evoformer_inputs import build_model, cast_model, chunking, model_config, stack_inputs, synthetic_batch, \
+    torch_dtype
 
 DTYPE_NAMES = ("tf32", "bf16")
 SCOPES = ("stack", "model")
@@ -273,8 +275,9 @@ def wanted_again(cell: dict, retry: bool, budget_left_s: float) -> bool:
 
 def _fitting(model, call):
     """``call()`` with ``chunk_size=None``; when that runs out of GPU memory, again with
-    OpenFold's default ``chunk_size`` (its own answer to long inputs), which stays set on
-    ``model`` for the calls that follow. Returns ``(call's result, chunk_size used)``."""
+    OpenFold's default ``chunk_size`` (its own answer to long inputs: the floor its
+    chunk-size tuner raises), which stays set on ``model`` for the calls that follow.
+    Returns ``(call's result, chunk_size used)``."""
     import torch
     from openfold.config import model_config as of_model_config
 
@@ -325,6 +328,7 @@ def run_model(args, n_res: int, mode: str, device: str) -> dict:
             del out
         rec.update(apply_mode(model, mode, blocks))
         (out, _), rec["chunk_size"] = _fitting(model, lambda: first_call(forward, mode, blocks, rec))
+        rec.update(chunking(model))
         if graphed:
             del out
             out, _ = recording_call(forward, rec)

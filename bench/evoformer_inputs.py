@@ -16,10 +16,21 @@ def model_config(blocks: int | None, n_extra: int):
         config.model.evoformer_stack.no_blocks = blocks
         config.model.extra_msa.extra_msa_stack.no_blocks = max(1, min(blocks, 4))
     config.model.extra_msa.enabled = n_extra > 0
-    for stack in (config.model.evoformer_stack, config.model.extra_msa.extra_msa_stack,
-                  config.model.template.template_pair_stack):
-        stack.tune_chunk_size = False
+    # OpenFold's chunk-size tuner stays on as model_1's config has it: inert unchunked,
+    # and where a run that does not fit is chunked, the preset's chunk size becomes the
+    # floor the tuner raises ([Note: chunking only where memory needs it])
     return config
+
+
+def chunking(model) -> dict:
+    """How a model that ran chunked chose its chunk sizes: whether OpenFold's tuner ran,
+    and what it chose per stack (empty for an unchunked model)."""
+    from flashlight.structures.models import tuned_chunk_sizes
+
+    if model.globals.chunk_size is None:
+        return {}
+    tuned = tuned_chunk_sizes(model)
+    return {"chunk_tuner": bool(tuned), "tuned_chunk_sizes": tuned}
 
 
 def build_model(config, seed: int, device: str):

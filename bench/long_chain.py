@@ -16,8 +16,12 @@ float32 with TF32) on a synthetic feature batch of each length, in the modes
   long inputs); ``stock_lma``: that plus ``use_lma=True`` (OpenFold 0.0.1's low-memory
   attention, Staats & Rabe), one pass each.
 
-Per cell: the time of a call (Flashlight: after an untimed first call, whose time,
-compilation included, is ``first_call_s``; stock: its one call), peak memory
+Chunked modes keep OpenFold's chunk-size tuner on, as model_1's config has it: the
+preset's chunk size is the floor from which it picks the largest that fits, per stack
+(``tuned_chunk_sizes`` in the cell).
+
+Per cell: the time of a call after an untimed first call (whose time, Flashlight's
+compilation or OpenFold's chunk-size trials included, is ``first_call_s``), peak memory
 (``torch.cuda.max_memory_allocated``), whether the output is finite. Running out of GPU
 memory is a result (``oom``, with the message). A cell the time budget stops after
 ``--record-after`` seconds is a ``timeout`` (it cannot finish in one ten-minute call);
@@ -78,7 +82,7 @@ def configure(model, mode: str) -> dict:
 def run_cell(args, n_res: int, mode: str, device: str) -> dict:
     import torch
 
-    from bench.evoformer_inputs import build_model, model_config, synthetic_batch
+    from bench.evoformer_inputs import build_model, chunking, model_config, synthetic_batch
 
     iters = 4 if mode == "flashlight_recycle" else 1
     model = build_model(model_config(args.blocks, args.n_extra), args.seed, device)
@@ -96,13 +100,12 @@ def run_cell(args, n_res: int, mode: str, device: str) -> dict:
         return out, time.perf_counter() - t0
 
     with torch.no_grad():
-        if mode.startswith("flashlight"):
-            out, rec["first_call_s"] = call()
-            del out
+        out, rec["first_call_s"] = call()  # Flashlight compiles, OpenFold's chunk tuner tries sizes
+        del out
         out, seconds = call()
         rec["ms"] = round(1e3 * seconds, 1)
-        rec.setdefault("first_call_s", round(seconds, 2))
         rec["finite"] = bool(torch.isfinite(out["final_atom_positions"]).all())
+        rec.update(chunking(model))
         if device == "cuda":
             rec["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     del model, batch, out

@@ -158,6 +158,22 @@ def ok_ms(cell: dict | None) -> float | None:
     return cell["ms"] if cell is not None and cell.get("status") == "ok" else None
 
 
+def untuned_chunks(cell: dict | None) -> bool:
+    """Whether ``cell`` ran chunked with OpenFold's chunk-size tuner off (cells measured
+    before the benchmarks kept it on): every layer at the preset's chunk size, so not
+    OpenFold at its best, and no ratio is quoted against it."""
+    return bool(cell and cell.get("chunk_size") and not cell.get("chunk_tuner"))
+
+
+def chunk_text(cell: dict) -> str:
+    """What a cell's time ran with, after the time: nothing unchunked, else the chunk size
+    and whether OpenFold's tuner raised it."""
+    if not cell.get("chunk_size"):
+        return ""
+    return f" (chunk {cell['chunk_size']}, tuner off)" if untuned_chunks(cell) else \
+        f" (chunk ≥ {cell['chunk_size']}, tuned)"
+
+
 def hypothesis(variant: str, dtype: str, winner: str, row: dict[str, dict] | None = None) -> str:
     """A likely cause for Flashlight losing this case. A hypothesis to check (with
     FLASHLIGHT_DEBUG=2 and a profiler), not a measured fact. ``row`` (impl -> cell)

@@ -3,7 +3,7 @@
 ``torch.compile`` per block, and the time per Evoformer module."""
 from __future__ import annotations
 
-from bench.report import MODE_TITLES, best_flashlight, cell_text, fmt_ms
+from bench.report import MODE_TITLES, best_flashlight, cell_text, chunk_text, fmt_ms, untuned_chunks
 
 
 def _before_chunked_retry(cell: dict) -> bool:
@@ -30,11 +30,12 @@ def evoformer_table(cells: list[dict]) -> list[str]:
                 return "OOM (before chunked retry)"
             if c is None or c["status"] != "ok":
                 return cell_text(c)
-            return fmt_ms(c["ms"]) + (f" (chunk {c['chunk_size']})" if c.get("chunk_size") else "")
+            return fmt_ms(c["ms"]) + chunk_text(c)
 
         st, co = modes.get("stock"), modes.get("compile")
         _, fl = best_flashlight(modes)
-        speed = (f"{st['ms'] / fl['ms']:.2f}×" if st and fl and st["status"] == fl["status"] == "ok" else "–")
+        speed = (f"{st['ms'] / fl['ms']:.2f}×" if st and fl and st["status"] == fl["status"] == "ok"
+                 and not untuned_chunks(st) else "–")
         share = "–"
         if st and st.get("attention_share") is not None:
             share = f"{100 * st['attention_share']:.0f}%"
@@ -85,8 +86,10 @@ def end_to_end_lines(evo: list[dict]) -> list[str]:
                      "for the whole model")
     lines = ["## OpenFold end to end", "",
              "Seeded random `model_1` weights (no AlphaFold parameters: timings only), templates off, "
-             "`chunk_size=None` (\"chunk N\": the run did not fit without chunking and used "
-             "OpenFold's default chunk size; \"OOM (before chunked retry)\": measured when the stock "
+             "`chunk_size=None` (\"chunk ≥ N, tuned\": the run did not fit without chunking and used "
+             "OpenFold's default chunk size as the floor of its chunk-size tuner; \"chunk N, tuner off\": "
+             "measured before the benchmark kept the tuner on, every layer at chunk size N, not stock at "
+             "its best, so no speed-up is quoted against it; \"OOM (before chunked retry)\": measured when the stock "
              "reference of a non-stock cell still ran unchunked, so the out-of-memory may be "
              "the reference's), fp32 with TF32, medians of CUDA-event timings"
              + (f"; {', '.join(sizes)}" if sizes else "") + ".", ""]

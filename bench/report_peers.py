@@ -77,8 +77,8 @@ def peers_lines(results: pathlib.Path) -> list[str]:
     return lines + [""]
 
 
-SUMMARY_CAPTION = ("Peer rows: `model_1` at the end-to-end sizes, every attention module computed by the "
-                   "named implementation at its fastest valid form (\"+ graphs\": the stacks and structure "
+SUMMARY_CAPTION = ("Peer rows: `model_1` at the end-to-end sizes, every attention module run by the "
+                   "named peer at its fastest valid form (\"+ graphs\": the stacks and structure "
                    "module replayed as CUDA graphs, as `flashlight-fold` runs Flashlight).")
 
 

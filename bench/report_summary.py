@@ -18,10 +18,12 @@ from bench.report import (
     case_shape,
     cases,
     cell_text,
+    chunk_text,
     fmt_ms,
     losses,
     machine_lines,
     ok_ms,
+    untuned_chunks,
 )
 from bench.report_fold import CAPTION as FOLD_CAPTION
 from bench.report_fold import fold_rows
@@ -151,7 +153,7 @@ def kernel_rows(case_map: dict, keys: list[tuple]) -> tuple[list[str], set[str]]
 def _e2e_text(cell: dict | None) -> str:
     if cell is None or cell["status"] != "ok":
         return cell_text(cell)
-    return fmt_ms(cell["ms"]) + (f" (chunk {cell['chunk_size']})" if cell.get("chunk_size") else "")
+    return fmt_ms(cell["ms"]) + chunk_text(cell)
 
 
 def e2e_rows(evo: list[dict]) -> list[str]:
@@ -167,7 +169,8 @@ def e2e_rows(evo: list[dict]) -> list[str]:
         mode, fl = best_flashlight(modes)
         if mode == "flashlight-block":
             label += ", whole blocks compiled"
-        others = [(modes[m]["ms"], m) for m in ("compile", "stock") if ok_ms(modes.get(m))]
+        others = [(modes[m]["ms"], m) for m in ("compile", "stock")
+                  if ok_ms(modes.get(m)) and not untuned_chunks(modes[m])]
         peer_text = "; ".join(f"{MODE_TITLES[m]} {_e2e_text(modes.get(m))}" for m in ("compile", "stock")
                               if m in modes)
         speed = f"{min(others)[0] / fl['ms']:.2f}×" if others and ok_ms(fl) else "–"
@@ -186,14 +189,15 @@ def summary_table(case_map: dict, evo: list[dict], fold: list[dict] = (), prows:
         return []
     lines = ["| case | dtype | Flashlight ms | fastest other, ms | Flashlight speed-up |",
              "|---|---|---|---|---|", *krows, *erows, *prows, *frows, ""]
-    caption = ["Forward pass only, median ms; speed-up: the fastest other implementation's time over "
-               "Flashlight's (< 1: Flashlight is slower). Kernel rows: each implementation computes the whole "
+    caption = ["Forward pass only, median ms; speed-up: the fastest other's time over Flashlight's "
+               "(below 1: slower). Kernel rows: each implementation computes the whole "
                "catalog variant (`bench/variants_*.py`), errors checked against float64; peers: eager, "
                "torch.compile, SDPA, FlexAttention, cuEquivariance, trifast where they apply."]
     if erows:
         caption.append("End-to-end rows: OpenFold with seeded random `model_1` weights (timings only), "
                        "512 MSA rows (the whole model: also 5120 extra-MSA rows, one recycling iteration), "
-                       "`chunk_size=None` unless a chunk size is shown.")
+                       "`chunk_size=None` unless a chunk size is shown (\"tuner off\": without OpenFold's "
+                       "chunk-size tuner, no ratio).")
     if prows:
         from bench.report_peers import SUMMARY_CAPTION
 
@@ -248,7 +252,6 @@ def readme_section(latest: dict, kruns: list[dict], evo: list[dict], eruns: list
     lines += summary_table(case_map, evo, fold, prows)
     if case_map:
         lines += ["### Where Flashlight loses", ""] + loss_lines(case_map)
-    lines += [f"Every table (all cases, dtypes and sizes; throughput, memory, first-call time; time per "
-              f"Evoformer module), every loss with its hypothesis, the plots and the peers not measured: "
-              f"{REPORT_LINK}.", ""]
+    lines += [f"Every table (all cases and sizes, memory, first calls, Evoformer modules), every loss with "
+              f"its hypothesis, the plots and the peers not measured: {REPORT_LINK}.", ""]
     return "\n".join(lines)

@@ -44,6 +44,7 @@ from flashlight.structures.models import (
     preset_chunk_size,
     remove_flashlight,
     set_chunk_size,
+    tuned_chunk_sizes,
 )
 from flashlight.structures.timing import FrozenHeap, LayerTimer, kernel_profile, median_timing
 
@@ -383,9 +384,11 @@ class Folder(RecordFiles):
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+        tuned = any(getattr(m, "chunk_size_tuner", None) is not None for m in model.modules())
         self.warn(
             f"note: the GPU ran out of memory without chunking; folding again with "
-            f"chunk_size {self.fallback_chunk_size} (OpenFold's {self.options.preset} setting)"
+            f"chunk_size {self.fallback_chunk_size} (OpenFold's {self.options.preset} setting"
+            + ("; its chunk-size tuner raises it where memory allows)" if tuned else ")")
         )
         set_chunk_size(model, self.fallback_chunk_size)
         return self._passes(model, batch, on_recycle)
@@ -450,6 +453,8 @@ class Folder(RecordFiles):
         if synchronised is not None:
             run["modules_synchronised"] = synchronised.to_json()
         run["chunk_size"] = model.globals.chunk_size
+        if model.globals.chunk_size is not None:
+            run["tuned_chunk_sizes"] = tuned_chunk_sizes(model)
         graphed = openfold_graphs.installed(model)
         if graphed:  # [Note: CUDA graphs for the stacks]
             run["cuda_graphs"] = [g.summary() | {"module": type(g.module).__name__} for g in graphed]

@@ -222,11 +222,28 @@ def preset_chunk_size(preset: str) -> Optional[int]:
     (a 256-residue pair transition runs as 64 chunks). Flashlight-patched attention
     never chunks (its kernel never stores the scores), and the fold turns chunking off
     for everything else too unless memory runs out: ``chunk_size="auto"`` runs without
-    it and, on a CUDA out-of-memory error, runs the pass again with this value.
+    it and, on a CUDA out-of-memory error, runs the pass again with this value. The
+    preset's value is then a floor, not the chunk size: OpenFold's configs turn on its
+    chunk-size tuner (``tune_chunk_size``), which on the first chunked call of each
+    stack tries chunk sizes from this value up to 512 and keeps the largest that runs
+    without running out of memory (:func:`tuned_chunk_sizes` reads what it chose).
+    Without the tuner a 2048-residue ``model_1`` pass at chunk size 4 runs its pair
+    transitions and outer product mean as hundreds of launches each.
     """
     from openfold.config import model_config
 
     return model_config(preset, train=False).globals.chunk_size
+
+
+def tuned_chunk_sizes(model: torch.nn.Module) -> dict[str, int]:
+    """The chunk size OpenFold's chunk-size tuner chose in each stack of ``model`` whose
+    tuner has run, by module name ([Note: chunking only where memory needs it])."""
+    chosen = {}
+    for name, module in model.named_modules():
+        tuner = getattr(module, "chunk_size_tuner", None)
+        if tuner is not None and tuner.cached_chunk_size is not None:
+            chosen[name] = int(tuner.cached_chunk_size)
+    return chosen
 
 
 def set_chunk_size(model: torch.nn.Module, chunk_size: Optional[int]) -> None:

@@ -144,9 +144,14 @@ def test_summary_end_to_end_rows_compare_with_the_faster_of_stock_and_compile(tm
                 "n_seq": 512, "n_extra": 5120, "iters": 1, "blocks": 48, "measured_at": "2026-12-01",
                 **({"ms": ms} if ms else {}), **extra}
 
+    # stock chunked with OpenFold's chunk-size tuner off is not stock at its best: no ratio
+    # against it; with the tuner on it is the peer
+
     cells = [e2e("stack", "stock", 878.0), e2e("stack", "compile", 510.0), e2e("stack", "flashlight", 485.0),
              e2e("model", "stock", 25997.0, chunk_size=4), e2e("model", "compile", status="timeout"),
-             e2e("model", "flashlight", 5432.0)]
+             e2e("model", "flashlight", 5432.0),
+             e2e("model", "stock", 9000.0, chunk_size=4, chunk_tuner=True, n_res=2048),
+             e2e("model", "flashlight", 6000.0, n_res=2048)]
     (tmp_path / "evoformer.json").write_text(json.dumps({"runs": [{"id": 0, "gpu": "NVIDIA H200"}], "cells": cells}))
     readme, full = _section(tmp_path)
     rows = [line for line in readme.splitlines() if "N_res" in line and line.startswith("|")]
@@ -154,9 +159,13 @@ def test_summary_end_to_end_rows_compare_with_the_faster_of_stock_and_compile(tm
         "| Evoformer stack (48 blocks), N_res 256 | fp32 (TF32) | 485 | torch.compile per block 510; stock 878 "
         "| 1.05× |",
         "| `model_1` inference (48 blocks), N_res 1024 | fp32 (TF32) | 5432 | torch.compile per block timeout; "
-        "stock 25997 (chunk 4) | 4.79× |"]
+        "stock 25997 (chunk 4, tuner off) | – |",
+        "| `model_1` inference (48 blocks), N_res 2048 | fp32 (TF32) | 6000 | stock 9000 (chunk ≥ 4, tuned) "
+        "| 1.50× |"]
     assert "### Where Flashlight loses" not in readme  # no kernel cells, nothing to lose
     assert "## OpenFold end to end" in full and "| 1.81× |" in full  # the report: against stock too
+    (untuned,) = [line for line in full.splitlines() if line.startswith("| model_1 inference (48 blocks) | 1024 |")]
+    assert "25997 (chunk 4, tuner off)" in untuned and "4.79" not in untuned
 
 
 def test_repository_readme_section_stays_one_screen():
@@ -317,12 +326,23 @@ def test_long_chain_rows_set_flashlight_against_stocks_low_memory_settings(tmp_p
          "peak_gib": 9.0, "chunk_size": 4},
         {**cell, "n_res": 3072, "mode": "flashlight", "status": "oom", "message": "CUDA out of memory"},
     ]
-    (tmp_path / "long_chain.json").write_text(json.dumps({"runs": [{"id": 0, "gpu": "NVIDIA H200"}], "cells": cells}))
+    path = tmp_path / "long_chain.json"
+    path.write_text(json.dumps({"runs": [{"id": 0, "gpu": "NVIDIA H200"}], "cells": cells}))
     (row,) = report_long_chain.summary_rows(tmp_path)  # 3072: no Flashlight pass, no row
-    assert "N_res 2048" in row and "stock (chunk 4) 130000" in row and row.endswith("| 5.42× |")
+    # both stock cells ran with OpenFold's chunk-size tuner off: not stock at its best, no ratio
+    assert "N_res 2048" in row and "stock (chunk 4, tuner off) 130000" in row and row.endswith("| – |")
     lines = report_long_chain.long_chain_lines(tmp_path)
     assert any("| 3072 | Flashlight, unchunked | oom |" in line and "out of memory" in line for line in lines)
     assert sum(line.startswith("| 2048 |") for line in lines) == 3
+
+    tuned = {"chunk_tuner": True, "tuned_chunk_sizes": {"evoformer": 256, "extra_msa_stack": 64}}
+    cells[1] = {**cells[1], **tuned, "ms": 60000.0}
+    path.write_text(json.dumps({"runs": [{"id": 0, "gpu": "NVIDIA H200"}], "cells": cells}))
+    (row,) = report_long_chain.summary_rows(tmp_path)
+    assert "stock (chunk ≥ 4, tuned) 60000" in row and row.endswith("| 2.50× |")
+    (stock_line,) = [line for line in report_long_chain.long_chain_lines(tmp_path)
+                     if line.startswith("| 2048 | stock, preset chunk size |")]
+    assert "evoformer 256, extra_msa_stack 64" in stock_line
 
 
 def test_fold_rows_take_medians_of_recent_runs_and_modules_are_read_against_stock_noise():

@@ -368,7 +368,7 @@ def test_an_out_of_memory_from_before_the_chunked_retry_says_so():
     new = {**old, "mode": "compile", "reference_chunk_size": 4}
     (row,) = [line for line in report_evoformer.evoformer_table([stock, old, new]) if "1024" in line]
     cells = [c.strip() for c in row.split("|")]
-    assert cells[3] == "26000 (chunk 4)"
+    assert cells[3] == "26000 (chunk 4, tuner off)"
     assert cells[4] == "OOM" and cells[5] == "OOM (before chunked retry)"
 
 
