@@ -414,12 +414,14 @@ class _Printer(TileText):
         dtype = TL_DTYPES[output.dtype]
         if self.tiling.split:  # this program's float32 partial sum ([Note: split serial loops])
             offset, dtype = f"pid_s * {out}_split + {offset}", "tl.float32"
-        mask = self.mask(output.dims, out_roles)
-        others = [f"({self.grid_var(d)} == 0)" for d in self.tiling.grid if d not in output.dims]
-        mask = " & ".join(([mask] if mask else []) + others) or None
+        mask = self.mask(output.dims, out_roles) or None
         masked = f", mask={mask}" if mask else ""
-        self.assert_in_bounds("post", out, offset, mask, out_roles)
-        self.post.append(f"tl.store({out} + {offset}, ({var}).to({dtype}){masked})")
+        self.assert_in_bounds("post", out, offset, mask, out_roles)  # the same offsets in every program
+        store = f"tl.store({out} + {offset}, ({var}).to({dtype}){masked})"
+        # a scalar condition guards the store rather than joining a block mask with `&`
+        # (Triton's interpreter rejects a mask mixing a scalar and a block)
+        first = " & ".join(f"({self.grid_var(d)} == 0)" for d in self.tiling.grid if d not in output.dims)
+        self.post.extend([f"if {first}:", f"    {store}"] if first else [store])
 
     # --------------------------------------------------------------------- whole
     def print(self) -> KernelSource:

@@ -16,6 +16,7 @@ from flashlight.passes.contractions import group_dot_operands
 from tests.helpers import computes_softmax, plan_of, rand
 from tests.helpers import matches_float64 as _matches_float64
 from tests.test_backoff_projections import B, D, H, L, _assert_row_tiled, _plan
+from tests.test_backoff_projections import _attention_kernel as _planned_attention
 
 pytest.importorskip("triton")
 
@@ -53,6 +54,32 @@ def test_normalised_and_weighted_queries_and_keys_run_both_contractions_as_dots(
     attention = [kr for kr in report.kernels if computes_softmax(kr.aten_ops)]
     assert len(attention) == 1 and attention[0].source.count("tl.dot(") >= 2, str(report)
     _matches_float64(fn, args)
+
+
+def _gated_values(q, k, v, gv, bias):
+    v = v * torch.sigmoid(gv)  # [B, H, L, D]: values gated per key and feature before P @ V
+    return torch.softmax(q @ k.transpose(-1, -2) * D ** -0.5 + bias, -1) @ v
+
+
+def test_gated_values_keep_the_feature_tile_and_both_dots():
+    """``sum_j p[i, j] v[j, f] g[j, f]``: the exponential reads the running max, which
+    varies along the query rows, so it is one operand and the gated values the other
+    (this once put the value features in the grid: a program per feature, no second
+    dot); forward and every gradient match float64."""
+    args = (*(rand(B, H, L, D, seed=51 + k) for k in range(4)), rand(L, L, seed=55))
+    plan = _plan(_gated_values, args)
+    _assert_row_tiled(plan, dots=2)
+    assert _planned_attention(plan).tiling.feature is not None
+    _matches_float64(_gated_values, args)
+    leaves = [a.clone().requires_grad_() for a in args]
+    exact = [a.double().requires_grad_() for a in args]
+    grad_out = rand(B, H, L, D, seed=56)
+    got = torch.autograd.grad(flashlight.compile(_gated_values)(*leaves), leaves, grad_out)
+    torch.compiler.reset()
+    want = torch.autograd.grad(_gated_values(*exact), exact, grad_out.double())
+    for g, w in zip(got, want, strict=True):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4 * w.abs().max().item())
 
 
 # ------------------------------------------------------------------------ the rewrite on IR

@@ -17,8 +17,11 @@ operand shapes a dot needs. Grouping the flattened factors by the role they vary
 along restores them: ``(q * w_q * w_k) . k``. Factors that vary along ``r`` alone (a
 weight) or along no tile role (a scalar) join the left operand. A factor that varies
 along both ``x`` and ``y``, or a product over a third role, is not a contraction the
-dot can run, and the product is left as written; so is one whose factors read the
-online loop's running results, whose tile shape only the tiling knows.
+dot can run, and the product is left as written. A factor that reads the online loop's
+running results (the exponential of the scores less the running max, in attention's
+``sum_j(p[i, j] * v[j, d] * gate[j, d])``) varies along what the result of that loop
+reduction varies along (its body's dims less the loop dim), so the exponential stays
+with the rows and the gated values form the other operand: ``p . (v * gate)``.
 """
 from __future__ import annotations
 
@@ -40,14 +43,33 @@ from flashlight.ir import (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class _Tiles:
+    """A candidate tiling's ``roles`` by dim, and ``results``: the dims the result of
+    each online-loop reduction varies along, by its index."""
+
+    roles: dict[Dim, str]
+    results: dict[int, frozenset[Dim]]
+
+    def roles_of(self, expr: Expr) -> frozenset[str]:
+        """The tile roles ``expr`` varies along, through the loop results it reads too."""
+        dims = set(free_dims(expr))
+        for node in walk(expr):
+            if isinstance(node, (RunningMax, LoopResult)):
+                dims |= self.results.get(node.index, frozenset())
+        return frozenset(self.roles[d] for d in dims if d in self.roles)
+
+
 def group_dot_operands(kernel: Kernel, roles: dict[Dim, str]) -> Kernel:
     """``kernel`` with the product of each contraction regrouped as ``left * right``
     under the tile ``roles`` of one candidate tiling ([Note: dot operands]); products
     that already split that way, or cannot, are kept as they are."""
+    tiles = _Tiles(roles, {k: free_dims(red.body) - {red.dim} for k, red in enumerate(kernel.loop)})
+
     def in_expr(expr: Expr) -> Expr:
         def visit(node: Expr) -> Expr | None:
             if isinstance(node, Reduce) and node.op == "sum" and len(node.dims) == 1 and node.dims[0] in roles:
-                body = _grouped(node.body, roles[node.dims[0]], roles)
+                body = _grouped(node.body, roles[node.dims[0]], tiles)
                 return None if body is node.body else dataclasses.replace(node, body=body)
             return None
 
@@ -58,7 +80,7 @@ def group_dot_operands(kernel: Kernel, roles: dict[Dim, str]) -> Kernel:
         for red in loop:
             body = in_expr(red.body)
             if red.op == "sum" and red.dim in roles:
-                body = _grouped(body, roles[red.dim], roles)
+                body = _grouped(body, roles[red.dim], tiles)
             out.append(red if body is red.body else dataclasses.replace(red, body=body))
         return tuple(out)
 
@@ -69,16 +91,16 @@ def group_dot_operands(kernel: Kernel, roles: dict[Dim, str]) -> Kernel:
     return dataclasses.replace(kernel, loop=loop, unmasked=unmasked)
 
 
-def _grouped(body: Expr, reduced: str, roles: dict[Dim, str]) -> Expr:
+def _grouped(body: Expr, reduced: str, tiles: _Tiles) -> Expr:
     """``body`` as ``left * right`` where that makes it a contraction over ``reduced``."""
     if not (isinstance(body, Pointwise) and body.op == "mul"):
         return body
-    if _is_dot(body.args[0], body.args[1], reduced, roles):
+    if _is_dot(body.args[0], body.args[1], reduced, tiles):
         return body  # already two operands
     factors = _factors(body)
-    if len(factors) < 3 or any(isinstance(n, (RunningMax, LoopResult)) for f in factors for n in walk(f)):
+    if len(factors) < 3:
         return body
-    sides = [_roles_of(f, roles) - {reduced} for f in factors]
+    sides = [tiles.roles_of(f) - {reduced} for f in factors]
     outer = set().union(*sides)
     if len(outer) != 2 or any(len(s) > 1 for s in sides):
         return body
@@ -86,7 +108,7 @@ def _grouped(body: Expr, reduced: str, roles: dict[Dim, str]) -> Expr:
     left = [f for f, s in zip(factors, sides) if s <= {x}]
     right = [f for f, s in zip(factors, sides) if s and not s <= {x}]
     grouped = Pointwise("mul", (_product(left, body.dtype), _product(right, body.dtype)), body.dtype)
-    return grouped if _is_dot(grouped.args[0], grouped.args[1], reduced, roles) else body
+    return grouped if _is_dot(grouped.args[0], grouped.args[1], reduced, tiles) else body
 
 
 def splits_as_dot(a_roles, b_roles, reduced: str) -> bool:
@@ -96,12 +118,8 @@ def splits_as_dot(a_roles, b_roles, reduced: str) -> bool:
     return len(a) == 2 and len(b) == 2 and reduced in a and reduced in b and a != b
 
 
-def _is_dot(a: Expr, b: Expr, reduced: str, roles: dict[Dim, str]) -> bool:
-    return splits_as_dot(_roles_of(a, roles), _roles_of(b, roles), reduced)
-
-
-def _roles_of(expr: Expr, roles: dict[Dim, str]) -> frozenset[str]:
-    return frozenset(roles[d] for d in free_dims(expr) if d in roles)
+def _is_dot(a: Expr, b: Expr, reduced: str, tiles: _Tiles) -> bool:
+    return splits_as_dot(tiles.roles_of(a), tiles.roles_of(b), reduced)
 
 
 def _factors(expr: Expr) -> list[Expr]:
