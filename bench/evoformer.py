@@ -263,9 +263,15 @@ def run_stack(args, n_res: int, mode: str, device: str) -> dict:
 
 
 def wanted_again(cell: dict, retry: bool, budget_left_s: float) -> bool:
-    """Whether a recorded cell is measured again: with ``retry``, every error and
-    out-of-memory, and a timeout only when this call has more time than the cell ran
-    (a cell stopped by one call's budget would stop again after the same time)."""
+    """Whether a recorded cell is measured again: a cell that ran chunked with OpenFold's
+    chunk-size tuner off (:func:`bench.report.untuned_chunks`: not stock at its best);
+    with ``retry``, every error and out-of-memory, and a timeout only when this call has
+    more time than the cell ran (a cell stopped by one call's budget would stop again
+    after the same time)."""
+    from bench.report import untuned_chunks
+
+    if untuned_chunks(cell):
+        return True
     if not retry or cell["status"] == "ok":
         return False
     if cell["status"] == "timeout":

@@ -125,6 +125,7 @@ def _main(argv) -> int:
     from bench.common import RESULTS, Deadline, TimeUp, atomic_write_json, budget_from_env, environment, is_oom, \
         set_precision, short_error
     from bench.evoformer import wait_for_openfold
+    from bench.report import untuned_chunks
 
     args = parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -134,7 +135,8 @@ def _main(argv) -> int:
     out = pathlib.Path(args.out) if args.out else RESULTS / "long_chain.json"
     data = json.loads(out.read_text()) if out.exists() else {"schema": "flashlight-bench-long-chain/1",
                                                              "runs": [], "cells": []}
-    have = {(c["n_res"], c["mode"]): i for i, c in enumerate(data["cells"])}
+    # a cell chunked with OpenFold's chunk-size tuner off is measured again, with it
+    have = {(c["n_res"], c["mode"]): i for i, c in enumerate(data["cells"]) if not untuned_chunks(c)}
     todo = [(int(n), m) for n in args.n_res.split(",") if n.strip() for m in modes if (int(n), m) not in have]
     if not todo:
         print(f"bench.long_chain: every cell is already in {out}")

@@ -459,6 +459,8 @@ def test_long_chain_records_out_of_memory_and_resumes(tmp_path, monkeypatch):
     def fake_cell(args, n, mode, device):
         if mode == "stock_chunked":
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+        if mode == "stock_lma":
+            return {"ms": 9000.0, "first_call_s": 9.0, "iters": 1, "chunk_size": 4, "chunk_tuner": True}
         return {"ms": 1000.0 * n / 1024, "first_call_s": 1.0, "iters": 1}
 
     monkeypatch.setattr(long_chain, "run_cell", fake_cell)
@@ -470,6 +472,16 @@ def test_long_chain_records_out_of_memory_and_resumes(tmp_path, monkeypatch):
     assert cells["stock_chunked"]["status"] == "oom" and "80.00 GiB" in cells["stock_chunked"]["message"]
     assert long_chain.main(argv) == long_chain.EXIT_COMPLETE
     assert len(json.loads(out.read_text())["cells"]) == 2
+
+    # a chunked cell from before OpenFold's chunk-size tuner was kept on is measured again
+    data = json.loads(out.read_text())
+    data["cells"].append({"n_res": 2048, "mode": "stock_lma", "run": 0, "status": "ok", "ms": 150000.0,
+                          "chunk_size": 4})
+    out.write_text(json.dumps(data))
+    argv[argv.index("flashlight,stock_chunked")] = "flashlight,stock_chunked,stock_lma"
+    assert long_chain.main(argv) == long_chain.EXIT_COMPLETE
+    lma = [c for c in json.loads(out.read_text())["cells"] if c["mode"] == "stock_lma"]
+    assert [c.get("chunk_tuner") for c in lma] == [None, True] and lma[-1]["ms"] == 9000.0
 
 
 def test_run_all_lists_the_new_parts_first():

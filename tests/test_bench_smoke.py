@@ -239,6 +239,10 @@ def test_evoformer_budget_stopped_cell_is_recorded_as_timeout(tmp_path, monkeypa
     assert not evoformer.wanted_again(cell, retry=False, budget_left_s=1e9)
     assert evoformer.wanted_again({"status": "oom"}, retry=True, budget_left_s=0)
     assert not evoformer.wanted_again({"status": "ok"}, retry=True, budget_left_s=1e9)
+    # stock chunked with OpenFold's chunk-size tuner off is not stock at its best: measured again
+    assert evoformer.wanted_again({"status": "ok", "chunk_size": 4}, retry=False, budget_left_s=0)
+    assert not evoformer.wanted_again({"status": "ok", "chunk_size": 4, "chunk_tuner": True}, retry=True,
+                                      budget_left_s=1e9)
 
 
 def test_evoformer_budget_stopped_short_cell_is_left_for_the_next_call(tmp_path, monkeypatch):
