@@ -272,6 +272,18 @@ def differential(q1, k1, q2, k2, v, lam):
     return torch.softmax(s1, dim=-1) @ v - lam * (torch.softmax(s2, dim=-1) @ v)
 
 
+def differential_norm(q1, k1, q2, k2, v, lam, w):
+    # the Differential Transformer's whole head: the difference above, an RMS norm over each
+    # head's value width with a learned weight w [Dv], and the fixed (1 - lambda_init) scale
+    o = differential(q1, k1, q2, k2, v, lam)
+    return torch.nn.functional.rms_norm(o, (o.shape[-1],), w, eps=1e-5) * (1 - 0.8)
+
+
+def _differential_norm_inputs(shape, dtype, device, generator):
+    w = 1.0 + 0.1 * random_normal((shape["Dv"],), dtype, device, generator)
+    return (*_differential_inputs(shape, dtype, device, generator), w)
+
+
 def _differential_inputs(shape, dtype, device, generator):
     B, H, L, D, Dv = sizes_of(shape, "B", "H", "L", "D", "Dv")
     qk = [random_normal((B, H, L, D), dtype, device, generator) for _ in range(4)]
@@ -437,6 +449,19 @@ _DENSE_LM_VARIANTS: tuple[Variant, ...] = (
         sdpa=None,
     ),
     Variant(
+        name="differential_norm",
+        fn=differential_norm,
+        make_inputs=_differential_norm_inputs,
+        default_shape={"B": 1, "H": 2, "L": 26, "D": 16, "Dv": 32},
+        bench_shapes=(
+            {"B": 4, "H": 8, "L": 4096, "D": 64, "Dv": 128},
+            {"B": 32, "H": 16, "L": 512, "D": 64, "Dv": 128},
+        ),
+        flops=_differential_flops,
+        flex=None,  # two softmaxes: two flex_attention calls, then the norm
+        sdpa=None,
+    ),
+    Variant(
         name="manual_softmax",
         fn=manual_softmax,
         make_inputs=_manual_inputs,
@@ -453,7 +478,8 @@ _DENSE_LM_VARIANTS: tuple[Variant, ...] = (
 
 # the catalog's order (benchmark runs and report tables follow it)
 _ORDER = ("vanilla", "causal_tril", "causal_triu", "causal_index", "attention_sinks", "alibi", "softcap",
-          "sliding_window", "prefix_lm", "document_mask", "gqa", "mqa", "differential", "cross_attention",
+          "sliding_window", "prefix_lm", "document_mask", "gqa", "mqa", "differential", "differential_norm",
+          "cross_attention",
           "manual_softmax")
 LM_VARIANTS: tuple[Variant, ...] = tuple(sorted((*_DENSE_LM_VARIANTS, *MASKED_LM_VARIANTS),
                                                 key=lambda v: _ORDER.index(v.name)))

@@ -69,6 +69,7 @@ from flashlight.ir import (
     walk,
 )
 from flashlight.indexing import sizes_equal
+from flashlight.passes.features import features_from_results, over_output_dims
 
 
 class NotOnline(Exception):
@@ -222,13 +223,15 @@ def _signed_sum(terms: list[tuple[int, Expr]], dtype) -> Expr:
 MAX_TERMS = 8  # expanding a body into more terms than this is not attempted
 
 
-def split_sums(expr: Expr) -> Expr:
+def split_sums(expr: Expr, out_dims: frozenset[Dim] = frozenset()) -> Expr:
     """``sum_j (x_j + y_j) -> sum_j x_j + sum_j y_j`` where a sum's body depends on a
-    loop max other than through ``exp(c * (x - max))`` factors ([Note: online reduction])."""
-    maxes = [r for r in _loop_reductions(expr) if r.op == "max"]
+    loop max other than through ``exp(c * (x - max))`` factors ([Note: online reduction]).
+    Sums over output dims run after the loop on finished values and are kept as written
+    (a layer norm's centred variance expanded into ``E[x^2] - E[x]^2`` would cancel)."""
+    maxes = [r for r in _loop_reductions(expr, out_dims) if r.op == "max"]
 
     def fn(node: Expr) -> Expr | None:
-        if not (isinstance(node, Reduce) and node.op == "sum"):
+        if not (isinstance(node, Reduce) and node.op == "sum") or over_output_dims(node, out_dims):
             return None
         if all(_rescalable(exp_power(node.body, m)) for m in maxes):
             return None
@@ -268,12 +271,17 @@ def _expanded_terms(expr: Expr) -> list[tuple[int, Expr]]:
 # -------------------------------------------------------------------------- hoisting
 
 
-def _loop_reductions(expr: Expr) -> list[Reduce]:
-    """Reductions evaluated at loop level: not inside a reduction whose dims they use."""
+def _loop_reductions(expr: Expr, out_dims: frozenset[Dim] = frozenset()) -> list[Reduce]:
+    """Reductions evaluated at loop level: not inside a reduction whose dims they use, and
+    not over output dims (those run after the loop, on the loop's results: [Note:
+    reductions over an output's features] in :mod:`flashlight.passes.features`)."""
     found: list[Reduce] = []
 
     def visit(node: Expr, enclosing: frozenset[Dim]) -> None:
         if isinstance(node, Reduce):
+            if over_output_dims(node, out_dims):
+                visit(node.body, enclosing)
+                return
             if free_dims(node) & enclosing:
                 visit(node.body, enclosing | frozenset(node.dims))
                 return
@@ -361,8 +369,10 @@ def exp_power(expr: Expr, target: Expr) -> float | None:
 
 def make_online(nest: Nest) -> Kernel:
     """Rewrite a fused nest into one online loop of reductions plus an epilogue."""
-    body = factor_invariants(split_sums(leave_log_space(absorb_max_floors(nest.body))))
-    loop = _loop_reductions(body)
+    out_dims = frozenset(nest.dims)
+    body = features_from_results(nest.body, nest.dims)
+    body = factor_invariants(split_sums(leave_log_space(absorb_max_floors(body)), out_dims))
+    loop = _loop_reductions(body, out_dims)
     if not loop:
         raise NotOnline("no reduction to run as a loop")
     for red in loop:

@@ -188,9 +188,11 @@ class Layouts:
         if len(expr.dims) != 1:
             raise NotTileable("an inner reduction over several dims")
         role = self.roles.get(expr.dims[0])
-        if role is None or not role.startswith("e"):
+        if role is None or not (role.startswith("e") or role == "f"):
             raise NotTileable("an inner reduction over a dim that does not fit one tile")
         body = self.of(expr.body, allow_dot=expr.op == "sum", reduced=role)
+        if role == "f" and "n" in body:  # the feature tile's reduction runs on loop results
+            raise NotTileable("a reduction over the feature tile inside the loop")
         if self.is_dot(expr.body, role):
             result = self._dot_result(expr.body, role)
         else:
@@ -236,7 +238,9 @@ def _inner_reduce_dims(kernel: Kernel) -> list[Dim]:
             if isinstance(node, Reduce):
                 dims.extend(d for d in node.dims if d not in dims)
     for node in (n for e in kernel.epilogues() for n in walk(e)):
-        if isinstance(node, Reduce):
+        # over the output's features, on the loop's results ([Note: reductions over an
+        # output's features] in flashlight.passes.features): a reduction of the feature tile
+        if isinstance(node, Reduce) and not set(node.dims) <= set(kernel.dims):
             raise NotTileable("a reduction left in the epilogue")
     return dims
 
