@@ -23,6 +23,7 @@ import torch.fx as fx
 
 from flashlight import settings
 from flashlight.codegen import generate
+from flashlight.concatenations import split_concatenations
 from flashlight.decompositions import decompositions
 from flashlight.ir import Reduce, TiledKernel, walk
 from flashlight.lower import REINDEXING, lower
@@ -96,6 +97,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
             log.warning("[flashlight] this graph runs outside Flashlight: %s", unsupported)
         _record(report, gm, Plan({}, {}, None), {}, reason=unsupported)
         return gm
+    split_concatenations(gm)  # [Note: reductions through a concatenation]
     lowered = lower_and_log(gm)
     if _fix_sizes(gm, example_inputs, tile_sizes_to_fix(lowered)):
         lowered = lower_and_log(gm)  # those sizes now read as numbers

@@ -1,0 +1,116 @@
+"""Reductions and slices through a concatenation ([Note: reductions through a
+concatenation] in ``flashlight/concatenations.py``): a sink logit concatenated as an
+extra key column (gpt-oss's form) is one attention kernel; the rewrite keeps every value
+some other user reads, and leaves concatenations no reduction reads alone."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import flashlight
+from flashlight.backend import make_backend
+from flashlight.concatenations import split_concatenations
+from flashlight.report import ExplainReport
+from tests.helpers import capture, rand
+
+pytest.importorskip("triton")
+
+B, H, L, D = 2, 3, 19, 16
+
+
+def sink_column(q, k, v, sinks):
+    # a learned logit per head as one more key column, dropped after the softmax; causal
+    n = q.shape[-2]
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5  # [B, H, L, L]
+    s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool, device=q.device).tril(), float("-inf"))
+    s = torch.cat([s, sinks.reshape(1, -1, 1, 1).expand(q.shape[0], -1, n, 1)], dim=-1)  # [B, H, L, L + 1]
+    return torch.softmax(s, dim=-1)[..., :-1] @ v
+
+
+def probabilities_too(q, k, v, sinks):
+    # the whole softmax over L + 1 columns is also returned: it must stay as computed
+    s = torch.cat([q @ k.transpose(-1, -2), sinks.reshape(1, -1, 1, 1).expand(*q.shape[:3], 1)], dim=-1)
+    p = torch.softmax(s, dim=-1)
+    return p[..., :-1] @ v, p
+
+
+def pieces_reduced(a, b):
+    # a max and a sum over a concatenation of two score blocks, then their combination
+    x = torch.cat([a, 2.0 * b], dim=-1)
+    return x.amax(-1) + torch.exp(x - x.amax(-1, keepdim=True)).sum(-1)
+
+
+def _inputs(seed, n=L):
+    return [rand(B, H, n, D, seed=seed + k) for k in range(3)] + [rand(H, seed=seed + 3)]
+
+
+def _close(got, want, tol):
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * want.abs().max().item())
+
+
+def test_a_sink_column_is_one_attention_kernel():
+    args = _inputs(10)
+    report = flashlight.explain(sink_column, *args)
+    assert len(report.kernels) == 1 and not report.fallback_ops, str(report)
+    assert "cat.default" not in report.kernels[0].aten_ops
+    out = flashlight.compile(sink_column)(*args)
+    torch.compiler.reset()
+    _close(out, sink_column(*(a.double() for a in args)), 1e-5)
+    out = flashlight.compile(sink_column)(*(a.bfloat16() for a in args))
+    torch.compiler.reset()
+    _close(out, sink_column(*(a.double() for a in args)), 2e-2)
+
+
+def test_other_lengths_and_gradients_match_float64():
+    """Lengths that make the graph dynamic (symbolic slice ends and piece sizes) compile
+    to one kernel per graph; under autograd the backward of the concatenation (derived
+    before the rewrite) runs as PyTorch's, and every gradient matches float64."""
+    report = ExplainReport()
+    compiled = torch.compile(sink_column, backend=make_backend(report=report))
+    with torch.no_grad():
+        for n in (L, 23, 31):
+            args = _inputs(20 + n, n)
+            _close(compiled(*args), sink_column(*(a.double() for a in args)), 1e-5)
+    assert len(report.kernels) == 2 and not report.fallback_ops, str(report)  # static, then dynamic
+    torch.compiler.reset()
+    args = [a.requires_grad_() for a in _inputs(60)]
+    exact = [a.detach().double().requires_grad_() for a in args]
+    grad_out = rand(B, H, L, D, seed=64)
+    got = torch.autograd.grad(flashlight.compile(sink_column)(*args), args, grad_out)
+    torch.compiler.reset()
+    for g, w in zip(got, torch.autograd.grad(sink_column(*exact), exact, grad_out.double()), strict=True):
+        _close(g, w, 1e-4)
+
+
+def test_values_other_users_read_stay_as_they_were():
+    args = _inputs(70)
+    outs = flashlight.compile(probabilities_too)(*args)
+    torch.compiler.reset()
+    for got, want in zip(outs, probabilities_too(*(a.double() for a in args)), strict=True):
+        _close(got, want, 1e-5)
+
+
+def test_a_max_and_a_sum_over_a_concatenation_combine_their_pieces():
+    a, b = rand(B, H, L, 7, seed=80), rand(B, H, L, 5, seed=81)
+    gm = capture(pieces_reduced, a, b)
+    assert split_concatenations(gm) == 1
+    ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert "aten.cat.default" not in ops and "aten.maximum.default" in ops, ops
+    out = flashlight.compile(pieces_reduced)(a, b)
+    torch.compiler.reset()
+    _close(out, pieces_reduced(a.double(), b.double()), 1e-5)
+
+
+def test_a_concatenation_no_reduction_reads_is_left_alone():
+    """Rotary embeddings concatenate halves of the head width that a matmul contracts:
+    no reduction over the concatenated dim, no rewrite."""
+    def rotated(q, k):
+        half = q.shape[-1] // 2
+        q = torch.cat([-q[..., half:], q[..., :half]], dim=-1)
+        return q @ k.transpose(-1, -2)
+
+    args = (rand(B, H, L, D, seed=90), rand(B, H, L, D, seed=91))
+    gm = capture(rotated, *args)
+    before = str(gm.graph)
+    assert split_concatenations(gm) == 0 and str(gm.graph) == before
