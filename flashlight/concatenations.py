@@ -26,9 +26,13 @@ ops; users of a value that the rules do not cover keep reading it as before (not
 removed but what no one reads any more), so a graph is never made worse than a
 concatenation it already had.
 
-The rewrite runs on each graph the backend compiles. Under autograd the backward graph
-was derived from the concatenated form, so the forward still stores the probabilities
-over ``L + 1`` columns for it and the backward runs as PyTorch's: correct, not fused.
+Under autograd the rewrite runs on AOTAutograd's joint graph before it is partitioned
+(:mod:`flashlight.partition`), where the backward was derived from the concatenated form:
+the softmax's backward over ``L + 1`` columns is elementwise ops and sums over the dim
+like the forward's, and autograd's ``slice_backward`` (the gradient of the sliced-off
+columns placed in its range, zeros elsewhere) has, on each piece, the gradient itself
+or zeros. The probabilities over ``L + 1`` columns then have no reader left, so they are
+neither stored nor saved for the backward.
 """
 from __future__ import annotations
 
@@ -43,7 +47,9 @@ from flashlight.vocabulary import OPS
 aten = torch.ops.aten
 
 _POINTWISE = frozenset(getattr(getattr(aten, o.split(".")[0]), o.split(".")[1]) for op in OPS.values() for o in op.aten)
-_CASTS = frozenset((aten._to_copy.default, torch.ops.prims.convert_element_type.default))
+# one operand, the same values (casts; autograd's detaches in a joint graph)
+_CASTS = frozenset((aten._to_copy.default, torch.ops.prims.convert_element_type.default, aten.detach.default,
+                    aten.alias.default))
 _HALF = (torch.float16, torch.bfloat16)
 
 
@@ -186,6 +192,8 @@ class _Rewrite:
         rank = _val(node).dim()
         a, b = self.ranges[k]
 
+        like = next(self.pieces[x][k] for x in node.all_input_nodes if x in self.pieces)
+
         def operand(x):
             if x in self.pieces:
                 return self.pieces[x][k]
@@ -194,11 +202,36 @@ class _Rewrite:
             own = self.dim - (rank - _val(x).dim())  # right-aligned broadcasting
             if own < 0 or _same(_val(x).shape[own], 1):
                 return x
-            return self._add(aten.slice.Tensor, (x, own, a, b), node)
+            return self._backward_piece(x, own, k, like, node) or self._add(aten.slice.Tensor, (x, own, a, b), node)
 
         args = tuple(operand(x) for x in node.args)
         kwargs = {key: operand(x) for key, x in node.kwargs.items()}
         return self._add(node.target, args, node, kwargs)
+
+    def _backward_piece(self, x: fx.Node, own: int, k: int, like: fx.Node, where: fx.Node) -> fx.Node | None:
+        """Piece ``k`` of ``x`` where ``x`` is autograd's ``slice_backward`` along the dim
+        (a gradient placed in one range, zeros elsewhere) of a range that is a piece or
+        misses piece ``k``: the gradient itself, or zeros shaped as ``like`` (the piece of
+        the other operand, when it has the same shape); None otherwise."""
+        if x.target is not aten.slice_backward.default or own != self.dim:
+            return None
+        grad, sizes, dim, start, end, step = x.args
+        size = sizes[own]
+        start, end = (v + size if isinstance(v, int) and v < 0 else v for v in (start, end))
+        if _norm_dim(dim, len(sizes)) != own or step != 1:
+            return None
+        a, b = self.ranges[k]
+        if _same(start, a) and _same(end, b):
+            return grad
+        shape = list(_val(x).shape)
+        shape[own] = b - a
+        if all(isinstance(v, int) for v in (start, end, a, b)):
+            missed = end <= a or start >= b
+        else:  # symbolic: the ranges that touch it
+            missed = _same(end, a) or _same(start, b)
+        if missed and len(shape) == _val(like).dim() and all(_same(u, w) for u, w in zip(shape, _val(like).shape)):
+            return self._add(aten.zeros_like.default, (like,), where)
+        return None
 
     def _add(self, target, args: tuple, where: fx.Node, kwargs: dict | None = None) -> fx.Node:
         """A new node computing ``target(*args)`` before ``where``, with its value's metadata."""

@@ -57,7 +57,12 @@ def partition(joint: fx.GraphModule, joint_inputs, *, num_fwd_outputs: int, **kw
     from torch.utils.checkpoint import CheckpointPolicy
 
     from flashlight.backward_algebra import rewrite_row_terms
+    from flashlight.concatenations import split_concatenations
 
+    try:  # the backward derived from a concatenation, rewritten with its forward
+        split_concatenations(joint)  # [Note: reductions through a concatenation]
+    except Exception as error:  # noqa: BLE001 - the graph as written is right, only slower
+        log.warning("[flashlight] the concatenations of the joint graph stay as written: %s", error)
     try:
         rewrite_row_terms(joint)  # [Note: the softmax backward's row term]
     except Exception as error:  # noqa: BLE001 - the term as written is right, only slower
