@@ -51,6 +51,7 @@ _POINTWISE = frozenset(getattr(getattr(aten, o.split(".")[0]), o.split(".")[1]) 
 _CASTS = frozenset((aten._to_copy.default, torch.ops.prims.convert_element_type.default, aten.detach.default,
                     aten.alias.default))
 _HALF = (torch.float16, torch.bfloat16)
+_MISSING = object()  # an operand piece that cannot be written in the graph
 
 
 def split_concatenations(gm: fx.GraphModule) -> int:
@@ -127,8 +128,8 @@ class _Rewrite:
         if node.target is aten._softmax.default:
             return "softmax" if _norm_dim(node.args[1], rank) == self.dim and not node.args[2] else None
         if node.target in (aten.amax.default, aten.sum.dim_IntList):
-            dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", ())
-            if list(dims) and [_norm_dim(d, rank) for d in dims] == [self.dim] and "dtype" not in node.kwargs:
+            dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+            if dims and [_norm_dim(d, rank) for d in dims] == [self.dim] and "dtype" not in node.kwargs:
                 return "amax" if node.target is aten.amax.default else "sum"
         return None
 
@@ -146,7 +147,9 @@ class _Rewrite:
             if piece is not None:
                 node.replace_all_uses_with(piece)
         elif node.target in _POINTWISE or node.target in _CASTS:
-            self.pieces[node] = [self._pointwise(node, k) for k in range(len(self.ranges))]
+            pieces = [self._pointwise(node, k) for k in range(len(self.ranges))]
+            if all(p is not None for p in pieces):  # else its users read it whole, as before
+                self.pieces[node] = pieces
 
     def _combined(self, kind: str, pieces: list[fx.Node], keepdim: bool, where: fx.Node) -> fx.Node:
         reduce_op, join = (aten.amax.default, aten.maximum.default) if kind == "amax" else \
@@ -186,12 +189,12 @@ class _Rewrite:
                 return piece
         return None
 
-    def _pointwise(self, node: fx.Node, k: int) -> fx.Node:
+    def _pointwise(self, node: fx.Node, k: int) -> fx.Node | None:
         """``node``'s op on piece ``k``: its piecewise operands' piece, other tensors
-        sliced to the piece's range where they vary along the dim."""
+        sliced to the piece's range where they vary along the dim (None where that range
+        is symbolic: a graph's arguments cannot hold a size expression)."""
         rank = _val(node).dim()
         a, b = self.ranges[k]
-
         like = next(self.pieces[x][k] for x in node.all_input_nodes if x in self.pieces)
 
         def operand(x):
@@ -202,10 +205,15 @@ class _Rewrite:
             own = self.dim - (rank - _val(x).dim())  # right-aligned broadcasting
             if own < 0 or _same(_val(x).shape[own], 1):
                 return x
-            return self._backward_piece(x, own, k, like, node) or self._add(aten.slice.Tensor, (x, own, a, b), node)
+            piece = self._backward_piece(x, own, k, like, node)
+            if piece is None and isinstance(a, int) and isinstance(b, int):
+                piece = self._add(aten.slice.Tensor, (x, own, a, b), node)
+            return _MISSING if piece is None else piece
 
         args = tuple(operand(x) for x in node.args)
         kwargs = {key: operand(x) for key, x in node.kwargs.items()}
+        if any(x is _MISSING for x in (*args, *kwargs.values())):
+            return None
         return self._add(node.target, args, node, kwargs)
 
     def _backward_piece(self, x: fx.Node, own: int, k: int, like: fx.Node, where: fx.Node) -> fx.Node | None:

@@ -118,3 +118,26 @@ def test_a_concatenation_no_reduction_reads_is_left_alone():
     gm = capture(rotated, *args)
     before = str(gm.graph)
     assert split_concatenations(gm) == 0 and str(gm.graph) == before
+
+
+def biased_after_concatenation(q, k, v, sinks, bias):
+    # a bias over all L + 1 columns added after the concatenation: sliced to each piece
+    s = torch.cat([q @ k.transpose(-1, -2), sinks.reshape(1, -1, 1, 1).expand(*q.shape[:3], 1)], dim=-1)
+    return torch.softmax(s + bias, dim=-1)[..., :-1] @ v
+
+
+def test_a_value_along_the_concatenated_dim_is_sliced_to_each_piece():
+    """Static lengths slice the bias per piece and fuse; at a dynamic length a slice of
+    a symbolic range cannot be written, and the graph keeps the concatenation: correct
+    either way."""
+    report = ExplainReport()
+    compiled = torch.compile(biased_after_concatenation, backend=make_backend(report=report))
+    with torch.no_grad():
+        for n in (L, 23):
+            args = _inputs(100 + n, n) + [rand(n, n + 1, seed=104 + n)]
+            _close(compiled(*args), biased_after_concatenation(*(a.double() for a in args)), 1e-5)
+            if n == L:  # the static graph: one kernel, the bias read through slices
+                assert len(report.kernels) == 1 and not report.fallback_ops, str(report)
+                assert "slice.Tensor" in report.kernels[0].aten_ops
+    torch.compiler.reset()
+    assert any(op.name == "cat.default" for op in report.fallback_ops), str(report)  # the dynamic graph
