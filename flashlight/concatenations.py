@@ -10,7 +10,7 @@ for the softmax but ``L`` for ``@ v``. Both disappear by algebra on the pieces o
 concatenation ``x = cat(x_1, ..., x_n)`` along ``d``:
 
 - a reduction over ``d`` combines the pieces' reductions: ``amax(x) = max_k amax(x_k)``,
-  ``sum(x) = sum_k sum(x_k)``;
+  ``sum(x) = sum_k sum(x_k)``, ``logsumexp(x) = m + log(sum_k sum(exp(x_k - m)))``;
 - an elementwise op of ``x`` (and of values broadcast along ``d``, or sliced to each
   piece's range) is the concatenation of the op on the pieces;
 - a softmax over ``d`` is ``exp(x_k - m) / z`` on each piece, with ``m`` and ``z`` the
@@ -127,10 +127,10 @@ class _Rewrite:
         rank = _val(source).dim()
         if node.target is aten._softmax.default:
             return "softmax" if _norm_dim(node.args[1], rank) == self.dim and not node.args[2] else None
-        if node.target in (aten.amax.default, aten.sum.dim_IntList):
+        if node.target in (aten.amax.default, aten.sum.dim_IntList, aten.logsumexp.default):
             dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
             if dims and [_norm_dim(d, rank) for d in dims] == [self.dim] and "dtype" not in node.kwargs:
-                return "amax" if node.target is aten.amax.default else "sum"
+                return {aten.amax.default: "amax", aten.sum.dim_IntList: "sum"}.get(node.target, "logsumexp")
         return None
 
     # ---- the rules
@@ -140,6 +140,9 @@ class _Rewrite:
         if kind in ("amax", "sum"):
             keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
             node.replace_all_uses_with(self._combined(kind, self.pieces[source], keepdim, node))
+        elif kind == "logsumexp":
+            keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+            node.replace_all_uses_with(self._logsumexp(self.pieces[source], keepdim, node))
         elif kind == "softmax":
             self.pieces[node] = self._softmax(self.pieces[source], node)
         elif node.target is aten.slice.Tensor and source in self.pieces:
@@ -170,6 +173,24 @@ class _Rewrite:
         out = [self._add(aten.div.Tensor, (e, z), node) for e in exps]
         if dtype in _HALF:
             out = [self._add(torch.ops.prims.convert_element_type.default, (p, dtype), node) for p in out]
+        return out
+
+    def _logsumexp(self, pieces: list[fx.Node], keepdim: bool, node: fx.Node) -> fx.Node:
+        """``m + log(sum_k sum(exp(x_k - m)))`` with ``m`` the combined max, taken as 0
+        where it is infinite (a row of ``-inf`` gives ``-inf``), as PyTorch computes it."""
+        dtype = _val(node).dtype
+        if dtype in _HALF:
+            pieces = [self._add(torch.ops.prims.convert_element_type.default, (p, torch.float32), node) for p in pieces]
+        m = self._combined("amax", pieces, True, node)
+        infinite = self._add(aten.eq.Scalar, (self._add(aten.abs.default, (m,), node), float("inf")), node)
+        m = self._add(aten.masked_fill.Scalar, (m, infinite, 0.0), node)
+        exps = [self._add(aten.exp.default, (self._add(aten.sub.Tensor, (p, m), node),), node) for p in pieces]
+        out = self._add(aten.add.Tensor, (self._add(aten.log.default, (self._combined("sum", exps, True, node),), node),
+                                         m), node)
+        if not keepdim:
+            out = self._add(aten.squeeze.dim, (out, self.dim), node)
+        if dtype in _HALF:
+            out = self._add(torch.ops.prims.convert_element_type.default, (out, dtype), node)
         return out
 
     def _sliced_piece(self, node: fx.Node, source: fx.Node) -> fx.Node | None:
