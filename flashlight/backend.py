@@ -97,10 +97,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
             log.warning("[flashlight] this graph runs outside Flashlight: %s", unsupported)
         _record(report, gm, Plan({}, {}, None), {}, reason=unsupported)
         return gm
-    try:
-        split_concatenations(gm)  # [Note: reductions through a concatenation]
-    except Exception as error:  # noqa: BLE001 - each rewrite made is exact; the rest stays as written
-        log.warning("[flashlight] the concatenations stay as written: %s", error)
+    split = _split_concatenations(gm)
     lowered = lower_and_log(gm)
     if _fix_sizes(gm, example_inputs, tile_sizes_to_fix(lowered)):
         lowered = lower_and_log(gm)  # those sizes now read as numbers
@@ -121,7 +118,20 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
             eager=_eager_subgraph(gm, plan.nodes_of(node_name), src.inputs))
     _stitch(gm, launchers, plan)
     _record(report, gm, plan, launchers)
+    if split and report is not None:
+        report.rewrites.append(f"{split} concatenation(s): reductions, softmaxes and slices over them taken "
+                               "on their pieces")
     return gm
+
+
+def _split_concatenations(gm: fx.GraphModule) -> int:
+    """:func:`~flashlight.concatenations.split_concatenations` ([Note: reductions through a
+    concatenation]); 0 where it fails (each rewrite it made is exact, the rest as written)."""
+    try:
+        return split_concatenations(gm)
+    except Exception as error:  # noqa: BLE001 - the graph as written is right, only slower
+        log.warning("[flashlight] the concatenations stay as written: %s", error)
+        return 0
 
 
 # [Note: what Flashlight keeps when Inductor compiles the rest]

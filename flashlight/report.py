@@ -59,6 +59,8 @@ class ExplainReport:
     graph_breaks: list[str] = dataclasses.field(default_factory=list)  # Dynamo's reasons, as it logged them
     # errors inside Flashlight's compile steps (or Inductor's) after which a graph ran without them
     errors: list[str] = dataclasses.field(default_factory=list)
+    # graph rewrites made before lowering (concatenations split onto their pieces)
+    rewrites: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def inductor_ops(self) -> list[str]:
@@ -74,6 +76,8 @@ class ExplainReport:
             lines.append(f"  graph break: {why}")
         for why in self.errors:
             lines.append(f"  error: {why}")
+        for what in self.rewrites:
+            lines.append(f"  rewrite: {what}")
         for kernel in self.kernels:
             lines.append(f"  kernel {kernel.name}: {', '.join(kernel.aten_ops)}")
         for op in self.fallback_ops:

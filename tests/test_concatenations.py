@@ -65,6 +65,7 @@ def test_a_sink_column_is_one_attention_kernel():
     report = flashlight.explain(sink_column, *args)
     assert len(report.kernels) == 1 and not report.fallback_ops, str(report)
     assert "cat.default" not in report.kernels[0].aten_ops
+    assert report.rewrites and "rewrite: 1 concatenation(s)" in str(report)
     out = flashlight.compile(sink_column)(*args)
     torch.compiler.reset()
     _close(out, sink_column(*(a.double() for a in args)), 1e-5)
