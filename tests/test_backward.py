@@ -65,11 +65,17 @@ def _gradients(fn, args, grad_out, compiled: bool, report: ExplainReport | None 
     return out, grads, saved
 
 
-def _assert_close(got, want, dtype, what):
+def _assert_close(got, want, dtype, what, eager=None):
+    """``got`` within the dtype's tolerance of the float64 ``want``; in 16 bits, or at
+    most twice as far from it as ``eager`` (PyTorch's own value in that dtype), where a
+    draw of inputs makes the rounding larger than the tolerance."""
     assert torch.isfinite(got).all(), f"{what}: non-finite gradient values"
     scale = want.abs().max().item()
     err = (got.double() - want).abs().max().item()
-    assert err <= TOL[dtype] * scale + 1e-12, f"{what}: error {err:.3g} against a largest value of {scale:.3g}"
+    bound = TOL[dtype] * scale + 1e-12
+    if eager is not None:
+        bound = max(bound, 2 * (eager.double() - want).abs().max().item())
+    assert err <= bound, f"{what}: error {err:.3g} against a largest value of {scale:.3g}"
 
 
 def _check_variant(name, gen, dtype=torch.float32, shape=None):
@@ -83,10 +89,15 @@ def _check_variant(name, gen, dtype=torch.float32, shape=None):
     report = ExplainReport()
     out, grads, saved = _gradients(v.fn, args, grad_out, compiled=True, report=report)
     want = torch.autograd.grad(want_out, _differentiable(reference), grad_out)
-    for n, (got, exact) in enumerate(zip(as_outputs(out), want_out, strict=True)):
-        _assert_close(got, exact, dtype, f"{name} output {n}")
-    for k, (got, exact) in enumerate(zip(grads, want)):
-        _assert_close(got, exact, dtype, f"{name} gradient of input {k}")
+    n_out, n_grads = len(want_out), len(want)
+    eager_out, eager_grads = [None] * n_out, [None] * n_grads
+    if dtype != torch.float32:  # PyTorch's own values in that dtype: a second bound
+        eager, eager_grads, _ = _gradients(v.fn, _leaves(inputs, dtype), grad_out, compiled=False)
+        eager_out = as_outputs(eager)
+    for n, (got, exact, own) in enumerate(zip(as_outputs(out), want_out, eager_out, strict=True)):
+        _assert_close(got, exact, dtype, f"{name} output {n}", own)
+    for k, (got, exact, own) in enumerate(zip(grads, want, eager_grads, strict=True)):
+        _assert_close(got, exact, dtype, f"{name} gradient of input {k}", own)
     torch.compiler.reset()
     return args, out, saved, report
 
