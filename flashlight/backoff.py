@@ -26,12 +26,10 @@ from flashlight.ir import (
     Graph,
     Kernel,
     Load,
-    LoopResult,
     Nest,
     Pointwise,
     Reduce,
     Ref,
-    RunningMax,
     TiledKernel,
     contains,
     free_dims,
@@ -313,17 +311,10 @@ def _repeated(tiled: TiledKernel, exprs, only_along_loop: bool) -> bool:
     loop_dims = {red.dim for red in tiled.kernel.loop}
     if any(grid - free_dims(loop.body) for loop in tiled.kernel.loop):
         return True
-    results = [free_dims(loop.body) - loop_dims for loop in tiled.kernel.loop]
-    return any(isinstance(node, Reduce) and grid - _varies_along(node, results)
+    # a reduction over the output's features of the loop's results varies along theirs
+    return any(isinstance(node, Reduce) and grid - tiled.kernel.varies_along(node)
                and (free_dims(node) & loop_dims or not only_along_loop)
                for e in exprs for node in walk(e))
-
-
-def _varies_along(node: Reduce, results: list[frozenset]) -> frozenset:
-    """The dims a reduction's value varies along: its free dims, and those of the loop
-    results it reads (a reduction over the output's features of the loop's results)."""
-    read = {d for n in walk(node.body) if isinstance(n, (LoopResult, RunningMax)) for d in results[n.index]}
-    return free_dims(node) | (read - set(node.dims))
 
 
 def recomputes_across_grid(tiled: TiledKernel) -> bool:

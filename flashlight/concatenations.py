@@ -51,6 +51,7 @@ _POINTWISE = frozenset(getattr(getattr(aten, o.split(".")[0]), o.split(".")[1]) 
 _CASTS = frozenset((aten._to_copy.default, torch.ops.prims.convert_element_type.default, aten.detach.default,
                     aten.alias.default))
 _HALF = (torch.float16, torch.bfloat16)
+_REDUCTIONS = {aten.amax.default: "amax", aten.sum.dim_IntList: "sum", aten.logsumexp.default: "logsumexp"}
 _MISSING = object()  # an operand piece that cannot be written in the graph
 
 
@@ -77,6 +78,11 @@ def _norm_dim(dim: int, rank: int) -> int:
 
 def _same(a, b) -> bool:
     return statically_known_true(a == b) if not (isinstance(a, int) and isinstance(b, int)) else a == b
+
+
+def _range(start, end, size) -> tuple:
+    """A slice's ``[start, end)`` with negative ends counted from ``size``."""
+    return tuple(v + size if isinstance(v, int) and v < 0 else v for v in (start, end))
 
 
 class _Rewrite:
@@ -127,22 +133,21 @@ class _Rewrite:
         rank = _val(source).dim()
         if node.target is aten._softmax.default:
             return "softmax" if _norm_dim(node.args[1], rank) == self.dim and not node.args[2] else None
-        if node.target in (aten.amax.default, aten.sum.dim_IntList, aten.logsumexp.default):
+        if node.target in _REDUCTIONS:
             dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
             if dims and [_norm_dim(d, rank) for d in dims] == [self.dim] and "dtype" not in node.kwargs:
-                return {aten.amax.default: "amax", aten.sum.dim_IntList: "sum"}.get(node.target, "logsumexp")
+                return _REDUCTIONS[node.target]
         return None
 
     # ---- the rules
     def _visit(self, node: fx.Node) -> None:
         source = node.args[0] if node.args else None
         kind = self._reduced_dim(node, source) if source in self.pieces else None
-        if kind in ("amax", "sum"):
+        if kind in _REDUCTIONS.values():
             keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-            node.replace_all_uses_with(self._combined(kind, self.pieces[source], keepdim, node))
-        elif kind == "logsumexp":
-            keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-            node.replace_all_uses_with(self._logsumexp(self.pieces[source], keepdim, node))
+            pieces = self.pieces[source]
+            node.replace_all_uses_with(self._logsumexp(pieces, keepdim, node) if kind == "logsumexp"
+                                       else self._combined(kind, pieces, keepdim, node))
         elif kind == "softmax":
             self.pieces[node] = self._softmax(self.pieces[source], node)
         elif node.target is aten.slice.Tensor and source in self.pieces:
@@ -163,24 +168,24 @@ class _Rewrite:
             out = self._add(join, (out, part), where)
         return out
 
+    def _cast(self, values: list[fx.Node], dtype: torch.dtype, node: fx.Node) -> list[fx.Node]:
+        """``values`` in ``dtype``, where ``node``'s result is 16-bit (a softmax and a
+        log-sum-exp compute in float32 and round at the end)."""
+        if _val(node).dtype not in _HALF:
+            return values
+        return [self._add(torch.ops.prims.convert_element_type.default, (v, dtype), node) for v in values]
+
     def _softmax(self, pieces: list[fx.Node], node: fx.Node) -> list[fx.Node]:
-        dtype = _val(node).dtype
-        if dtype in _HALF:  # as the softmax computes: in float32, rounded at the end
-            pieces = [self._add(torch.ops.prims.convert_element_type.default, (p, torch.float32), node) for p in pieces]
+        pieces = self._cast(pieces, torch.float32, node)
         m = self._combined("amax", pieces, True, node)
         exps = [self._add(aten.exp.default, (self._add(aten.sub.Tensor, (p, m), node),), node) for p in pieces]
         z = self._combined("sum", exps, True, node)
-        out = [self._add(aten.div.Tensor, (e, z), node) for e in exps]
-        if dtype in _HALF:
-            out = [self._add(torch.ops.prims.convert_element_type.default, (p, dtype), node) for p in out]
-        return out
+        return self._cast([self._add(aten.div.Tensor, (e, z), node) for e in exps], _val(node).dtype, node)
 
     def _logsumexp(self, pieces: list[fx.Node], keepdim: bool, node: fx.Node) -> fx.Node:
         """``m + log(sum_k sum(exp(x_k - m)))`` with ``m`` the combined max, taken as 0
         where it is infinite (a row of ``-inf`` gives ``-inf``), as PyTorch computes it."""
-        dtype = _val(node).dtype
-        if dtype in _HALF:
-            pieces = [self._add(torch.ops.prims.convert_element_type.default, (p, torch.float32), node) for p in pieces]
+        pieces = self._cast(pieces, torch.float32, node)
         m = self._combined("amax", pieces, True, node)
         infinite = self._add(aten.eq.Scalar, (self._add(aten.abs.default, (m,), node), float("inf")), node)
         m = self._add(aten.masked_fill.Scalar, (m, infinite, 0.0), node)
@@ -189,9 +194,7 @@ class _Rewrite:
                                          m), node)
         if not keepdim:
             out = self._add(aten.squeeze.dim, (out, self.dim), node)
-        if dtype in _HALF:
-            out = self._add(torch.ops.prims.convert_element_type.default, (out, dtype), node)
-        return out
+        return self._cast([out], _val(node).dtype, node)[0]
 
     def _sliced_piece(self, node: fx.Node, source: fx.Node) -> fx.Node | None:
         rank, size = _val(source).dim(), _val(source).shape[self.dim]
@@ -201,8 +204,7 @@ class _Rewrite:
         step = node.args[4] if len(node.args) > 4 else 1
         if dim != self.dim or step != 1:
             return None
-        start = start + size if isinstance(start, int) and start < 0 else start
-        end = end + size if isinstance(end, int) and end < 0 else end
+        start, end = _range(start, end, size)
         if isinstance(end, int) and isinstance(size, int):
             end = min(end, size)
         for (a, b), piece in zip(self.ranges, self.pieces[source]):
@@ -245,8 +247,7 @@ class _Rewrite:
         if x.target is not aten.slice_backward.default or own != self.dim:
             return None
         grad, sizes, dim, start, end, step = x.args
-        size = sizes[own]
-        start, end = (v + size if isinstance(v, int) and v < 0 else v for v in (start, end))
+        start, end = _range(start, end, sizes[own])
         if _norm_dim(dim, len(sizes)) != own or step != 1:
             return None
         a, b = self.ranges[k]
@@ -267,7 +268,7 @@ class _Rewrite:
         kwargs = kwargs or {}
         with self.graph.inserting_before(where):
             new = self.graph.call_function(target, args, kwargs)
-        new.meta["val"] = target(*(_val(a) if not isinstance(a, (list, tuple)) else type(a)(_val(x) for x in a)
-                                   for a in args), **{k: _val(v) for k, v in kwargs.items()})
+        vals, kwvals = fx.node.map_arg((args, kwargs), _val)
+        new.meta["val"] = target(*vals, **kwvals)
         return new
 

@@ -474,6 +474,16 @@ class Kernel:
         """The epilogue of every output, in output order."""
         return tuple(out.epilogue for out in self.outputs())
 
+    def varies_along(self, expr: Expr) -> frozenset[Dim]:
+        """The dims ``expr`` varies along: its free dims, and those of the loop results
+        (running or final) it reads, less the dims a reduction at its top binds."""
+        dims = set(free_dims(expr))
+        for node in walk(expr):
+            if isinstance(node, (LoopResult, RunningMax)):
+                red = self.loop[node.index]
+                dims |= free_dims(red.body) - {red.dim}
+        return frozenset(dims - set(expr.dims)) if isinstance(expr, Reduce) else frozenset(dims)
+
 
 @dataclasses.dataclass(frozen=True)
 class Tiling:

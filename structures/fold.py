@@ -40,6 +40,7 @@ from flashlight.structures.models import (
     PatchStatus,
     apply_flashlight,
     build_model,
+    chunk_size_tuners,
     make_config,
     preset_chunk_size,
     remove_flashlight,
@@ -384,7 +385,7 @@ class Folder(RecordFiles):
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        tuned = any(getattr(m, "chunk_size_tuner", None) is not None for m in model.modules())
+        tuned = bool(chunk_size_tuners(model))
         self.warn(
             f"note: the GPU ran out of memory without chunking; folding again with "
             f"chunk_size {self.fallback_chunk_size} (OpenFold's {self.options.preset} setting"

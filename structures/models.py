@@ -235,15 +235,17 @@ def preset_chunk_size(preset: str) -> Optional[int]:
     return model_config(preset, train=False).globals.chunk_size
 
 
+def chunk_size_tuners(model: torch.nn.Module) -> dict[str, Any]:
+    """OpenFold's chunk-size tuner of each stack of ``model`` that has one, by module name."""
+    return {name: m.chunk_size_tuner for name, m in model.named_modules()
+            if getattr(m, "chunk_size_tuner", None) is not None}
+
+
 def tuned_chunk_sizes(model: torch.nn.Module) -> dict[str, int]:
     """The chunk size OpenFold's chunk-size tuner chose in each stack of ``model`` whose
     tuner has run, by module name ([Note: chunking only where memory needs it])."""
-    chosen = {}
-    for name, module in model.named_modules():
-        tuner = getattr(module, "chunk_size_tuner", None)
-        if tuner is not None and tuner.cached_chunk_size is not None:
-            chosen[name] = int(tuner.cached_chunk_size)
-    return chosen
+    return {name: int(tuner.cached_chunk_size) for name, tuner in chunk_size_tuners(model).items()
+            if tuner.cached_chunk_size is not None}
 
 
 def set_chunk_size(model: torch.nn.Module, chunk_size: Optional[int]) -> None:

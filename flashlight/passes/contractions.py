@@ -28,43 +28,26 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from flashlight.ir import (
-    Dim,
-    Expr,
-    Kernel,
-    LoopReduction,
-    LoopResult,
-    Pointwise,
-    Reduce,
-    RunningMax,
-    free_dims,
-    rebuild,
-    walk,
-)
+from flashlight.ir import Dim, Expr, Kernel, LoopReduction, Pointwise, Reduce, rebuild
 
 
 @dataclasses.dataclass(frozen=True)
 class _Tiles:
-    """A candidate tiling's ``roles`` by dim, and ``results``: the dims the result of
-    each online-loop reduction varies along, by its index."""
+    """A candidate tiling's ``roles`` by dim, in ``kernel``."""
 
     roles: dict[Dim, str]
-    results: dict[int, frozenset[Dim]]
+    kernel: Kernel
 
     def roles_of(self, expr: Expr) -> frozenset[str]:
         """The tile roles ``expr`` varies along, through the loop results it reads too."""
-        dims = set(free_dims(expr))
-        for node in walk(expr):
-            if isinstance(node, (RunningMax, LoopResult)):
-                dims |= self.results.get(node.index, frozenset())
-        return frozenset(self.roles[d] for d in dims if d in self.roles)
+        return frozenset(self.roles[d] for d in self.kernel.varies_along(expr) if d in self.roles)
 
 
 def group_dot_operands(kernel: Kernel, roles: dict[Dim, str]) -> Kernel:
     """``kernel`` with the product of each contraction regrouped as ``left * right``
     under the tile ``roles`` of one candidate tiling ([Note: dot operands]); products
     that already split that way, or cannot, are kept as they are."""
-    tiles = _Tiles(roles, {k: free_dims(red.body) - {red.dim} for k, red in enumerate(kernel.loop)})
+    tiles = _Tiles(roles, kernel)
 
     def in_expr(expr: Expr) -> Expr:
         def visit(node: Expr) -> Expr | None:
