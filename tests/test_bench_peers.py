@@ -346,6 +346,9 @@ def test_fold_product_solo_row_times_each_variant_alone_and_cold(tmp_path, monke
     # then each alone again, in fresh processes finding the caches the first ones filled
     assert solo["stock_second_fold_s"] == 4.0 and solo["flashlight_second_fold_s"] == 5.0
     assert solo["second_fold_ratio"] == 1.25
+    # three such pairs by default (one process's host speed is noisy): each kept, the median quoted
+    assert solo["stock_again_fold_s"] == [4.0] * 3 and solo["again_ratios"] == [1.25] * 3
+    assert solo["flashlight_second_first_fold_s"] == 5.0  # a user's second run alone
     assert solo["max_abs_diff"] == pytest.approx(0.75)  # between the two structures written
     assert rows[(20, "single", "fp32", "warm")]["flashlight_first_call_s"] == 3.0  # the pair kept its caches
     data = json.loads(out.read_text())
@@ -410,6 +413,7 @@ def test_fold_product_reruns_a_timed_out_row_and_sizes_rows_by_measured_processe
     solo = {"length": 512, "cache": "solo", "status": "ok", "stock_process_wall_s": 70.0,
             "flashlight_second_process_wall_s": 80.0}
     assert fold_product.process_estimate([solo, cold], 512, 60.0) == 80.0
+    assert fold_product.process_estimate([{**solo, "stock_again_process_wall_s": [75.0, 90.0]}], 512, 60.0) == 90.0
     assert fold_product.process_estimate([solo, timed_out], 20, 60.0) == 60.0
     assert fold_product.process_estimate([], 1024, 60.0) == 240.0
     monkeypatch.setenv("FLASHLIGHT_BUDGET_END", str(time.time() + 8))  # less than 4 processes and the margin
