@@ -18,8 +18,10 @@ decision: the output matches eager, NaN in that row as ``torch.softmax`` gives, 
 other row finite) and NaN inputs propagating exactly as in eager. Last, variants outside
 the catalog, written after the compiler (scores through a sigmoid or a squared ReLU,
 masks built inside the function, a learned temperature, a returned log-sum-exp, a gated
-residual, T5's bucketed relative positions, a mask applied after the softmax): one kernel
-each.
+residual, T5's bucketed relative positions, a mask applied after the softmax; then BERT's
+float mask, Hugging Face's ``finfo.min`` fill, einsums, attention without a softmax, a
+learned Gaussian distance bias, per-query and per-key biases, log-length scaling, gated
+keys, an integer key mask, layer norms of q and k): one kernel each.
 
 Kernels run on CPU through the Triton interpreter (``TRITON_INTERPRET=1``, set by
 ``conftest.py``), so shapes stay small.
@@ -424,6 +426,52 @@ def _exp_of_log_softmax(q, k, v):  # the weights as exp(log_softmax)
     return torch.exp(F.log_softmax(q @ k.transpose(-1, -2) * 0.25, -1)) @ v
 
 
+def _bert_float_mask(q, k, v, m):  # BERT's (1 - mask) * -10000 from a 0/1 float key mask [B, L]
+    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + (1.0 - m[:, None, None, :]) * -10000.0, -1) @ v
+
+
+def _finfo_min_where(q, k, v, keep):  # where(mask, s, finfo.min), softmax with a dtype argument
+    s = torch.where(keep, q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, torch.finfo(q.dtype).min)
+    return torch.softmax(s, -1, dtype=torch.float32).to(q.dtype) @ v
+
+
+def _einsum_attention(q, k, v):  # both products written as einsums
+    s = torch.einsum("bhqd,bhkd->bhqk", q, k) * 0.25
+    return torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), v)
+
+
+def _linear_causal(q, k, v):  # no softmax at all: causal (q k^T) v scaled by the length
+    return (q @ k.transpose(-1, -2)).tril() @ v / q.shape[-2]
+
+
+def _gaussian_distance_bias(q, k, v, a, w):  # a learned Gaussian of |i - j| per head: a_h exp(-d^2 / 2 w_h^2)
+    d2 = ((torch.arange(q.shape[-2])[:, None] - torch.arange(k.shape[-2])[None, :]) ** 2).float()
+    bias = a[:, None, None] * torch.exp(-d2[None] / (2 * w[:, None, None] ** 2))  # [H, L, L]
+    return torch.softmax(q @ k.transpose(-1, -2) * 0.25 + bias, -1) @ v
+
+
+def _rank_one_bias(q, k, v, a, c):  # a per-query plus a per-key bias, an outer sum [B, H, L, L]
+    return torch.softmax(q @ k.transpose(-1, -2) * 0.25 + a[..., :, None] + c[..., None, :], -1) @ v
+
+
+def _log_n_scaling(q, k, v):  # scores scaled by log(n) / log(16), n the number of keys
+    return torch.softmax(q @ k.transpose(-1, -2) * (math.log(k.shape[-2]) / math.log(16)) * 0.25, -1) @ v
+
+
+def _gated_keys(q, k, v, gk):  # keys gated before the product
+    return torch.softmax(q @ (k * torch.sigmoid(gk)).transpose(-1, -2) * 0.25, -1) @ v
+
+
+def _int_key_mask(q, k, v, m):  # masked_fill(mask == 0, -inf) with an int64 key mask [B, L]
+    s = (q @ k.transpose(-1, -2) * 0.25).masked_fill(m[:, None, None, :] == 0, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def _qk_layer_norm(q, k, v, wq, wk):  # a layer norm over the head width of q and of k
+    q, k = F.layer_norm(q, (q.shape[-1],), wq), F.layer_norm(k, (k.shape[-1],), wk)
+    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1) @ v
+
+
 ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16])
     "sigmoid_scores": (_sigmoid_scores, lambda r: (r(3, 37, 37),)),
     "relu_squared": (_relu_squared, lambda r: ()),
@@ -435,6 +483,16 @@ ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16
     "t5_buckets": (_t5_buckets, lambda r: (r(32, 3),)),
     "renormalised_after_mask": (_renormalised_after_mask, lambda r: ((r(2, 1, 1, 37) > -0.5).float(),)),
     "exp_of_log_softmax": (_exp_of_log_softmax, lambda r: ()),
+    "bert_float_mask": (_bert_float_mask, lambda r: ((r(2, 37) > -0.7).float(),)),
+    "finfo_min_where": (_finfo_min_where, lambda r: (r(2, 1, 37, 37) > -1.0,)),
+    "einsum_attention": (_einsum_attention, lambda r: ()),
+    "linear_causal": (_linear_causal, lambda r: ()),
+    "gaussian_distance_bias": (_gaussian_distance_bias, lambda r: (r(3), r(3).abs() * 3 + 1)),
+    "rank_one_bias": (_rank_one_bias, lambda r: (r(2, 3, 37), r(2, 3, 37))),
+    "log_n_scaling": (_log_n_scaling, lambda r: ()),
+    "gated_keys": (_gated_keys, lambda r: (r(2, 3, 37, 16),)),
+    "int_key_mask": (_int_key_mask, lambda r: ((r(2, 37) > -0.7).long(),)),
+    "qk_layer_norm": (_qk_layer_norm, lambda r: (1 + 0.1 * r(16), 1 + 0.1 * r(16))),
 }
 
 
@@ -458,7 +516,8 @@ def test_variants_beyond_the_catalog_are_one_kernel(name, request):
 REDUCING = {"bmm", "mm", "sum", "amax", "max", "logsumexp", "_softmax", "_log_softmax"}
 
 
-@pytest.mark.parametrize("name", ["sigmoid_scores", "output_and_logsumexp", "softplus_temperature"])
+@pytest.mark.parametrize("name", ["sigmoid_scores", "output_and_logsumexp", "softplus_temperature",
+                                  "einsum_attention", "linear_causal"])
 def test_variants_beyond_the_catalog_have_gradients(name, request):
     """Gradients of every float input through the derived backward match float64 (a
     sigmoid of the scores, a returned log-sum-exp, a learned temperature per head)."""
