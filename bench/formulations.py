@@ -212,9 +212,9 @@ def flash_availability() -> str | None:
     except ImportError:
         found = False
     if not found:
-        return ("FlexAttention's FLASH backend needs flash-attn-4 (flash_attn.cute) and the CuTeDSL wheels "
-                "(nvidia-cutlass-dsl-libs-cu12/cu13, 92 MB each), which do not fit the 64 MiB carried to the "
-                "GPU machine")
+        return ("FlexAttention's FLASH backend needs flash-attn-4 (flash_attn.cute) and CuTeDSL: on the GPU "
+                "machine, carry .gpuflash/a and .gpuflash/b (scripts/gpu_fetch.sh --flash) in calls of their "
+                "own, then run with scripts/gpu_run.sh --flash")
     return None
 
 

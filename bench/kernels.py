@@ -59,7 +59,7 @@ EVOFORMER = ("msa_row_pair_bias", "msa_column", "triangle_start", "triangle_end"
 CORE = ("evoformer_core",)
 SMOKE_IMPLS = ("eager", "sdpa", "torch_compile", "flashlight")
 
-EXIT_COMPLETE, EXIT_INCOMPLETE, EXIT_RESTART = 0, 3, 4
+EXIT_COMPLETE, EXIT_INCOMPLETE, EXIT_RESTART, EXIT_UNAVAILABLE = 0, 3, 4, 5
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.split("\n\n")[0],
@@ -78,6 +78,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="tiny default shapes, fp32, for checking the harness")
     p.add_argument("--retry", action="store_true", help="measure again cells recorded as error/timeout/oom")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--require", default="",
+                   help="implementations (comma list) this run is for: where one cannot run here, say why and "
+                        f"exit with status {EXIT_UNAVAILABLE} before measuring anything (bench/run_all.sh then "
+                        "leaves the part to do)")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
 
@@ -96,6 +100,18 @@ class Restart(Exception):
 
 class Unavailable(Exception):
     pass
+
+
+def availability(impl: str) -> str | None:
+    """``None`` where ``impl`` can run here, else why not (the peers and the FLASH backend;
+    the others run wherever PyTorch does)."""
+    from bench import formulations, peers
+
+    if impl == "flex_flash":
+        return formulations.flash_availability()
+    if impl in peers.PEERS:
+        return peers.availability(impl)
+    return None
 
 
 def applicable(variant, impl: str) -> bool:
@@ -124,7 +140,7 @@ def make_impl(variant, impl: str, device: str, report, form: Callable | None = N
         form = form or variant.flex
         return form if formulations.compiles_itself(form) else torch.compile(form)
     if impl == "flex_flash":
-        why = formulations.flash_availability()
+        why = availability(impl)
         if why:
             raise Unavailable(why)
         form = form or next(iter(formulations.forms(variant, impl).values()))
@@ -143,7 +159,7 @@ def make_impl(variant, impl: str, device: str, report, form: Callable | None = N
 
         return sdpa_efficient
     if impl in peers.PEERS:
-        why = peers.availability(impl)
+        why = availability(impl)
         if why:
             raise Unavailable(why)
         return peers.adapter(impl, variant.name)
@@ -356,6 +372,12 @@ def _main(argv: list[str] | None) -> int:
     from bench.variants import VARIANTS
     from flashlight.api import ExplainReport
 
+    missing = {impl: availability(impl) for impl in filter(None, args.require.split(","))}
+    missing = {impl: why for impl, why in missing.items() if why}
+    if missing:
+        for impl, why in missing.items():
+            print(f"bench.kernels: {impl} cannot run here: {why}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu" and not args.smoke:
         print("bench.kernels: no CUDA device; CPU timings are meaningless (use --smoke to check the harness)",

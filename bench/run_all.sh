@@ -48,7 +48,9 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # default stream, outside a captured graph, and its -graphs cells at 256 computed wrong
 # results (the plain mode is its fastest valid form). At 1024 residues a whole-model cell
 # runs OpenFold chunked (minutes per cell, torch.compile's the longest), so Flashlight's
-# is measured before torch.compile's.
+# is measured before torch.compile's. kernels-flex-flash needs FlexAttention's FLASH
+# backend: carry .gpuflash/a, then .gpuflash/b, each in a call of its own (gpu_fetch.sh
+# --flash), and run under gpu_run.sh --flash; without it the part says so and stays to do.
 PARTS=(
     "fold-product|$PY -m bench.fold_product --rows cold,warm,solo --max-minutes 9 --out $R/fold_product.json"
     "fold-warmup-ab|$PY -m bench.fold_product --lengths 256 --msa deep --dtypes bf16,fp32 --warmup-compile inline,background --repeats 3 --profile-kernels --run-estimate-s 75 --max-minutes 9 --out $R/fold_product_warmup_ab.json"
@@ -71,7 +73,7 @@ PARTS=(
     "evoformer-peers-graphs-512|$E --retry --n-res 512 --scopes model,stack --modes flashlight-graphs,cueq-graphs,stock-graphs --dtypes bf16,tf32 --out $R/evoformer_peers.json"
     "fidelity|$PY -m bench.fidelity --seeds 0,1,2 --max-minutes 9 --out $R/fidelity.json"
     "long-chain|$PY -m bench.long_chain --max-minutes 9 --out $R/long_chain.json"
-    "kernels-flex-flash|$K --variants msa_row_pair_bias,msa_column,triangle_start,triangle_end,evoformer_core --shapes 0 --dtypes bf16 --impls flex_flash --out $R/kernels_flex_flash.json"
+    "kernels-flex-flash|$K --variants msa_row_pair_bias,msa_column,triangle_start,triangle_end,evoformer_core,vanilla,causal_tril --shapes 0 --dtypes bf16 --impls flex_flash,flex,flashlight --require flex_flash --out $R/kernels_flex_flash.json"
     "evoformer-peers-1024|$E --retry --n-res 1024 --scopes stack,model --modes ds4sci,cueq,flashlight,stock --dtypes bf16,tf32 --out $R/evoformer_peers.json"
     "kernels-evoformer-main|$K --variants evoformer --shapes 0 --dtypes bf16,tf32,fp32 --out $R/kernels_evoformer.json"
     "evoformer-256|$E --retry --n-res 256 --scopes stack,model --out $R/evoformer.json"

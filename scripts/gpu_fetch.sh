@@ -8,6 +8,7 @@
 #   bash scripts/gpu_fetch.sh --no-cueq    # skip cuEquivariance (27 MB of the total)
 #   bash scripts/gpu_fetch.sh --force      # fetch again even if files are present
 #   bash scripts/gpu_fetch.sh --deepspeed  # also DeepSpeed (DS4Sci_EvoformerAttention), 12 MB
+#   bash scripts/gpu_fetch.sh --flash      # also FlexAttention's FLASH backend, into .gpuflash/
 #
 # The GPU machine is assumed to run Python 3.12 on Linux x86_64 with torch, triton,
 # numpy, scipy, matplotlib, tqdm, pytest and hypothesis preinstalled.
@@ -27,9 +28,16 @@
 #                    msgpack, psutil); gpu_run.sh --deepspeed installs those it lacks
 #   MANIFEST.sha256  checksums, verified on the GPU machine
 #
-# Not carried: FlexAttention's FLASH backend needs flash-attn-4 and the CuTeDSL wheels,
-# whose nvidia-cutlass-dsl-libs-cu12 / -cu13 are 92 MB each: over the 64 MiB that travel
-# with the working tree.
+# --flash: FlexAttention's FLASH backend needs flash-attn-4 and CuTeDSL, whose CUDA 13
+# library wheel (nvidia-cutlass-dsl-libs-cu13) is 92 MB: more than travels with the
+# working tree in one call (64 MiB), so it goes in two, beside .gpu/ rather than in it:
+#   .gpuflash/a/     the small wheels (flash-attn-4, nvidia-cutlass-dsl, its -libs-base and
+#                    -libs-core, quack-kernels, apache-tvm-ffi, torch-c-dlpack-ext; 10 MB)
+#                    and the library wheel's first 44 MB, with the whole wheel's checksum
+#   .gpuflash/b/     the rest of it (48 MB)
+# Carry .gpu, .gpuflash/a and .gpuflash/b in three calls in a row, then
+# "gpu_run.sh --flash" joins, checks and installs them (a carried folder stays on the
+# GPU machine until it is handed back; bench/run_all.sh's kernels-flex-flash part).
 #
 # Environment:
 #   PYTHON   interpreter used to run pip (default: the repo's .venv, else python3)
@@ -75,6 +83,17 @@ CUEQ=(
     nvidia-ml-py==13.615.71
 )
 OPENFOLD_SPEC=openfold==0.0.1
+FLASH_WHEELS=(
+    flash-attn-4==4.0.0b40
+    nvidia-cutlass-dsl==4.8.1
+    nvidia-cutlass-dsl-libs-base==4.8.1
+    nvidia-cutlass-dsl-libs-core==4.8.1
+    quack-kernels==0.6.5
+    apache-tvm-ffi==0.1.15.post2
+    torch-c-dlpack-ext==0.1.5
+)
+FLASH_LIBS=nvidia-cutlass-dsl-libs-cu13==4.8.1  # CUDA 13, as the GPU machine's torch
+FLASH_PART_BYTES=44000000  # each call: its part (and the small wheels) and the tree under 64 MiB
 DEEPSPEED_SPEC=deepspeed==0.19.8
 DEEPSPEED_WHEELS=(
     nvidia-cutlass==4.2.0.0
@@ -102,13 +121,15 @@ peers=1
 cueq=1
 force=0
 deepspeed=0
+flash=0
 for arg in "$@"; do
     case "$arg" in
         --no-peers) peers=0 ;;
         --no-cueq) cueq=0 ;;
         --deepspeed) deepspeed=1 ;;
+        --flash) flash=1 ;;
         --force) force=1 ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
         *) echo "gpu_fetch: unknown option $arg (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -225,11 +246,30 @@ if [ "$peers" = 1 ] && [ "$deepspeed" = 1 ]; then
     say "DeepSpeed: $(du -sh "$ds" | cut -f1) in ${ds#"$ROOT"/}"
 fi
 
+# 3c. FlexAttention's FLASH backend (optional), in .gpuflash/ (see the top of this file).
+if [ "$flash" = 1 ]; then
+    FLASH="$ROOT/.gpuflash"
+    [ "$force" = 1 ] && rm -rf "$FLASH"
+    if [ ! -s "$FLASH/a/libs.sha256" ]; then
+        tmp="$(mktemp -d "${TMPDIR:-/tmp}/gpu-fetch-flash.XXXXXX")"
+        download_wheels "$FLASH/a/wheels" "${FLASH_WHEELS[@]}"
+        download_wheels "$tmp" "$FLASH_LIBS"
+        libs="$(ls "$tmp"/*.whl)"
+        (cd "$tmp" && sha256sum "$(basename "$libs")") >"$tmp/libs.sha256"
+        split -b "$FLASH_PART_BYTES" -d -a 1 "$libs" "$tmp/libs.part"
+        [ ! -e "$tmp/libs.part2" ] || { say "FAILED: the library wheel needs more than two parts"; exit 1; }
+        mkdir -p "$FLASH/b"
+        mv "$tmp/libs.part0" "$FLASH/a/" && mv "$tmp/libs.part1" "$FLASH/b/" && mv "$tmp/libs.sha256" "$FLASH/a/"
+        rm -rf "$tmp"
+    fi
+    say "FLASH backend: $(du -sh "$FLASH/a" | cut -f1) in .gpuflash/a, $(du -sh "$FLASH/b" | cut -f1) in .gpuflash/b"
+fi
+
 # 4. Every wheel must suit CPython 3.12 on Linux x86_64.
-"$PYTHON" - "$DEST" <<'PYEOF'
+"$PYTHON" - "$DEST" $( [ "$flash" = 1 ] && echo "$ROOT/.gpuflash" ) <<'PYEOF'
 import pathlib, sys
 bad = []
-for whl in pathlib.Path(sys.argv[1]).rglob("*.whl"):
+for whl in [w for root in sys.argv[1:] for w in pathlib.Path(root).rglob("*.whl")]:
     parts = whl.name[:-4].split("-")
     py, abi, plat = parts[-3], parts[-2], parts[-1]
     py_ok = any(t in ("cp312", "py3", "py312") for t in py.split(".")) or (

@@ -26,6 +26,11 @@
 #                    TORCH_EXTENSIONS_DIR ($FLASHLIGHT_GPU_SITE/torch_extensions, kept
 #                    while the machine is) and ninja on PATH; a prebuilt op carried as
 #                    .gpu/peers/deepspeed/prebuilt.tar.xz.part* is unpacked there (bench/ds4sci.py)
+#   --flash          also install FlexAttention's FLASH backend (flash-attn-4, CuTeDSL) from
+#                    .gpuflash/a and .gpuflash/b (gpu_fetch.sh --flash; too large for one
+#                    call, they are carried in calls of their own before this one and stay
+#                    on the machine): the library wheel's halves joined and checked, all
+#                    installed into $FLASHLIGHT_GPU_SITE-flash, which goes on PYTHONPATH
 #   -h, --help       this text
 #
 # What it does, each step skipped when already done (safe to run again and again on
@@ -71,6 +76,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignor
 openfold=fg
 peers=1
 deepspeed=0
+flash=0
 collect=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -78,9 +84,10 @@ while [ $# -gt 0 ]; do
         --openfold-bg) openfold=bg ;;
         --no-peers) peers=0 ;;
         --deepspeed) deepspeed=1 ;;
+        --flash) flash=1 ;;
         --collect) collect="${2:?--collect needs a folder}"; shift ;;
         --collect=*) collect="${1#--collect=}" ;;
-        -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,56p' "$0"; exit 0 ;;
         --) shift; break ;;
         -*) echo "gpu_run: unknown option $1 (see --help)" >&2; exit 2 ;;
         *) break ;;
@@ -272,6 +279,38 @@ if [ "$peers" = 1 ] && [ "$deepspeed" = 1 ]; then
         say "DeepSpeed: TORCH_EXTENSIONS_DIR=$TORCH_EXTENSIONS_DIR, TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
     fi
 fi
+# FlexAttention's FLASH backend (optional): flash-attn-4 and CuTeDSL, off the main folder.
+# CuTeDSL's own .pth (which puts its dsl_packages folder on sys.path) is not read from a
+# PYTHONPATH folder, so that folder is named too.
+FLASH_PATHS=""
+if [ "$flash" = 1 ]; then
+    FLASH_FILES="${FLASHLIGHT_GPU_FLASH_FILES:-$ROOT/.gpuflash}"
+    FLASH_SITE="$SITE-flash"
+    flash_paths="$FLASH_SITE:$FLASH_SITE/nvidia_cutlass_dsl/dsl_packages"
+    if [ -d "$FLASH_SITE/flash_attn/cute" ]; then
+        say "FLASH backend: already installed"
+    elif [ ! -s "$FLASH_FILES/a/libs.sha256" ] || [ ! -s "$FLASH_FILES/a/libs.part0" ] || [ ! -s "$FLASH_FILES/b/libs.part1" ]; then
+        say "FLASH backend: not carried in full (.gpuflash/a: $(ls "$FLASH_FILES/a" 2>/dev/null | tr '\n' ' ')," \
+            ".gpuflash/b: $(ls "$FLASH_FILES/b" 2>/dev/null | tr '\n' ' ')); skipped. Carry .gpuflash/a, then" \
+            ".gpuflash/b, each in a call of its own, then call with --flash"
+    else
+        joined="$FLASH_SITE-wheels"
+        mkdir -p "$joined"
+        name="$(awk '{print $2}' "$FLASH_FILES/a/libs.sha256")"
+        cat "$FLASH_FILES/a/libs.part0" "$FLASH_FILES/b/libs.part1" >"$joined/$name" \
+            && cp "$FLASH_FILES/a/libs.sha256" "$joined/" \
+            && (cd "$joined" && sha256sum --quiet -c libs.sha256) >>"$PREP_LOG" 2>&1 \
+            || die 14 "the FLASH backend's library wheel did not join to its checksum (carry .gpuflash/a and .gpuflash/b again)"
+        [ "$have_pip" = 1 ] || die 14 "installing the FLASH backend needs pip"
+        say "FLASH backend: installing $(ls "$FLASH_FILES/a/wheels" | sed 's/-[0-9].*//' | tr '\n' ' ')and $name into $FLASH_SITE"
+        logged "$PREP_LOG" "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$FLASH_SITE" \
+            "$FLASH_FILES"/a/wheels/*.whl "$joined/$name" \
+            || die 14 "pip could not install the FLASH backend's wheels (see the log)"
+        rm -f "$joined/$name"
+    fi
+    [ -d "$FLASH_SITE/flash_attn/cute" ] && FLASH_PATHS="$flash_paths"
+fi
+
 [ -n "${OUT:-}" ] && export FLASHLIGHT_GPU_OUT="$OUT"
 
 # cuEquivariance's ops library loads CUDA's runtime compiler (libnvrtc) by name; with a
@@ -294,7 +333,7 @@ fi
 # not, a sitecustomize module in $BOOT (first on PYTHONPATH) adds an import finder with
 # the same mapping onto this working tree, then runs any other sitecustomize the
 # interpreter has. Nothing is installed into the interpreter's own folders.
-export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$SITE:$ROOT${FLASH_PATHS:+:$FLASH_PATHS}${PYTHONPATH:+:$PYTHONPATH}"
 flashlight_ok() { "$PY" -c 'import flashlight, flashlight.integrations' >>"$PREP_LOG" 2>&1; }
 if flashlight_ok; then
     say "flashlight: importable from the working tree"

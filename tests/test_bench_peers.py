@@ -96,6 +96,16 @@ def test_flash_forms_pass_the_flash_backend_and_are_unavailable_here():
     assert "CUDA" in formulations.flash_availability() or "flash-attn-4" in formulations.flash_availability()
 
 
+def test_a_run_for_an_implementation_that_cannot_run_here_measures_nothing(tmp_path, capsys):
+    """``--require``: bench/run_all.sh's FLASH part exits with its own status (the part
+    stays to do) instead of recording every cell as unavailable."""
+    out = tmp_path / "k.json"
+    argv = ["--smoke", "--variants", "vanilla", "--impls", "flex_flash,eager", "--out", str(out), "--quiet"]
+    assert kernels.main(argv + ["--require", "flex_flash"]) == kernels.EXIT_UNAVAILABLE
+    assert not out.exists() and "flex_flash cannot run here" in capsys.readouterr().err
+    assert kernels.availability("eager") is None
+
+
 def test_the_fastest_accurate_formulation_wins():
     results = {"catalog": {"status": "ok", "ms": 2.0, "max_rel_err": 1e-3},
                "fast_but_wrong": {"status": "ok", "ms": 0.5, "max_rel_err": 0.3},
