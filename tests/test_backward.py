@@ -90,7 +90,7 @@ def _scalar_gradient_scales(fn, reference, grad_out) -> list[float | None]:
     tolerance is too; a tensor input's gradient keeps its own largest value as the scale.
     """
     values = [x.detach() if torch.is_tensor(x) else x for x in reference]
-    tensor_at = [i for i, x in enumerate(values) if torch.is_tensor(x)]
+    tensor_at = [i for i, x in enumerate(values) if torch.is_tensor(x) and x.is_floating_point()]  # masks stay fixed
 
     def of_tensors(*tensors):
         full = list(values)

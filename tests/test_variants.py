@@ -427,7 +427,8 @@ def _exp_of_log_softmax(q, k, v):  # the weights as exp(log_softmax)
 
 
 def _bert_float_mask(q, k, v, m):  # BERT's (1 - mask) * -10000 from a 0/1 float key mask [B, L]
-    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + (1.0 - m[:, None, None, :]) * -10000.0, -1) @ v
+    additive = (1.0 - m[:, None, None, :]) * -10000.0  # [B, 1, 1, L]
+    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + additive, -1) @ v
 
 
 def _finfo_min_where(q, k, v, keep):  # where(mask, s, finfo.min), softmax with a dtype argument
