@@ -372,8 +372,7 @@ def _main(argv: list[str] | None) -> int:
     from bench.variants import VARIANTS
     from flashlight.api import ExplainReport
 
-    missing = {impl: availability(impl) for impl in filter(None, args.require.split(","))}
-    missing = {impl: why for impl, why in missing.items() if why}
+    missing = {impl: why for impl in filter(None, args.require.split(",")) if (why := availability(impl))}
     if missing:
         for impl, why in missing.items():
             print(f"bench.kernels: {impl} cannot run here: {why}", file=sys.stderr)

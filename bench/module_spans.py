@@ -72,9 +72,9 @@ class Spans:
         rows = []
         for call in self.calls:
             start, end = call["events"]
-            device = start.elapsed_time(end) / 1e3 if start is not None and end is not None else None
+            device_ms = round(start.elapsed_time(end), 2) if start is not None and end is not None else None
             rows.append({"module": call["module"], "path": call["path"], "host_ms": round(call["host_s"] * 1e3, 2),
-                         "device_ms": None if device is None else round(device * 1e3, 2)})
+                         "device_ms": device_ms})
         return rows
 
 
