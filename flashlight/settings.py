@@ -24,6 +24,8 @@ THREADS                            before they are timed (0: one per CPU core, a
 FLASHLIGHT_TUNING_     1           remember each kernel's autotuning choice per GPU,
 CACHE                              Triton version and sizes in the cache folder, so
                                    a later process launches it without autotuning
+                                   (and the OpenFold patch's timed choice of stock
+                                   or kernel per small call shape)
 FLASHLIGHT_TUNED_      (shipped)   data file of tuned choices per GPU model, Triton
 CONFIGS                            version, kernel structure and size bucket,
                                    consulted after the tuning cache (empty: the one

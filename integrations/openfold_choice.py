@@ -19,16 +19,31 @@ when the kernel is compiled. The choice is shared by every module
 of the same signature (the 48 Evoformer blocks time once). Larger calls always run the
 kernel: stock would materialize their scores, and there the kernel is several times
 faster. Only CUDA calls outside autograd are timed; elsewhere the kernel runs as before.
+
+[Note: choices kept for the next process]
+Timing a key runs the module :data:`ROUNDS` x :data:`CALLS` times per variant between
+synchronisations, in the first recycling iteration of every process: in a
+single-sequence fold, whose calls are all small, that is a few milliseconds per key on
+a pass bound by the host. A choice is therefore written to the cache folder (beside
+autotuning's, under ``FLASHLIGHT_TUNING_CACHE``) keyed by the GPU model, the versions of
+PyTorch, Triton and Flashlight, and the call key (module kind, heads, width, dtype,
+shapes, strides), and a later process on the same machine reads it instead of timing
+again. :func:`clear` forgets both.
 """
 from __future__ import annotations
 
+import json
+import logging
+import os
 import threading
 import time
 from typing import Callable, Hashable
 
 import torch
 
-from flashlight import background
+from flashlight import background, settings
+
+log = logging.getLogger("flashlight")
 
 SMALL_SCORES = 1 << 22  # batch x heads x queries x keys up to which a call is timed
 MARGIN = 0.9  # stock is kept where it takes at most this fraction of the patched call's time
@@ -38,6 +53,8 @@ TIMED_DEVICES = ("cuda",)  # device types whose small calls are timed
 _choices: dict[Hashable, str] = {}  # call key -> "stock" or "kernel"
 _lock = threading.Lock()
 TIMINGS: list[dict] = []  # every measurement made, for reports and tests
+RECALLED: list[str] = []  # repr of each key whose choice an earlier process made
+_kept: dict[str, str] | None = None  # the file's choices, read on first use
 
 
 def per_call_s(fn: Callable[[], object]) -> float:
@@ -70,6 +87,8 @@ def run(key: Hashable, n_scores: int, patched: Callable[[], torch.Tensor],
     if n_scores > SMALL_SCORES:
         return patched()
     choice = _choices.get(key)
+    if choice is None:
+        choice = _recall(key)
     if choice == "stock":
         return stock()
     if choice == "kernel":
@@ -94,7 +113,65 @@ def _choose(key: Hashable, n_scores: int, patched: Callable[[], torch.Tensor],
         _choices[key] = choice
         TIMINGS.append({"key": repr(key), "scores": n_scores, "kernel_s": kernel_s, "stock_s": stock_s,
                         "choice": choice})
+    _keep(key, choice)
     return out
+
+
+def _path() -> str:
+    return os.path.join(settings.get("cache_dir"), "choices", "openfold_attention.json")
+
+
+def _disk_key(key: Hashable) -> str:
+    """What a kept choice holds for ([Note: choices kept for the next process])."""
+    from flashlight.traced import versions
+
+    device = next((part for part in key if isinstance(part, torch.device)), None) \
+        if isinstance(key, tuple) else None
+    gpu = torch.cuda.get_device_name(device) if device is not None and device.type == "cuda" else "-"
+    return " | ".join([gpu, *(f"{name} {v}" for name, v in sorted(versions().items())), repr(key)])
+
+
+def _read() -> dict[str, str]:
+    try:
+        with open(_path()) as f:
+            found = json.load(f)
+    except (OSError, ValueError):  # none yet, or unreadable: time again
+        return {}
+    return {k: v for k, v in found.items() if v in ("stock", "kernel")} if isinstance(found, dict) else {}
+
+
+def _recall(key: Hashable) -> str | None:
+    """The choice an earlier process kept for ``key`` (None: none, or the cache is off)."""
+    global _kept
+    if key is None or not settings.get("tuning_cache"):
+        return None
+    with _lock:
+        if _kept is None:
+            _kept = _read()
+        choice = _kept.get(_disk_key(key))
+        if choice is not None:
+            _choices[key] = choice
+            RECALLED.append(repr(key))
+    return choice
+
+
+def _keep(key: Hashable, choice: str) -> None:
+    """Write ``choice`` for ``key`` to the cache folder (atomically; a failure to write
+    only costs the next process a timing)."""
+    if key is None or not settings.get("tuning_cache"):
+        return
+    path = _path()
+    with _lock:
+        kept = _read()
+        kept[_disk_key(key)] = choice
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(kept, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError as why:
+            log.warning("flashlight: could not keep the attention choice in %s (%s)", path, why)
 
 
 def choices() -> dict[Hashable, str]:
@@ -103,8 +180,18 @@ def choices() -> dict[Hashable, str]:
         return dict(_choices)
 
 
-def clear() -> None:
-    """Forget every choice (the next small call of each shape is timed again)."""
+def clear(disk: bool = True) -> None:
+    """Forget every choice, in this process and (``disk``) in the cache folder: the next
+    small call of each shape is timed again. ``disk=False`` forgets this process's only,
+    as a new process starts."""
+    global _kept
     with _lock:
         _choices.clear()
         TIMINGS.clear()
+        RECALLED.clear()
+        _kept = None
+        if disk:
+            try:
+                os.unlink(_path())
+            except OSError:
+                pass

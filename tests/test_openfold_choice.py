@@ -95,3 +95,37 @@ def test_a_patched_module_runs_the_variant_measured_faster(faster, gen, monkeypa
         assert torch.equal(outs[1], expected)  # stock's own code ran
     else:
         torch.testing.assert_close(outs[1], outs[0])
+
+
+def test_a_choice_is_kept_for_the_next_process(monkeypatch):
+    """[Note: choices kept for the next process]: timed once on this machine, recalled
+    without timing by a later process with the same versions; timed again where the
+    versions differ or the tuning cache is off."""
+    calls: list[str] = []
+    patched, stock = stand_in_variants(calls)
+    openfold_choice.run(("row", 8, torch.float32), 10, patched, stock, timer=lambda fn: 0.1 if fn is stock else 1.0)
+    never = lambda fn: pytest.fail("a kept choice must not be timed again")  # noqa: E731
+    openfold_choice.clear(disk=False)  # a new process
+    assert float(openfold_choice.run(("row", 8, torch.float32), 10, patched, stock, timer=never)) == 2.0
+    assert openfold_choice.RECALLED == [repr(("row", 8, torch.float32))] and openfold_choice.TIMINGS == []
+    # another key is timed as before
+    openfold_choice.run(("row", 4, torch.float32), 10, patched, stock, timer=lambda fn: 1.0)
+    assert len(openfold_choice.TIMINGS) == 1
+
+    import flashlight.traced
+
+    openfold_choice.clear(disk=False)
+    monkeypatch.setattr(flashlight.traced, "versions", lambda: {"flashlight": "another"})
+    openfold_choice.run(("row", 8, torch.float32), 10, patched, stock, timer=lambda fn: 1.0)
+    assert openfold_choice.RECALLED == [] and openfold_choice.choices() == {("row", 8, torch.float32): "kernel"}
+
+    from flashlight import settings
+
+    monkeypatch.undo()  # the versions that kept a choice for this key
+    with settings.override(tuning_cache=False):
+        openfold_choice.clear(disk=False)
+        openfold_choice.run(("row", 8, torch.float32), 10, patched, stock, timer=lambda fn: 1.0)
+        assert openfold_choice.RECALLED == [] and len(openfold_choice.TIMINGS) == 1
+    openfold_choice.clear(disk=False)
+    openfold_choice.run(("row", 8, torch.float32), 10, patched, stock, timer=never)
+    assert openfold_choice.RECALLED == [repr(("row", 8, torch.float32))]
