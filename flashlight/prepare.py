@@ -66,9 +66,50 @@ def start() -> bool:
 def state() -> dict:
     """Where the preparing thread stands: ``"off"`` (never started), ``"running"`` or
     ``"done"``, with the seconds each finished step took (for reports: a first pass that
-    starts while it runs pays its remaining steps where it waits for them)."""
+    starts while it runs pays its remaining steps where it waits for them), and the
+    preloads' (:func:`preload`) likewise, with how many graphs they ran."""
     status = "off" if _thread is None else ("done" if _done.is_set() else "running")
-    return {"thread": status, "steps_s": {name: round(seconds, 4) for name, seconds in TIMES.items()}}
+    loads = "off" if _preloader is None else ("running" if _preloader.is_alive() else "done")
+    return {"thread": status, "steps_s": {name: round(seconds, 4) for name, seconds in TIMES.items()},
+            "preload": loads, "preloaded": PRELOADED[0], "preload_s": round(PRELOADED[1], 4)}
+
+
+_preloader: threading.Thread | None = None
+PRELOADED = [0, 0.0]  # graphs run by preloads, and their seconds
+
+
+def preload(jobs: list) -> bool:
+    """Run ``jobs`` (callables returning how many graphs each ran, e.g. a traced
+    function's ``preload``) one after another on a daemon thread, after the preparing
+    steps ([Note: preloading kept graphs] in flashlight/traced.py); a no-op with
+    ``FLASHLIGHT_PREPARE=0`` or nothing to do. Returns whether a thread started."""
+    global _preloader
+    if not jobs or not (settings.get("prepare") and settings.get("preload")):
+        return False
+
+    def run() -> None:
+        wait()
+        start = time.perf_counter()
+        for job in jobs:
+            try:
+                PRELOADED[0] += int(job() or 0)
+            except Exception as error:  # noqa: BLE001 - only an optimisation
+                log.debug("flashlight: a preload failed (%s: %s)", type(error).__name__, error)
+        PRELOADED[1] += time.perf_counter() - start
+
+    with _lock:
+        previous = _preloader
+        _preloader = threading.Thread(target=lambda: (previous.join() if previous else None, run()),
+                                      name="flashlight-preload", daemon=True)
+        _preloader.start()
+    return True
+
+
+def wait_preloads() -> None:
+    """Block until every :func:`preload` thread has finished (at once on that thread)."""
+    thread = _preloader
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
 
 
 def wait(steps: tuple[str, ...] | None = None) -> None:

@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from typing import Sequence
 
@@ -343,6 +344,12 @@ class Launcher:
                 getattr(kernel, "run", None)
         return chosen
 
+    def _check_known(self, device: torch.device, sizes: tuple[int, ...], tune: bool) -> None:
+        """Raise :class:`NoKnownChoice` where a first launch at ``sizes`` would autotune,
+        compile in the background or compile untuned (inside :func:`known_choices_only`)."""
+        if not tune or background.active() is not None or self._known_choice(device, sizes, True)[0] is None:
+            raise NoKnownChoice(f"{self.__name__}: no launch choice recorded for sizes {sizes}")
+
     def _eager_fits(self, sizes: tuple[int, ...], tensors: Sequence[torch.Tensor], device: torch.device) -> bool:
         """Whether the unfused graph's scores (rows x keys of every program, about three
         copies of the widest input dtype) fit in :data:`background.MEMORY_SHARE` of the
@@ -467,6 +474,8 @@ class Launcher:
         chosen = self._chosen.get(sizes)
         tune = not interpret and bool(self.autotune)
         wide = index_kwargs((*tensors, *outs))  # [Note: 64-bit offsets]
+        if chosen is None and getattr(_KNOWN_ONLY, "depth", 0) and not interpret:
+            self._check_known(out.device, sizes, tune)  # [Note: preloading kept graphs]
         if chosen is None and tune and background.active() is not None and not wide:
             chosen = self._compiled_in_background(args, grid, sizes, out.device, tensors)
             if chosen == _COMPILING:
@@ -519,6 +528,26 @@ class Launcher:
                                  for shape, output in zip(shapes, outputs)])
         raise RuntimeError(f"{self.__name__}: an input has a zero-size dim and no PyTorch form of "
                            f"this kernel is attached to compute its {shapes[0]} result")
+
+
+class NoKnownChoice(RuntimeError):
+    """A launch inside :func:`known_choices_only` that would have to tune or compile."""
+
+
+_KNOWN_ONLY = threading.local()
+
+
+@contextlib.contextmanager
+def known_choices_only():
+    """On this thread, first launches use launch choices recorded earlier (the tuning
+    cache, the shipped ones) and raise :class:`NoKnownChoice` where they would autotune
+    or compile in the background instead ([Note: preloading kept graphs] in
+    flashlight/traced.py)."""
+    _KNOWN_ONLY.depth = getattr(_KNOWN_ONLY, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _KNOWN_ONLY.depth -= 1
 
 
 def _multiprocessors(device: torch.device) -> int:

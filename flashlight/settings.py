@@ -51,6 +51,10 @@ FLASHLIGHT_PREPARE     1           patch_openfold starts a thread that pays a
                                    process's one-time compile costs (PyTorch's
                                    tracing machinery, Triton's driver) early
                                    (flashlight.prepare; 0: off)
+FLASHLIGHT_PRELOAD     1           patch_openfold also runs, on a thread, the compiled
+                                   cores' graphs an earlier process kept, on zeros of
+                                   their call signatures, so the first forward finds
+                                   them loaded (flashlight.traced; 0: off)
 FLASHLIGHT_COMPILE_    -1          worker processes that compile the warm-up's
 PROCESSES                          kernels in the background (-1: one per CPU core,
                                    at most 8; 0: on threads of this process;
@@ -116,6 +120,7 @@ _KNOBS: dict[str, _Knob] = {
     "warmup_compile": _Knob("FLASHLIGHT_WARMUP_COMPILE", "background", _choice("background", "inline")),
     "graph_cache": _Knob("FLASHLIGHT_GRAPH_CACHE", True, _bool),
     "prepare": _Knob("FLASHLIGHT_PREPARE", True, _bool),
+    "preload": _Knob("FLASHLIGHT_PRELOAD", True, _bool),
     "compile_processes": _Knob("FLASHLIGHT_COMPILE_PROCESSES", -1, int),
     "graph_capture": _Knob("FLASHLIGHT_GRAPH_CAPTURE", "overlap", _choice("drain", "overlap")),
 }

@@ -37,6 +37,7 @@ call goes through ``torch.compile`` (AOTAutograd derives the backward), as witho
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -55,6 +56,22 @@ from flashlight import launch_plan, settings
 
 log = logging.getLogger("flashlight")
 _FORMAT = 3  # of the on-disk entries; a change makes older files unread
+
+# [Note: preloading kept graphs]
+# In a process whose caches hold a function's graphs, its first call still pays their
+# loading: the pickled graph rebuilt, each kernel's module imported and its binary and
+# launcher loaded by Triton, its launch plan made, where the caller first calls it (a
+# fold's first recycling iteration, which then takes longer than stock's on a small
+# record). ``preload`` does that work earlier, on a thread, while the caller still builds
+# its model (``flashlight.prepare.preload``): it runs each kept static graph once on zeros
+# of exactly the call signature it serves (shapes, strides, storage offsets, dtypes,
+# device: the same kernel specialisations as the real call), so the first real call is
+# a dictionary look-up and a launch. What would cost more than loading is never done
+# there: a kernel without a recorded launch choice (autotuning), inputs of more than
+# ``max_bytes`` (large folds are bound by the device, not by these milliseconds), a
+# graph for another device. The function's lock is held throughout, so a first call
+# that comes meanwhile waits for the preload rather than racing it.
+PRELOAD_MAX_BYTES = 256 << 20
 
 
 @dataclasses.dataclass
@@ -150,14 +167,48 @@ class TracedFunction:
             self._dynamo = compile_(self.fn, dynamic=None, **self.options)
         return self._dynamo
 
+    def _load_kept(self) -> None:
+        """The entries an earlier process kept on disk, once (the caller holds the lock)."""
+        if not self._loaded:
+            self._entries.extend(load_entries(self._disk_key()))
+            self._loaded = True
+            if self._entries and settings.debug_level() >= 1:
+                log.warning("[flashlight] %s: %d traced graph(s) loaded from the cache folder",
+                            self.__name__, len(self._entries))
+
+    def preload(self, devices: tuple[str, ...] = ("cuda",), max_bytes: int = PRELOAD_MAX_BYTES) -> int:
+        """Load the graphs an earlier process kept, and run each static one on ``devices``
+        once on zeros of its call signature, so that a first call of that signature finds
+        its graph, kernels and launch plans ready ([Note: preloading kept graphs]);
+        returns how many were run. Never autotunes or compiles in the background: a
+        graph with a kernel whose launch settings no earlier process chose is left for its
+        first call."""
+        from flashlight import runtime
+
+        with self._lock:
+            self._load_kept()
+            warmed = 0
+            for entry in self._entries:
+                signature = entry.signature
+                if signature is None or entry.family[0] not in devices or signature in self._by_signature:
+                    continue
+                tensors = _zeros_of(signature, max_bytes)
+                if tensors is None:
+                    continue
+                try:
+                    with torch.no_grad(), runtime.known_choices_only(), _on_device(tensors[0].device):
+                        for _ in range(2):  # the second launch of a kernel makes its launch plan
+                            entry.call(*tensors)
+                except Exception as error:  # noqa: BLE001 - only an optimisation: the first call does it
+                    log.debug("flashlight: %s not preloaded (%s: %s)", self.__name__, type(error).__name__, error)
+                    continue
+                self._by_signature[signature] = entry
+                warmed += 1
+            return warmed
+
     def _entry_for(self, tensors: list[torch.Tensor], signature: tuple) -> Entry:
         with self._lock:
-            if not self._loaded:
-                self._entries.extend(load_entries(self._disk_key()))
-                self._loaded = True
-                if self._entries and settings.debug_level() >= 1:
-                    log.warning("[flashlight] %s: %d traced graph(s) loaded from the cache folder",
-                                self.__name__, len(self._entries))
+            self._load_kept()
             entry = next((e for e in self._entries if e.accepts(tensors, signature)), None)
             if entry is None:
                 family = family_of(tensors)
@@ -254,6 +305,25 @@ class TracedFunction:
 
     def _disk_key(self) -> str:
         return f"{self.__name__}_{self._key_digest}"
+
+
+
+def _zeros_of(signature: tuple, max_bytes: int) -> list[torch.Tensor] | None:
+    """Zero tensors with exactly the layout of ``signature`` (:func:`call_signature`), or
+    None where they would take more than ``max_bytes``."""
+    (device, *layouts), offsets = signature
+    extents = []
+    for (shape, stride, dtype), offset in zip(layouts, offsets):
+        span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(n > 0 for n in shape) else 0
+        extents.append(offset + span)
+    if sum(n * dtype.itemsize for n, (_, _, dtype) in zip(extents, layouts)) > max_bytes:
+        return None
+    return [torch.zeros(n, dtype=dtype, device=device).as_strided(shape, stride, offset)
+            for n, (shape, stride, dtype), offset in zip(extents, layouts, offsets)]
+
+
+def _on_device(device: torch.device):
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _needs_grad(args) -> bool:

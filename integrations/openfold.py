@@ -117,7 +117,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import torch
 
 from flashlight import prepare
-from flashlight.integrations import openfold_blocks, openfold_graphs
+from flashlight.integrations import openfold_blocks, openfold_core, openfold_graphs
 from flashlight.integrations.openfold_blocks import SCOPES
 from flashlight.integrations.openfold_forward import (  # noqa: F401 - public names
     _STATE_ATTR,
@@ -412,7 +412,21 @@ def patch_openfold(
         openfold_graphs.uninstall(model)
     report.cuda_graphs = len(openfold_graphs.installed(model))
     prepare.start()  # [Note: a process's one-time costs], while the caller loads its inputs
+    # [Note: preloading the cores] in openfold_core, on a thread as well
+    if scope == "attention":  # a block compiled whole calls the plain cores inside its graph
+        openfold_core.preload_listed(_core_shapes(chosen), options.compile_options)
     return report
+
+
+def _core_shapes(targets) -> set[tuple[int, int, torch.dtype]]:
+    """(heads, head width, dtype) of the patched attentions whose weights are on a GPU."""
+    shapes = set()
+    for target in targets:
+        weight = getattr(getattr(target.attention, "linear_q", None), "weight", None)
+        heads, width = getattr(target.attention, "no_heads", None), getattr(target.attention, "c_hidden", None)
+        if isinstance(weight, torch.Tensor) and weight.is_cuda and heads and width:
+            shapes.add((int(heads), int(width), weight.dtype))
+    return shapes
 
 
 def _patch_owner(target: _Target) -> None:

@@ -198,10 +198,11 @@ class CompiledFunctions:
         self._entries: dict[Hashable, tuple[str, Callable]] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, plain: Callable, name: str, options: dict) -> Callable:
+    def get(self, key: Hashable, plain: Callable, name: str, options: dict, spec: dict | None = None) -> Callable:
         """``plain`` compiled as ``name`` on first request for ``key``, then cached; what
         Flashlight leaves of it runs eagerly unless ``options`` say otherwise ([Note: the
-        cores' remainder])."""
+        cores' remainder]). ``spec``: the arguments that make it again, listed in the
+        cache folder for later processes' preloads ([Note: preloading the cores])."""
         options = {"remainder": "eager", **options}
         key = (key, tuple(sorted(options.items())))
         with self._lock:
@@ -213,6 +214,8 @@ class CompiledFunctions:
                 # ([Note: traced capture] in flashlight.traced)
                 entry = (name, flashlight.compile(_fresh_copy(plain, name), capture="trace", **options))
                 self._entries[key] = entry
+                if spec is not None:
+                    _list_core({**spec, "options": repr(key[1])})
             return entry[1]
 
     def names(self) -> list[str]:
@@ -256,7 +259,9 @@ def compiled_core(
     plain = attention_core(n_biases, gated)
     name = signature_name(n_biases, gated, heads, width, dtype)
     key = (n_biases, bool(gated), int(heads), int(width), dtype)
-    return _compiled.get(key, plain, name, dict(compile_options or {}))
+    spec = {"kind": "core", "n_biases": n_biases, "gated": bool(gated), "heads": int(heads), "width": int(width),
+            "dtype": _dtype_name(dtype)}
+    return _compiled.get(key, plain, name, dict(compile_options or {}), spec)
 
 
 def compiled_global_core(
@@ -265,7 +270,92 @@ def compiled_global_core(
     """The Flashlight-compiled :func:`global_attention`, e.g. ``global_attention_h8_c8_float32``."""
     name = f"global_attention_h{heads}_c{width}_{str(dtype).replace('torch.', '')}"
     key = ("global", int(heads), int(width), dtype)
-    return _compiled.get(key, global_attention, name, dict(compile_options or {}))
+    spec = {"kind": "global", "heads": int(heads), "width": int(width), "dtype": _dtype_name(dtype)}
+    return _compiled.get(key, global_attention, name, dict(compile_options or {}), spec)
+
+
+# [Note: preloading the cores]
+# A patched model calls its compiled cores for the first time in its first forward, where
+# each loads the graphs, kernels and launch plans an earlier process left in the cache
+# folder ([Note: preloading kept graphs] in flashlight/traced.py). The cores a model will
+# call are only known then (their bias counts come from the calling modules), so the
+# cache folder lists every core compiled on this machine (``openfold/cores.json``: its
+# kind, bias count, gating, heads, width, dtype and compile options), and
+# ``patch_openfold`` preloads, on a thread while the caller builds its inputs, the listed
+# cores whose heads, width, dtype and options match a patched module on a CUDA device.
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _cores_file() -> str:
+    import os
+
+    from flashlight import settings
+
+    return os.path.join(settings.get("cache_dir"), "openfold", "cores.json")
+
+
+def _listed_cores() -> list[dict]:
+    import json
+
+    try:
+        with open(_cores_file()) as f:
+            listed = json.load(f)
+    except (OSError, ValueError):
+        return []
+    return listed if isinstance(listed, list) else []
+
+
+def _list_core(spec: dict) -> None:
+    """Add ``spec`` to the cache folder's list of compiled cores (atomically; a failure to
+    write only costs a later process its preload)."""
+    import json
+    import os
+
+    from flashlight import settings
+
+    if not settings.get("graph_cache"):
+        return
+    listed = _listed_cores()
+    if spec in listed:
+        return
+    path = _cores_file()
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump(listed + [spec], f, indent=1)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def preload_listed(shapes: set[tuple[int, int, torch.dtype]], compile_options: dict[str, Any] | None = None,
+                   devices: tuple[str, ...] = ("cuda",)) -> int:
+    """Preload, on a thread, every listed core ([Note: preloading the cores]) with
+    ``(heads, width, dtype)`` in ``shapes`` and these compile options; returns how many
+    were queued."""
+    from flashlight import prepare, settings
+
+    if not (shapes and settings.get("graph_cache") and settings.get("prepare")):
+        return 0
+    options = repr(tuple(sorted({"remainder": "eager", **(compile_options or {})}.items())))
+    wanted = {(h, w, _dtype_name(d)) for h, w, d in shapes}
+    jobs = []
+    for spec in _listed_cores():
+        if (spec.get("heads"), spec.get("width"), spec.get("dtype")) not in wanted or spec.get("options") != options:
+            continue
+        dtype = getattr(torch, spec["dtype"])
+        if spec.get("kind") == "global":
+            fn = compiled_global_core(spec["heads"], spec["width"], dtype, compile_options)
+        else:
+            fn = compiled_core(spec["n_biases"], spec["gated"], spec["heads"], spec["width"], dtype, compile_options)
+        if hasattr(fn, "preload"):  # a traced function
+            jobs.append(lambda fn=fn: fn.preload(devices))
+    prepare.preload(jobs)
+    return len(jobs)
 
 
 def compiled_names() -> list[str]:

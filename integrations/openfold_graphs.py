@@ -88,7 +88,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.utils import _pytree as pytree
 
-from flashlight import background, settings
+from flashlight import background, prepare, settings
 
 log = logging.getLogger("flashlight.openfold")
 # class name -> keyword arguments its recorded calls use ([Note: CUDA graphs for the stacks])
@@ -250,6 +250,8 @@ class GraphedForward:
         # the recording: it waits for them first ([Note: compiling in the background
         # during a fold's pass] in flashlight/structures/compile_pass.py)
         background.settle()
+        # nor launches of a preload on another thread ([Note: preloading kept graphs])
+        prepare.wait_preloads()
         self._recording = None  # the previous graph's pool is freed first
         buffers = [t.clone(memory_format=torch.contiguous_format) if isinstance(t, torch.Tensor) else t
                    for t in leaves]

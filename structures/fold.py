@@ -492,6 +492,7 @@ class Folder(RecordFiles):
             # ([Note: a process's one-time costs] in flashlight.prepare)
             compile_workers.wait_ready()
             prepare.wait()
+            prepare.wait_preloads()
         for name in list(self.variants):
             model = self.variants[name]
             try:

@@ -209,6 +209,34 @@ def test_a_later_process_loads_the_cores_from_disk(gen, tmp_path):
     assert traced == [1, 0], f"graphs traced by each process: {traced}"
 
 
+def test_a_later_process_preloads_the_listed_cores(gen, tmp_path):
+    """[Note: preloading the cores]: the cache folder lists each compiled core; a later
+    process preloads the listed ones matching its patched modules (heads, width, dtype),
+    so the first forward finds its call signature served, and matches stock."""
+    from flashlight import prepare
+    from flashlight.integrations import openfold_core
+
+    kwargs = _pair_inputs(gen, (), 0, 11, torch.float32)
+    with flashlight.settings.override(cache_dir=str(tmp_path), prepare=True):
+        openfold_core.clear_compiled()
+        patched, stock, reference = make_twins("triangle_attention_start", gen, torch.float32)
+        check_against_stock(patched, stock, reference, kwargs, torch.float32)
+        listed = openfold_core._listed_cores()
+        assert [(c["kind"], c["n_biases"], c["heads"], c["width"], c["dtype"]) for c in listed] == \
+            [("core", 2, patched.mha.no_heads, patched.mha.c_hidden, "float32")]
+        openfold_core.clear_compiled()  # a new process
+        heads, width = patched.mha.no_heads, patched.mha.c_hidden
+        assert openfold_core.preload_listed({(heads, width + 1, torch.float32)}, devices=("cpu",)) == 0
+        assert openfold_core.preload_listed({(heads, width, torch.float32)}, devices=("cpu",)) == 1
+        prepare.wait_preloads()
+        core = openfold_core.compiled_core(2, True, heads, width, torch.float32)
+        assert len(core._by_signature) == 1 and core.captures == 0
+        patched, stock, reference = make_twins("triangle_attention_start", gen, torch.float32)
+        check_against_stock(patched, stock, reference, kwargs, torch.float32)
+        assert core.captures == 0 and len(core._by_signature) == 1  # the preloaded signature served it
+    openfold_core.clear_compiled()
+
+
 def _traced_by_two_processes(name, gen, kwargs, **settings) -> list[int]:
     """Graphs traced by each of two "processes" patching module ``name`` (every compiled
     core forgotten before each) under ``settings``, each call checked against stock."""

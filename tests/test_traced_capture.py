@@ -94,6 +94,51 @@ def test_a_later_process_loads_the_graphs_instead_of_tracing(gen, cache_dir):
         assert off.captures == 1
 
 
+def test_a_preload_runs_the_kept_static_graphs_before_the_first_call(gen, cache_dir, monkeypatch):
+    """[Note: preloading kept graphs]: a later process's preload loads the kept graphs and
+    runs the static one on zeros of its exact signature (here a view at an offset), so
+    the first real call of that signature is served at once and computes the right
+    values; graphs of other devices and inputs over the size limit are left alone."""
+    from flashlight import traced as traced_module
+
+    qkv = torch.randn(3, 2, 12, 24, generator=gen)  # q, k, v: views of one buffer
+    bias = torch.randn(3, 1, 1, 12, generator=gen)
+    args = (qkv[..., 8:16], qkv[..., :8], qkv[..., 16:], bias)
+    with torch.no_grad():
+        flashlight.compile(cross, capture="trace")(*args)
+    later = flashlight.compile(cross, capture="trace")
+    assert later.preload(devices=("cuda",)) == 0 and later._by_signature == {}  # a CPU graph
+    assert later.preload(devices=("cpu",), max_bytes=100) == 0  # its inputs take more
+    ran = []
+    real_zeros = traced_module._zeros_of
+    monkeypatch.setattr(traced_module, "_zeros_of", lambda *a: ran.append(1) or real_zeros(*a))
+    assert later.preload(devices=("cpu",)) == 1 and ran == [1]
+    assert list(later._by_signature) == [traced_module.call_signature(list(args))]
+    monkeypatch.setattr(traced_module.TracedFunction, "_entry_for",
+                        lambda *a: pytest.fail("a preloaded signature is a dictionary look-up"))
+    with torch.no_grad():
+        assert_matches_float64(cross, later(*args), args)
+    assert later.captures == 0
+    assert later.preload(devices=("cpu",)) == 0  # already served: not run again
+
+
+def test_a_preload_never_tunes_a_kernel_without_a_recorded_choice():
+    """Inside ``known_choices_only`` a first GPU launch whose launch settings no process
+    recorded raises instead of autotuning (the preload then leaves it to the first call)."""
+    from flashlight import runtime
+
+    class Unknown:
+        __name__ = "k"
+        _known_choice = staticmethod(lambda device, sizes, eager_ok: (None, None))
+
+    with pytest.raises(runtime.NoKnownChoice):
+        runtime.Launcher._check_known(Unknown(), torch.device("cpu"), (4,), tune=True)
+    with pytest.raises(runtime.NoKnownChoice):  # untuned: it would compile its first candidate
+        runtime.Launcher._check_known(Unknown(), torch.device("cpu"), (4,), tune=False)
+    Unknown._known_choice = staticmethod(lambda device, sizes, eager_ok: ({"BLOCK_M": 64}, "tuning cache"))
+    runtime.Launcher._check_known(Unknown(), torch.device("cpu"), (4,), tune=True)
+
+
 def test_guards_reject_inputs_the_graph_did_not_see(gen, cache_dir):
     """A symbolic capture leaves the sizes that changed symbolic and guards the others:
     a call with a bias that no longer broadcasts the same way must not be served by it."""
