@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 
 import torch
 
@@ -66,14 +67,23 @@ def remember_choice(src: KernelSource, device: torch.device, sizes: tuple[int, .
     choices = _read_choices(path)
     choices[_tuning_key(device, sizes)] = EAGER if choice == EAGER else {
         k: v for k, v in choice.items() if isinstance(v, (int, float, str, bool)) or v is None}
-    tmp = f"{path}.{os.getpid()}.tmp"
+    why = write_json(path, choices)
+    if why is not None:  # the launch succeeded; only the next process tunes again
+        log.warning("flashlight: could not record the autotuning choice in %s (%s)", path, why)
+
+
+def write_json(path: str, value) -> OSError | None:
+    """Write ``value`` as JSON to ``path`` atomically (a reader never sees part of it; a
+    concurrent writer's value may be lost); returns the error where it could not."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "w") as f:
-            json.dump(choices, f, indent=1, sort_keys=True)
+            json.dump(value, f, indent=1, sort_keys=True)
         os.replace(tmp, path)
-    except OSError as why:  # the launch succeeded; only the next process tunes again
-        log.warning("flashlight: could not record the autotuning choice in %s (%s)", path, why)
+    except OSError as why:
+        return why
+    return None
 
 
 def compile_threads(n_configs: int) -> int:

@@ -160,18 +160,14 @@ def _keep(key: Hashable, choice: str) -> None:
     only costs the next process a timing)."""
     if key is None or not settings.get("tuning_cache"):
         return
-    path = _path()
+    from flashlight.tuning_cache import write_json
+
     with _lock:
         kept = _read()
         kept[_disk_key(key)] = choice
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(tmp, "w") as f:
-                json.dump(kept, f, indent=1, sort_keys=True)
-            os.replace(tmp, path)
-        except OSError as why:
-            log.warning("flashlight: could not keep the attention choice in %s (%s)", path, why)
+        why = write_json(_path(), kept)
+    if why is not None:
+        log.warning("flashlight: could not keep the attention choice in %s (%s)", _path(), why)
 
 
 def choices() -> dict[Hashable, str]:

@@ -311,25 +311,12 @@ def _listed_cores() -> list[dict]:
 def _list_core(spec: dict) -> None:
     """Add ``spec`` to the cache folder's list of compiled cores (atomically; a failure to
     write only costs a later process its preload)."""
-    import json
-    import os
-
     from flashlight import settings
+    from flashlight.tuning_cache import write_json
 
-    if not settings.get("graph_cache"):
-        return
     listed = _listed_cores()
-    if spec in listed:
-        return
-    path = _cores_file()
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(listed + [spec], f, indent=1)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    if settings.get("graph_cache") and spec not in listed:
+        write_json(_cores_file(), listed + [spec])
 
 
 def preload_listed(shapes: set[tuple[int, int, torch.dtype]], compile_options: dict[str, Any] | None = None,
