@@ -24,6 +24,7 @@ import torch.fx as fx
 from flashlight import settings
 from flashlight.codegen import generate
 from flashlight.concatenations import split_concatenations
+from flashlight.shifts import drop_repeated_maxes
 from flashlight.decompositions import decompositions
 from flashlight.ir import Reduce, TiledKernel, walk
 from flashlight.lower import REINDEXING, lower
@@ -98,6 +99,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
         _record(report, gm, Plan({}, {}, None), {}, reason=unsupported)
         return gm
     split = _split_concatenations(gm)
+    shifted = drop_repeated_maxes(gm)  # [Note: a softmax of scores less their row max]
     lowered = lower_and_log(gm)
     if _fix_sizes(gm, example_inputs, tile_sizes_to_fix(lowered)):
         lowered = lower_and_log(gm)  # those sizes now read as numbers
@@ -121,6 +123,8 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
     if split and report is not None:
         report.rewrites.append(f"{split} concatenation(s): reductions, softmaxes and slices over them taken "
                                "on their pieces")
+    if shifted and report is not None:
+        report.rewrites.append(f"{shifted} max(es) of values already less their row max: known, not taken again")
     return gm
 
 

@@ -473,6 +473,57 @@ def _qk_layer_norm(q, k, v, wq, wk):  # a layer norm over the head width of q an
     return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1) @ v
 
 
+def _kv_cache_cat(q, k, v, k_past, v_past):  # keys and values appended to a cache of 11 positions
+    k_all, v_all = torch.cat([k_past, k], -2), torch.cat([v_past, v], -2)
+    return torch.softmax(q @ k_all.transpose(-1, -2) * 0.25, -1) @ v_all
+
+
+def _alibi_inside(q, k, v):  # ALiBi's slopes and distances computed in the function
+    heads, n = q.shape[1], q.shape[2]
+    slopes = 2.0 ** (-8.0 * torch.arange(1, heads + 1) / heads)
+    pos = torch.arange(n)
+    bias = -slopes[:, None, None] * (pos[None, :, None] - pos[None, None, :]).abs()
+    return torch.softmax(q @ k.transpose(-1, -2) * 0.25 + bias, -1) @ v
+
+
+def _full_triu_mask(q, k, v):  # a causal mask as full(-inf).triu(1), added
+    m = torch.full((q.shape[2], q.shape[2]), float("-inf")).triu(1)
+    return torch.softmax(q @ k.transpose(-1, -2) * 0.25 + m, -1) @ v
+
+
+def _clamp_cap(q, k, v):  # scores clamped to [-5, 5]
+    return torch.softmax(torch.clamp(q @ k.transpose(-1, -2) * 0.25, -5, 5), -1) @ v
+
+
+def _gqa_broadcast(q, k, v):  # queries grouped [B, 1, G, L, D] against one key head [B, 1, 1, L, D]
+    q5 = q.view(q.shape[0], 1, *q.shape[1:])
+    k5, v5 = k[:, :1, None], v[:, :1, None]
+    return (torch.softmax(q5 @ k5.transpose(-1, -2) * 0.25, -1) @ v5).flatten(1, 2)
+
+
+def _two_attentions(q, k, v, b):  # a plain and a masked attention of the same q, k, v, summed
+    s = q @ k.transpose(-1, -2) * 0.25
+    return torch.softmax(s, -1) @ v + torch.softmax(s + b, -1) @ v
+
+
+def _multiplicative_mask(q, k, v, m):  # scores times a 0/1 key mask (masked scores 0, not -inf)
+    return torch.softmax(q @ k.transpose(-1, -2) * 0.25 * m, -1) @ v
+
+
+def _temperature_after_bias(q, k, v, b, t):  # (s + b) / t with a learned scalar t
+    return torch.softmax((q @ k.transpose(-1, -2) + b) / t, -1) @ v
+
+
+def _max_subtracted_by_hand(q, k, v):  # the row max subtracted (detached) before the softmax
+    s = q @ k.transpose(-1, -2) * 0.25
+    return torch.softmax(s - s.amax(-1, keepdim=True).detach(), -1) @ v
+
+
+def _max_values_log_softmax(q, k, v):  # max(...).values subtracted, weights as exp(log_softmax)
+    s = q @ k.transpose(-1, -2) * 0.25
+    return torch.log_softmax(s - s.max(-1, keepdim=True).values, -1).exp() @ v
+
+
 ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16])
     "sigmoid_scores": (_sigmoid_scores, lambda r: (r(3, 37, 37),)),
     "relu_squared": (_relu_squared, lambda r: ()),
@@ -494,6 +545,16 @@ ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16
     "gated_keys": (_gated_keys, lambda r: (r(2, 3, 37, 16),)),
     "int_key_mask": (_int_key_mask, lambda r: ((r(2, 37) > -0.7).long(),)),
     "qk_layer_norm": (_qk_layer_norm, lambda r: (1 + 0.1 * r(16), 1 + 0.1 * r(16))),
+    "kv_cache_cat": (_kv_cache_cat, lambda r: (r(2, 3, 11, 16), r(2, 3, 11, 16))),
+    "alibi_inside": (_alibi_inside, lambda r: ()),
+    "full_triu_mask": (_full_triu_mask, lambda r: ()),
+    "clamp_cap": (_clamp_cap, lambda r: ()),
+    "gqa_broadcast": (_gqa_broadcast, lambda r: ()),
+    "two_attentions": (_two_attentions, lambda r: (r(2, 1, 1, 37),)),
+    "multiplicative_mask": (_multiplicative_mask, lambda r: ((r(2, 1, 1, 37) > -0.5).float(),)),
+    "temperature_after_bias": (_temperature_after_bias, lambda r: (r(1, 3, 37, 37), r(()).abs() + 0.5)),
+    "max_subtracted_by_hand": (_max_subtracted_by_hand, lambda r: ()),
+    "max_values_log_softmax": (_max_values_log_softmax, lambda r: ()),
 }
 
 
@@ -518,7 +579,7 @@ REDUCING = {"bmm", "mm", "sum", "amax", "max", "logsumexp", "_softmax", "_log_so
 
 
 @pytest.mark.parametrize("name", ["sigmoid_scores", "output_and_logsumexp", "softplus_temperature",
-                                  "einsum_attention", "linear_causal"])
+                                  "einsum_attention", "linear_causal", "kv_cache_cat", "temperature_after_bias"])
 def test_variants_beyond_the_catalog_have_gradients(name, request):
     """Gradients of every float input through the derived backward match float64 (a
     sigmoid of the scores, a returned log-sum-exp, a learned temperature per head)."""
