@@ -126,7 +126,7 @@ def fold_rows(rows: list[dict]) -> list[str]:
         if alone is not None and alone.get("flashlight_second_fold_s"):  # a user's next run, caches filled
             times = alone.get("again", 1)
             first += (f", again {_ms(alone['stock_second_fold_s'])} / {_ms(alone['flashlight_second_fold_s'])}"
-                      + (f" (medians of {times} processes)" if times > 1 else ""))
+                      + (f" (median of {times})" if times > 1 else ""))
         elif warms:
             first += f"; warm {_median_ms([w['flashlight_first_call_s'] for w in warms])}"
         flashlight = ", ".join(_median_ms([r["flashlight_model_s"] for r in g]) for g in groups)

@@ -252,6 +252,6 @@ def readme_section(latest: dict, kruns: list[dict], evo: list[dict], eruns: list
     lines += summary_table(case_map, evo, fold, prows)
     if case_map:
         lines += ["### Where Flashlight loses", ""] + loss_lines(case_map)
-    lines += [f"Every table (all cases and sizes, memory, first calls, Evoformer modules), every loss with "
-              f"its hypothesis, the plots and the peers not measured: {REPORT_LINK}.", ""]
+    lines += [f"Every table (all cases, memory, first calls, modules), every loss with its hypothesis, "
+              f"the plots, the peers not measured: {REPORT_LINK}.", ""]
     return "\n".join(lines)
