@@ -82,7 +82,8 @@ def preload(jobs: list) -> bool:
     """Run ``jobs`` (callables returning how many graphs each ran, e.g. a traced
     function's ``preload``) one after another on a daemon thread, after the preparing
     steps ([Note: preloading kept graphs] in flashlight/traced.py); a no-op with
-    ``FLASHLIGHT_PREPARE=0`` or nothing to do. Returns whether a thread started."""
+    ``FLASHLIGHT_PREPARE=0``, ``FLASHLIGHT_PRELOAD=0`` or nothing to do. Returns whether a
+    thread started."""
     global _preloader
     if not jobs or not (settings.get("prepare") and settings.get("preload")):
         return False

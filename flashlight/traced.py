@@ -307,7 +307,6 @@ class TracedFunction:
         return f"{self.__name__}_{self._key_digest}"
 
 
-
 def _zeros_of(signature: tuple, max_bytes: int) -> list[torch.Tensor] | None:
     """Zero tensors with exactly the layout of ``signature`` (:func:`call_signature`), or
     None where they would take more than ``max_bytes``."""
