@@ -326,7 +326,7 @@ def preload_listed(shapes: set[tuple[int, int, torch.dtype]], compile_options: d
     were queued."""
     from flashlight import prepare, settings
 
-    if not (shapes and settings.get("graph_cache") and settings.get("prepare")):
+    if not (shapes and settings.get("graph_cache") and settings.get("prepare") and settings.get("preload")):
         return 0
     options = repr(tuple(sorted({"remainder": "eager", **(compile_options or {})}.items())))
     wanted = {(h, w, _dtype_name(d)) for h, w, d in shapes}

@@ -27,6 +27,9 @@ os.environ.setdefault("FLASHLIGHT_ON_ERROR", "raise")
 # generated kernels, tuning choices and traced graphs go to a folder of this run, so
 # that no test reads what an earlier run (or another checkout) left in the user's cache
 os.environ.setdefault("FLASHLIGHT_CACHE_DIR", tempfile.mkdtemp(prefix="flashlight-tests-"))
+# no preloads on threads behind the tests' backs (on a GPU, a test patching a model would
+# run the cores earlier tests compiled); the tests of preloading switch it on themselves
+os.environ.setdefault("FLASHLIGHT_PRELOAD", "0")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:

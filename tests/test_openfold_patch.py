@@ -217,7 +217,7 @@ def test_a_later_process_preloads_the_listed_cores(gen, tmp_path):
     from flashlight.integrations import openfold_core
 
     kwargs = _pair_inputs(gen, (), 0, 11, torch.float32)
-    with flashlight.settings.override(cache_dir=str(tmp_path), prepare=True):
+    with flashlight.settings.override(cache_dir=str(tmp_path), prepare=True, preload=True):
         openfold_core.clear_compiled()
         patched, stock, reference = make_twins("triangle_attention_start", gen, torch.float32)
         check_against_stock(patched, stock, reference, kwargs, torch.float32)
@@ -227,6 +227,8 @@ def test_a_later_process_preloads_the_listed_cores(gen, tmp_path):
         openfold_core.clear_compiled()  # a new process
         heads, width = patched.mha.no_heads, patched.mha.c_hidden
         assert openfold_core.preload_listed({(heads, width + 1, torch.float32)}, devices=("cpu",)) == 0
+        with flashlight.settings.override(preload=False):  # FLASHLIGHT_PRELOAD=0
+            assert openfold_core.preload_listed({(heads, width, torch.float32)}, devices=("cpu",)) == 0
         assert openfold_core.preload_listed({(heads, width, torch.float32)}, devices=("cpu",)) == 1
         prepare.wait_preloads()
         core = openfold_core.compiled_core(2, True, heads, width, torch.float32)
