@@ -30,7 +30,9 @@ mkdir -p "$R"
 
 K="$PY -m bench.kernels --max-minutes 9"
 E="$PY -m bench.evoformer --max-minutes 9"
-# name | command. Ordered by what matters most if GPU time runs short: the product path
+# name | command. Ordered by what matters most if GPU time runs short: a user's second
+# run of a small record (stock, the default command and FLASHLIGHT_PRELOAD=0 in fresh
+# processes with the caches filled), the product path
 # of the fold-speed claims (flashlight-fold --compare, cold and warm caches), the variants
 # of bench/variants_general.py (several outputs, rotary, a relative-position table, global
 # column attention) against their peers, the shipped tuned choices, the like-for-like
@@ -52,6 +54,8 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # backend: carry .gpuflash/a, then .gpuflash/b, each in a call of its own (gpu_fetch.sh
 # --flash), and run under gpu_run.sh --flash; without it the part says so and stays to do.
 PARTS=(
+    "warm-first-fold|$PY -m bench.warm_first_fold structures/examples/synthetic_256.fasta --rounds 2 --out $R/fold_product_runs/warm_first_fold_256_single_fp32.json"
+    "warm-first-fold-bf16|$PY -m bench.warm_first_fold structures/examples/synthetic_256.fasta --rounds 2 --fold-args=--dtype=bf16 --out $R/fold_product_runs/warm_first_fold_256_single_bf16.json"
     "fold-product|$PY -m bench.fold_product --rows cold,warm,solo --max-minutes 9 --out $R/fold_product.json"
     "fold-warmup-ab|$PY -m bench.fold_product --lengths 256 --msa deep --dtypes bf16,fp32 --warmup-compile inline,background --repeats 3 --profile-kernels --run-estimate-s 75 --max-minutes 9 --out $R/fold_product_warmup_ab.json"
     "kernels-general|$K --variants attention_lse,rotary,relative_bias,global_column --shapes all --dtypes bf16 --impls flashlight,eager,torch_compile,flex,sdpa --out $R/kernels_general.json"
