@@ -37,10 +37,10 @@ def drop_repeated_maxes(gm: fx.GraphModule) -> int:
     count = 0
     for node in list(gm.graph.nodes):
         y = _difference(node)
-        if y is None or _row_max(node.args[1], y) is None:
+        dims = _row_max(node.args[1], y) if y is not None else None
+        if dims is None:
             continue
-        dims = _row_max(node.args[1], y)
-        x, shift = y.args[0], y.args[1]
+        x, shift = y.args
         if _row_max(_through_same_value(shift), x) != dims:
             continue
         with gm.graph.inserting_before(node):
@@ -62,9 +62,7 @@ def _difference(node) -> fx.Node | None:
     if not _is_plain_sub(node):
         return None
     y = node.args[0]
-    if not (_is_plain_sub(y) and all(isinstance(a, fx.Node) for a in y.args)):
-        return None
-    return y
+    return y if _is_plain_sub(y) and isinstance(y.args[0], fx.Node) else None
 
 
 def _is_plain_sub(node) -> bool:

@@ -37,13 +37,15 @@ def _tuning_key(device: torch.device, sizes: tuple[int, ...]) -> str:
     return f"{gpu_name(device)} | triton {triton.__version__} | sizes {','.join(map(str, sizes))}"
 
 
-def _read_choices(path: str) -> dict:
+def read_json(path: str, kind: type = dict):
+    """The JSON value of type ``kind`` in ``path``; an empty ``kind()`` where there is none
+    yet, or it is unreadable or of another type (what was kept is only an optimisation)."""
     try:
         with open(path) as f:
             found = json.load(f)
-    except (OSError, ValueError):  # none yet, or unreadable: tune again
-        return {}
-    return found if isinstance(found, dict) else {}
+    except (OSError, ValueError):
+        return kind()
+    return found if isinstance(found, kind) else kind()
 
 
 def recall_choice(src: KernelSource, device: torch.device, sizes: tuple[int, ...]) -> dict | str | None:
@@ -52,7 +54,7 @@ def recall_choice(src: KernelSource, device: torch.device, sizes: tuple[int, ...
     won, else None."""
     if not settings.get("tuning_cache"):
         return None
-    choice = _read_choices(tuning_file(src)).get(_tuning_key(device, sizes))
+    choice = read_json(tuning_file(src)).get(_tuning_key(device, sizes))
     if choice == EAGER:
         return EAGER
     return dict(choice) if isinstance(choice, dict) and {"BLOCK_M", "BLOCK_N"} <= set(choice) else None
@@ -64,7 +66,7 @@ def remember_choice(src: KernelSource, device: torch.device, sizes: tuple[int, .
     if not settings.get("tuning_cache"):
         return
     path = tuning_file(src)
-    choices = _read_choices(path)
+    choices = read_json(path)
     choices[_tuning_key(device, sizes)] = EAGER if choice == EAGER else {
         k: v for k, v in choice.items() if isinstance(v, (int, float, str, bool)) or v is None}
     why = write_json(path, choices)

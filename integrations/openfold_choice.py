@@ -32,7 +32,6 @@ again. :func:`clear` forgets both.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -55,6 +54,7 @@ _lock = threading.Lock()
 TIMINGS: list[dict] = []  # every measurement made, for reports and tests
 RECALLED: list[str] = []  # repr of each key whose choice an earlier process made
 _kept: dict[str, str] | None = None  # the file's choices, read on first use
+_not_kept: set = set()  # keys looked up in it and not found (each is looked up once)
 
 
 def per_call_s(fn: Callable[[], object]) -> float:
@@ -132,24 +132,23 @@ def _disk_key(key: Hashable) -> str:
 
 
 def _read() -> dict[str, str]:
-    try:
-        with open(_path()) as f:
-            found = json.load(f)
-    except (OSError, ValueError):  # none yet, or unreadable: time again
-        return {}
-    return {k: v for k, v in found.items() if v in ("stock", "kernel")} if isinstance(found, dict) else {}
+    from flashlight.tuning_cache import read_json
+
+    return {k: v for k, v in read_json(_path()).items() if v in ("stock", "kernel")}
 
 
 def _recall(key: Hashable) -> str | None:
     """The choice an earlier process kept for ``key`` (None: none, or the cache is off)."""
     global _kept
-    if key is None or not settings.get("tuning_cache"):
+    if key is None or key in _not_kept or not settings.get("tuning_cache"):
         return None
     with _lock:
         if _kept is None:
             _kept = _read()
         choice = _kept.get(_disk_key(key))
-        if choice is not None:
+        if choice is None:
+            _not_kept.add(key)
+        else:
             _choices[key] = choice
             RECALLED.append(repr(key))
     return choice
@@ -185,6 +184,7 @@ def clear(disk: bool = True) -> None:
         _choices.clear()
         TIMINGS.clear()
         RECALLED.clear()
+        _not_kept.clear()
         _kept = None
         if disk:
             try:

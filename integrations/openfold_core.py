@@ -204,7 +204,7 @@ class CompiledFunctions:
         cores' remainder]). ``spec``: the arguments that make it again, listed in the
         cache folder for later processes' preloads ([Note: preloading the cores])."""
         options = {"remainder": "eager", **options}
-        key = (key, tuple(sorted(options.items())))
+        key = (key, _options_key(options))
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -240,7 +240,7 @@ _compiled = CompiledFunctions()
 def signature_name(n_biases: int, gated: bool, heads: int, width: int, dtype: torch.dtype) -> str:
     """A readable name for one core signature, e.g. ``gated_attention_2_h8_c32_bfloat16``."""
     base = attention_core(n_biases, gated).__name__
-    return f"{base}_h{heads}_c{width}_{str(dtype).replace('torch.', '')}"
+    return f"{base}_h{heads}_c{width}_{_dtype_name(dtype)}"
 
 
 def compiled_core(
@@ -268,7 +268,7 @@ def compiled_global_core(
     heads: int, width: int, dtype: torch.dtype, compile_options: dict[str, Any] | None = None
 ) -> Callable:
     """The Flashlight-compiled :func:`global_attention`, e.g. ``global_attention_h8_c8_float32``."""
-    name = f"global_attention_h{heads}_c{width}_{str(dtype).replace('torch.', '')}"
+    name = f"global_attention_h{heads}_c{width}_{_dtype_name(dtype)}"
     key = ("global", int(heads), int(width), dtype)
     spec = {"kind": "global", "heads": int(heads), "width": int(width), "dtype": _dtype_name(dtype)}
     return _compiled.get(key, global_attention, name, dict(compile_options or {}), spec)
@@ -289,6 +289,11 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def _options_key(options: dict[str, Any]) -> tuple:
+    """Compile options as one hashable, ordered value (the cores' cache keys and list)."""
+    return tuple(sorted(options.items()))
+
+
 def _cores_file() -> str:
     import os
 
@@ -298,14 +303,9 @@ def _cores_file() -> str:
 
 
 def _listed_cores() -> list[dict]:
-    import json
+    from flashlight.tuning_cache import read_json
 
-    try:
-        with open(_cores_file()) as f:
-            listed = json.load(f)
-    except (OSError, ValueError):
-        return []
-    return listed if isinstance(listed, list) else []
+    return read_json(_cores_file(), list)
 
 
 def _list_core(spec: dict) -> None:
@@ -328,7 +328,7 @@ def preload_listed(shapes: set[tuple[int, int, torch.dtype]], compile_options: d
 
     if not (shapes and settings.get("graph_cache") and settings.get("prepare") and settings.get("preload")):
         return 0
-    options = repr(tuple(sorted({"remainder": "eager", **(compile_options or {})}.items())))
+    options = repr(_options_key({"remainder": "eager", **(compile_options or {})}))
     wanted = {(h, w, _dtype_name(d)) for h, w, d in shapes}
     jobs = []
     for spec in _listed_cores():
