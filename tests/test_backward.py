@@ -67,50 +67,60 @@ def _gradients(fn, args, grad_out, compiled: bool, report: ExplainReport | None 
 
 def _assert_close(got, want, dtype, what, eager=None, scale=None):
     """``got`` within the dtype's tolerance of the float64 ``want``, relative to ``scale``
-    (by default ``want``'s largest magnitude); in 16 bits, or at most twice as far from it
-    as ``eager`` (PyTorch's own value in that dtype), where a draw of inputs makes the
+    (a number, or a tensor of ``want``'s shape giving each element its own; by default
+    ``want``'s largest magnitude); in 16 bits, or at most twice as far from it as
+    ``eager`` (PyTorch's own value in that dtype), where a draw of inputs makes the
     rounding larger than the tolerance."""
     assert torch.isfinite(got).all(), f"{what}: non-finite gradient values"
-    scale = max(want.abs().max().item(), scale or 0.0)
-    err = (got.double() - want).abs().max().item()
-    bound = TOL[dtype] * scale + 1e-12
+    largest = want.abs().max().item()
+    if scale is None or not torch.is_tensor(scale):
+        scale = torch.tensor(max(largest, scale or 0.0), dtype=torch.float64)
+    bound = TOL[dtype] * scale.clamp(min=largest) + 1e-12
     if eager is not None:
-        bound = max(bound, 2 * (eager.double() - want).abs().max().item())
-    assert err <= bound, f"{what}: error {err:.3g} against a largest value of {scale:.3g}"
+        bound = bound.clamp(min=2 * (eager.double() - want).abs().max().item())
+    err = (got.double() - want).abs()
+    worst = (err - bound).flatten().argmax().item()
+    assert (err <= bound).all(), (
+        f"{what}: error {err.flatten()[worst].item():.3g} at element {worst} against a bound of "
+        f"{bound.flatten()[worst].item():.3g} (largest value {largest:.3g})")
 
 
-def _scalar_gradient_scales(fn, reference, grad_out) -> list[float | None]:
-    """For each single-element input that requires a gradient, the sum of the magnitudes
-    of the terms its gradient adds up, ``sum |grad_out * d out / d x|`` (forward-mode, in
-    float64); ``None`` for the others.
+def _gradient_term_scales(fn, reference, grad_out, every_element: bool) -> list:
+    """For each input that requires a gradient, the sum of the magnitudes of the terms its
+    gradient adds up, ``sum_j |grad_out_j * d out_j / d x_i|`` for each element ``x_i``
+    (from the Jacobian, forward-mode in float64): a float for a single-element input, a
+    tensor of the input's shape for the others where ``every_element``, else ``None``.
 
-    A scalar such as a learned lambda or temperature gets one term per output element,
-    and those terms can cancel: behind a norm over the head width the sum is hundreds of
-    times smaller than its terms. Rounding error is relative to the terms, so the
-    tolerance is too; a tensor input's gradient keeps its own largest value as the scale.
+    A gradient is a sum of terms, and those terms can cancel: a learned lambda or
+    temperature gets one term per output element, hundreds of times larger than their sum
+    behind a norm over the head width; a mask or bias broadcast over heads and queries
+    gets one term per head and query (OpenFold's mask, scaled by 1e9 into the scores,
+    sums terms of 5e9 into 1e9). Rounding error is relative to the terms, so the
+    tolerance is too. In float32 only the single-element inputs need it (the rest keep
+    their gradient's largest value as the scale); in 16 bits, where every term is
+    rounded, every element does.
     """
     values = [x.detach() if torch.is_tensor(x) else x for x in reference]
     tensor_at = [i for i, x in enumerate(values) if torch.is_tensor(x) and x.is_floating_point()]  # masks stay fixed
+    wanted = [n for n, i in enumerate(tensor_at)
+              if reference[i].requires_grad and (every_element or values[i].numel() == 1)]
 
     def of_tensors(*tensors):
         full = list(values)
         for i, t in zip(tensor_at, tensors, strict=True):
             full[i] = t
-        return fn(*full)
+        return as_outputs(fn(*full))
 
-    scales = []
-    for x in reference:
-        if not (torch.is_tensor(x) and x.requires_grad):
-            continue
-        if x.numel() != 1:
-            scales.append(None)
-            continue
-        tangents = tuple(torch.ones_like(values[i]) if reference[i] is x else torch.zeros_like(values[i])
-                         for i in tensor_at)
-        _, d_out = torch.func.jvp(of_tensors, tuple(values[i] for i in tensor_at), tangents)
-        scales.append(sum((g * d).abs().sum().item()
-                          for g, d in zip(as_outputs(grad_out), as_outputs(d_out), strict=True)))
-    return scales
+    jacobians = torch.func.jacfwd(of_tensors, argnums=tuple(wanted))(*(values[i] for i in tensor_at)) if wanted else ()
+    terms = {}
+    for n, column in zip(wanted, zip(*jacobians) if wanted else (), strict=True):
+        x = values[tensor_at[n]]
+        total = torch.zeros(x.shape, dtype=torch.float64)
+        for g, jac in zip(as_outputs(grad_out), column, strict=True):  # jac: [*out, *x]
+            weighted = g.reshape(g.shape + (1,) * x.dim()) * jac
+            total += weighted.abs().flatten(0, g.dim() - 1).sum(0) if g.dim() else weighted.abs()
+        terms[tensor_at[n]] = total.sum().item() if x.numel() == 1 else total
+    return [terms.get(i) for i, x in enumerate(reference) if torch.is_tensor(x) and x.requires_grad]
 
 
 def _check_variant(name, gen, dtype=torch.float32, shape=None):
@@ -131,7 +141,7 @@ def _check_variant(name, gen, dtype=torch.float32, shape=None):
         eager_out = as_outputs(eager)
     for n, (got, exact, own) in enumerate(zip(as_outputs(out), want_out, eager_out, strict=True)):
         _assert_close(got, exact, dtype, f"{name} output {n}", own)
-    scales = _scalar_gradient_scales(v.fn, reference, grad_out)
+    scales = _gradient_term_scales(v.fn, reference, grad_out, every_element=dtype != torch.float32)
     for k, (got, exact, own, scale) in enumerate(zip(grads, want, eager_grads, scales, strict=True)):
         _assert_close(got, exact, dtype, f"{name} gradient of input {k}", own, scale)
     torch.compiler.reset()
@@ -293,3 +303,21 @@ def test_a_split_serial_loop_gives_the_same_gradient_on_every_call(gen, monkeypa
     monkeypatch.setattr(tuning, "MIN_SPLIT_LEN", 2)
     first, again = _gradients_of_two_calls("evoformer_core", {"N": 9, "L": 13, "H": 2, "c": 16}, gen)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+def test_the_term_scaled_bound_can_fail(gen):
+    """Scaled by its terms, the 16-bit bound on the mask's gradient still rejects a
+    gradient that misses one head's terms (what a kernel summing over the wrong dims would
+    give)."""
+    v = VARIANTS["msa_row_pair_bias"]
+    inputs = v.make_inputs(_small_shape("msa_row_pair_bias"), torch.float64, "cpu", gen)
+    reference = _leaves(inputs)
+    (out,) = as_outputs(v.fn(*reference))
+    grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float64)  # [B, S, L, H, c]
+    (scales,) = [s for s in _gradient_term_scales(v.fn, reference, (grad_out,), every_element=True)
+                 if torch.is_tensor(s) and s.shape == reference[3].shape]
+    mask_grad = torch.autograd.grad(out, reference[3], grad_out, retain_graph=True)[0]
+    one_head_less = torch.autograd.grad(out, reference[3], grad_out * (torch.arange(out.shape[-2]) != 0)[:, None])[0]
+    _assert_close(mask_grad.bfloat16(), mask_grad, torch.bfloat16, "the mask's gradient", scale=scales)
+    with pytest.raises(AssertionError, match="the mask's gradient"):
+        _assert_close(one_head_less, mask_grad, torch.bfloat16, "the mask's gradient", scale=scales)
