@@ -94,7 +94,7 @@ class _Printer(TileText):
         self.name = name
         self.fp32_precision = fp32_precision
         self.loop_unmasked: list[str] = []  # the loop step on full tiles (kernel.unmasked)
-        self.memo: dict[tuple[str, Expr], tuple[str, tuple]] = {}
+        self.memo: dict[tuple[str, Expr, tuple], tuple[str, tuple]] = {}  # (scope, value, positions read)
         self.stored_as: dict[str, tuple[str, str]] = {}  # float32 tile -> (as loaded, its tl dtype)
 
     def scope_of(self, expr: Expr) -> str:
@@ -107,12 +107,21 @@ class _Printer(TileText):
         target = self.scope_of(expr) if scope == "loop" else scope
         if target == "pre" and scope == "post":
             target = "post"
+        at = self.positions_read(expr)
         for s in ((target, "pre") if target != "pre" else ("pre",)):
-            if (s, expr) in self.memo:
-                return self.memo[(s, expr)]
+            if (s, expr, at) in self.memo:
+                return self.memo[(s, expr, at)]
         var, layout = self._emit(expr, target)
-        self.memo[(target, expr)] = (var, layout)
+        self.memo[(target, expr, at)] = (var, layout)
         return var, layout
+
+    def positions_read(self, expr: Expr) -> tuple:
+        """The positions of the unrolled dims ``expr`` reads in the copy being printed: a
+        value is printed once per copy it differs in ([Note: unrolled sums])."""
+        if not self.positions:
+            return ()
+        free = free_dims(expr)
+        return tuple((d.name, k) for d, k in self.positions.items() if d in free)
 
     def _emit(self, expr: Expr, scope: str) -> tuple[str, tuple]:
         layout = self.layouts[expr]
@@ -253,6 +262,8 @@ class _Printer(TileText):
         return f"tl.where({self.offs('n', layout)} < N_SIZE, {var}, {neutral})"
 
     def emit_inner_reduce(self, expr: Reduce, scope: str) -> tuple[str, tuple]:
+        if expr.dims[0] in self.tiling.unrolled:
+            return self.emit_unrolled(expr, scope)
         role = self.roles[expr.dims[0]]
         if expr.body in self.plan.dots:
             return self.emit_dot(expr.body, scope, mask_n=False)
@@ -264,6 +275,26 @@ class _Printer(TileText):
             neutral = "0.0" if expr.op == "sum" else 'float("-inf")'
             var = f"tl.where({self.offs(role, lay)} < {self.size(d)}, {var}, {neutral})"
         return self.assign(scope, "red", f"{fn}({var}, axis={axis})"), tuple(r for r in lay if r != role)
+
+    def emit_unrolled(self, expr: Reduce, scope: str) -> tuple[str, tuple]:
+        """A sum or max over a dim without a tile: its body printed once per position,
+        combined elementwise ([Note: unrolled sums] in passes/tiling)."""
+        (d,) = expr.dims
+        layout = self.layouts[expr]
+        terms = []
+        for k in range(int(d.size)):
+            self.positions[d] = k
+            try:
+                var, lay = self.emit(expr.body, scope)
+            finally:
+                del self.positions[d]
+            terms.append(self.broadcast(var, lay, layout))
+        if expr.op == "sum":
+            return self.assign(scope, "red", " + ".join(terms)), layout
+        text = terms[0]
+        for term in terms[1:]:
+            text = f"tl.maximum({text}, {term})"
+        return self.assign(scope, "red", text), layout
 
     # ------------------------------------------------------------ the online loop
     def whole_tiles_apart(self) -> bool:

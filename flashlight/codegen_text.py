@@ -65,6 +65,7 @@ class TileText:
         # keys in one tile of the loop dim and their offsets (other in the coarse scan)
         self.n_width, self.n_offs = "BLOCK_N", "offs_n"
         self.counter = 0
+        self.positions: dict[Dim, int] = {}  # unrolled dims at the copy being printed ([Note: unrolled sums])
 
     @contextlib.contextmanager
     def key_tile(self, width: str, offs: str) -> Iterator[list[str]]:
@@ -122,6 +123,8 @@ class TileText:
         return f"g{self.tiling.grid.index(d)}"
 
     def dim_term(self, d: Dim, layout) -> str:
+        if d in self.positions:  # a copy of an unrolled sum ([Note: unrolled sums]), in the index type
+            return f"(index0 + {self.positions[d]})"
         role = self.roles.get(d)
         if role is None and self.tiling.serial and d == self.kernel.loop[0].dim:
             # the position of a serial loop's step ([Note: serial loops]), in the index type

@@ -227,3 +227,62 @@ def test_a_float32_matmul_of_widened_16_bit_factors_runs_in_16_bits(fn, pv_dtype
     (tiled,) = plan.kernels.values()
     dtypes = sorted(str(d.dtype) for d in tiled.plan.dots.values())
     assert dtypes == sorted(["torch.bfloat16", str(pv_dtype)]), dtypes
+
+
+# -- [Note: unrolled sums]: heads mixed before the softmax
+
+def _talking_heads_before(q, k, v, mix):  # [B, H, L, D]; mix [H, G]: scores mixed over heads
+    s = torch.einsum("bhid,bhjd->bhij", q, k) * q.shape[-1] ** -0.5
+    return torch.softmax(torch.einsum("bhij,hg->bgij", s, mix), -1) @ v
+
+
+def _talking_heads(q, k, v, pre, post):  # mixed before the softmax and after it
+    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    p = torch.softmax(torch.einsum("bhij,hg->bgij", s, pre), -1)
+    return torch.einsum("bgij,gh->bhij", p, post) @ v
+
+
+def _mixing(heads, gen):
+    return torch.eye(heads) + 0.5 * torch.randn(heads, heads, generator=gen)
+
+
+@pytest.mark.parametrize("heads", [2, 5])
+def test_scores_mixed_over_heads_are_one_tl_dot_per_head(heads, gen):
+    """``sum_h W[h, g] (q_h . k_h)``: the head sum takes no tile, its body is printed once
+    per head, each a ``tl.dot`` over the head width, and the scores never reach memory:
+    one kernel, nothing outside it, float64's values."""
+    q, k, v = (torch.randn(2, heads, 37, 16, generator=gen) for _ in range(3))
+    args = (q, k, v, _mixing(heads, gen))
+    report = flashlight.explain(_talking_heads_before, *args)
+    assert len(report.kernels) == 1 and report.fallback_ops == [], str(report)
+    assert report.kernels[0].source.count("tl.dot(") == heads + 1, report.kernels[0].source
+    _matches_float64(_talking_heads_before, args)
+
+
+def test_talking_heads_attention_is_one_kernel_in_float32_and_bfloat16(gen):
+    """Heads mixed before and after the softmax (talking-heads attention): one kernel,
+    against float64 (bf16: within 2e-2 of the largest value)."""
+    q, k, v = (torch.randn(1, 3, 29, 16, generator=gen) for _ in range(3))
+    args = (q, k, v, _mixing(3, gen), _mixing(3, gen))
+    report = flashlight.explain(_talking_heads, *args)
+    assert len(report.kernels) == 1 and report.fallback_ops == [], str(report)
+    _matches_float64(_talking_heads, args)
+    low = [a.bfloat16() for a in args]
+    out = flashlight.compile(_talking_heads)(*low)
+    torch.compiler.reset()
+    ref = _talking_heads(*(a.double() for a in low))
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    assert (out.double() - ref).abs().max() <= 2e-2 * ref.abs().max()
+
+
+def test_more_heads_than_unrolled_leave_the_scores_to_a_matmul(gen):
+    """Past ``MAX_UNROLL`` heads the sum is not printed per head: the scores are one
+    matmul outside, the mixing and the attention one kernel, still float64's values."""
+    from flashlight.passes.tiling import MAX_UNROLL
+
+    heads = MAX_UNROLL + 1
+    q, k, v = (torch.randn(1, heads, 19, 16, generator=gen) for _ in range(3))
+    args = (q, k, v, _mixing(heads, gen))
+    report = flashlight.explain(_talking_heads_before, *args)
+    assert len(report.kernels) == 1 and [op.name for op in report.fallback_ops] == ["bmm.default"], str(report)
+    _matches_float64(_talking_heads_before, args)

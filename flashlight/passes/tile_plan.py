@@ -63,8 +63,8 @@ class _Recorder:
             for position in expr.positions:
                 self.value(position)
         elif isinstance(expr, Reduce):
-            role = self.roles[expr.dims[0]]
-            if self.is_dot(expr.body, role):
+            role = self.roles.get(expr.dims[0])  # None: unrolled ([Note: unrolled sums])
+            if role is not None and self.is_dot(expr.body, role):
                 self.dot(expr.body, role)
             else:
                 self.value(expr.body)
@@ -176,6 +176,8 @@ def check_plan(tiled: TiledKernel) -> None:
     expected.update({tiling.tiled_by_block_n(red.dim): "n" for red in kernel.loop})
     if roles != expected:
         raise InvariantError(f"{name}: plan roles {roles} differ from the tiling's {expected}")
+    if set(tiling.unrolled) & (set(roles) | set(tiling.grid) | set(kernel.dims)):
+        raise InvariantError(f"{name}: an unrolled dim is also a tile, a grid or an output dim")
     if set(tiling.grid) & set(roles) or not set(kernel.dims) <= set(tiling.grid) | set(roles) \
             or (tiling.serial and (tiling.column not in kernel.dims or kernel.loop[0].dim in roles)):
         raise InvariantError(f"{name}: the grid and the tile roles do not partition the output dims")
