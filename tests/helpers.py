@@ -27,6 +27,8 @@ Tests by pipeline stage (see flashlight/README.md for the stages):
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
@@ -48,6 +50,18 @@ def capture(fn, *args):
         torch.compile(fn, backend=aot_autograd(fw_compiler=fw, decompositions=decompositions(inference=True)))(*args)
     torch.compiler.reset()
     return graphs[0]
+
+
+H200_SHARED_MEMORY = 227 * 1024  # bytes per block (opt-in maximum on sm_90)
+
+
+def shared_memory(compiled) -> int:
+    """Shared memory in bytes from what ``KernelReport.aot_compile`` returns: Triton's
+    compiled kernel (``.metadata.shared``), or its metadata itself."""
+    meta = getattr(compiled, "metadata", compiled)
+    shared = meta.get("shared") if isinstance(meta, Mapping) else getattr(meta, "shared", None)
+    assert shared is not None, f"aot_compile returned no shared-memory size: {compiled!r}"
+    return int(shared)
 
 
 def rand(*shape, seed):

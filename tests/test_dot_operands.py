@@ -13,7 +13,7 @@ import flashlight
 from flashlight.ir import Dim, Kernel, Load, LoopReduction, LoopResult, Pointwise, Reduce
 from flashlight.ir_check import check_kernel_invariants
 from flashlight.passes.contractions import group_dot_operands
-from tests.helpers import computes_softmax, plan_of, rand
+from tests.helpers import H200_SHARED_MEMORY, computes_softmax, plan_of, rand, shared_memory
 from tests.helpers import matches_float64 as _matches_float64
 from tests.test_backoff_projections import B, D, H, L, _assert_row_tiled, _plan
 from tests.test_backoff_projections import _attention_kernel as _planned_attention
@@ -286,3 +286,12 @@ def test_more_heads_than_unrolled_leave_the_scores_to_a_matmul(gen):
     report = flashlight.explain(_talking_heads_before, *args)
     assert len(report.kernels) == 1 and [op.name for op in report.fallback_ops] == ["bmm.default"], str(report)
     _matches_float64(_talking_heads_before, args)
+
+
+def test_heads_mixed_before_the_softmax_build_for_hopper(gen):
+    """Eight heads of width 64 in bfloat16: the kernel with eight score dots per key tile
+    builds for sm_90 within the H200's shared memory."""
+    q, k, v = (torch.randn(1, 8, 64, 64, generator=gen).bfloat16() for _ in range(3))
+    report = flashlight.explain(_talking_heads_before, q, k, v, _mixing(8, gen).bfloat16())
+    assert len(report.kernels) == 1 and report.fallback_ops == [], str(report)
+    assert 0 < shared_memory(report.kernels[0].aot_compile(90)) <= H200_SHARED_MEMORY

@@ -18,6 +18,7 @@ import flashlight  # noqa: E402
 from flashlight.integrations import openfold as ofp  # noqa: E402
 from flashlight.integrations import openfold_core  # noqa: E402
 from flashlight.integrations import openfold_testing as oft  # noqa: E402
+from tests.helpers import H200_SHARED_MEMORY, shared_memory  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("fresh_openfold_warnings")
@@ -320,7 +321,6 @@ def test_upstream_2x_layout_and_flags(gen):
     assert flashlight.unpatch_openfold(stack) == 8
 
 
-H200_SHARED_MEMORY = 227 * 1024
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -350,8 +350,7 @@ def test_attention_core_is_one_kernel_that_builds_for_hopper(width, dtype, gen):
             assert "mm" in ops, ops  # both matmuls (mm/bmm/matmul) are inside
             compute = [op for op in report.fallback_ops if not _is_view(op.name)]
             assert not compute, str(report)
-            shared = getattr(kernel.aot_compile(90), "shared", None)
-            assert shared is not None and 0 <= shared <= H200_SHARED_MEMORY, shared
+            assert 0 <= shared_memory(kernel.aot_compile(90)) <= H200_SHARED_MEMORY
 
 
 _VIEW_OPS = ("view", "transpose", "permute", "expand", "unsqueeze", "squeeze", "alias", "t.")

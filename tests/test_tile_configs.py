@@ -14,9 +14,9 @@ from flashlight.codegen import generate
 from flashlight.decompositions import decompositions
 from flashlight.lower import lower
 from flashlight.pipeline import compile_graph
+from tests.helpers import H200_SHARED_MEMORY
 
 HOPPER = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3)]
-H200_SHARED_MEMORY = 227 * 1024  # bytes per block (opt-in maximum on sm_90)
 
 
 def _core(dtype: torch.dtype, c: int, tf32: bool = False, L: int = 256):

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping
 
 import pytest
 import torch
@@ -40,7 +39,7 @@ import flashlight
 from bench.variants import VARIANTS
 from flashlight.report import ExplainReport
 from bench.variants_base import as_outputs
-from tests.helpers import SOFTMAX_PARTS, aten_outside_kernels, computes_softmax
+from tests.helpers import H200_SHARED_MEMORY, SOFTMAX_PARTS, aten_outside_kernels, computes_softmax, shared_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # Scores pass through exp, so float32 keeps ~1e-4; bfloat16 rounds inputs, P and the output.
@@ -48,7 +47,6 @@ TOLERANCES = {
     torch.float32: {"rtol": 1e-4, "atol": 1e-4},
     torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2},
 }
-H200_SHARED_MEMORY = 227 * 1024  # bytes per block (opt-in maximum on sm_90)
 
 
 @pytest.fixture(autouse=True)
@@ -110,15 +108,6 @@ def _assert_matches_with_nan(out: torch.Tensor, ref: torch.Tensor, dtype: torch.
     )
 
 
-def _shared_memory(compiled) -> int:
-    """Shared memory in bytes from what ``KernelReport.aot_compile`` returns: Triton's
-    compiled kernel (``.metadata.shared``), or its metadata itself."""
-    meta = getattr(compiled, "metadata", compiled)
-    shared = meta.get("shared") if isinstance(meta, Mapping) else getattr(meta, "shared", None)
-    assert shared is not None, f"aot_compile returned no shared-memory size: {compiled!r}"
-    return int(shared)
-
-
 # Variants written as a whole module, projections included (OpenFold's global column
 # attention): the attention is one Flashlight kernel, and matmuls that are single
 # operations (the projections) stay outside it (Inductor compiles them in production);
@@ -139,7 +128,7 @@ def _assert_one_kernel_builds_for_hopper(fn, inputs, context: str, module: bool 
     for kernel in report.kernels:
         assert isinstance(kernel.source, str) and "triton" in kernel.source, f"{context}: no Triton source"
         assert len(kernel.aten_ops) > 0, f"{context}: the kernel reports no absorbed ATen ops"
-        shared = _shared_memory(kernel.aot_compile(90))
+        shared = shared_memory(kernel.aot_compile(90))
         assert 0 <= shared <= H200_SHARED_MEMORY, (
             f"{context}: kernel {kernel.name} needs {shared} bytes of shared memory on sm_90, "
             f"the H200 has {H200_SHARED_MEMORY}"
