@@ -429,3 +429,17 @@ def test_training_step_compares_gradients_that_are_not_rounding_noise():
     assert name == "w" and math.isclose(ratio, 0.1)
     assert all(n != "ln_bias" for _, n in found["worst_grad_norm_differences"])
     assert found["near_zero_gradients"]["count"] == 1 and found["near_zero_gradients"]["largest"] == 6e-6
+
+
+def test_talking_heads_times_every_form_against_float64(tmp_path):
+    """The talking-heads benchmark runs every form, each within float32's rounding of
+    float64, and Flashlight's as one kernel."""
+    from bench import talking_heads
+
+    out = tmp_path / "talking_heads.json"
+    assert talking_heads.main(["--device", "cpu", "--shapes", "1x2x20x16", "--dtype", "fp32", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["meta"]["flashlight_kernels"] == 1 and data["meta"]["flashlight_fallback_ops"] == []
+    (row,) = data["rows"]
+    for form in ("eager", "torch_compile", "flashlight"):
+        assert row[form]["ms"] > 0 and row[form]["max_rel_err"] < 1e-5, (form, row[form])
