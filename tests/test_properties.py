@@ -9,7 +9,9 @@ Hypothesis draws a program, the way users compose attention by hand:
   load, and head dims that are not powers of two leave padding lanes to keep at zero);
 - score modifications in random order: scaling, tanh soft-capping, additive and
   multiplicative tensors of random broadcast shapes, ALiBi-like index terms
-  (``slope * (j - i)``, ``-slope * |i - j|``, slopes a constant or per head);
+  (``slope * (j - i)``, ``-slope * |i - j|``, slopes a constant or per head), the
+  scores mixed over heads by a learned matrix (talking heads, for two or more queries
+  and keys);
 - masks: causal (index comparison, ``tril``, or aligned to the bottom-right), a window,
   random bool masks of random broadcast shapes (each row keeps at least one key),
   applied with ``masked_fill``, ``torch.where`` or an additive ``-inf`` bias; when the
@@ -48,7 +50,8 @@ class Program:
     dv: int
     scale: float
     prescale: bool  # scale q (True) or the scores (False)
-    mods: tuple  # ("scale", c) | ("cap", c) | ("bias", shape) | ("mul", shape) | ("alibi", slope, per_head) | ("alibi_abs", slope, per_head)
+    mods: tuple  # ("scale", c) | ("cap", c) | ("bias", shape) | ("mul", shape) | ("alibi", slope, per_head)
+    #              | ("alibi_abs", slope, per_head) | ("mix",): over the last batch dim, the heads
     masks: tuple  # ("causal", form) | ("window", w) | ("bool", shape)
     mask_form: str  # masked_fill | where | additive
     softmax_form: str  # torch | method | functional | amax | max | amax_temperature | log_softmax | logsumexp
@@ -86,6 +89,9 @@ def programs(draw) -> Program:
         st.tuples(st.just("mul"), broadcast_shapes(full)),
         st.tuples(st.sampled_from(["alibi", "alibi_abs"]), st.floats(0.01, 0.5),
                   st.booleans() if batch else st.just(False)),
+        # scores of one query or one key mixed over heads are as small as the output: a
+        # matmul outside the kernel computes them ([Note: unrolled sums] wants a tl.dot)
+        *([st.just(("mix",))] if batch and lq > 1 and lkv > 1 else []),
     )
     mask = st.one_of(
         st.tuples(st.just("causal"), st.sampled_from(["index", "tril", "bottom_right"])),
@@ -121,6 +127,8 @@ def make_inputs(prog: Program) -> tuple[torch.Tensor, ...]:
     for mod in prog.mods:
         if mod[0] in ("bias", "mul"):
             extras.append(torch.randn(mod[1], generator=gen))
+        elif mod[0] == "mix":  # [H, H], near the identity
+            extras.append(torch.eye(prog.batch[-1]) + 0.3 * torch.randn(prog.batch[-1], prog.batch[-1], generator=gen))
         elif mod[0] in ("alibi", "alibi_abs") and mod[2]:
             # per-head slopes over the last batch dim: [H, 1, 1]
             extras.append(mod[1] * (0.5 + torch.rand(prog.batch[-1], 1, 1, generator=gen)))
@@ -158,7 +166,7 @@ def _keep(prog: Program, extras: list, device, sink: bool):
 
 def make_fn(prog: Program, sink: bool):
     n_mod_tensors = sum(
-        1 for m in prog.mods if m[0] in ("bias", "mul") or (m[0] in ("alibi", "alibi_abs") and m[2])
+        1 for m in prog.mods if m[0] in ("bias", "mul", "mix") or (m[0] in ("alibi", "alibi_abs") and m[2])
     )
 
     def attention(q, k, v, *extras):
@@ -185,6 +193,8 @@ def make_fn(prog: Program, sink: bool):
                 s = s + mod_tensors.pop(0)
             elif mod[0] == "mul":
                 s = s * mod_tensors.pop(0)
+            elif mod[0] == "mix":  # [..., H, Lq, Lkv] mixed over H
+                s = torch.einsum("...hij,hg->...gij", s, mod_tensors.pop(0))
             else:
                 slope = mod_tensors.pop(0) if mod[2] else mod[1]
                 dist = (j - i) if mod[0] == "alibi" else -(i - j).abs()
