@@ -183,6 +183,17 @@ def bench_ms(fn: Callable[[], Any], device: str, rep_ms: int = 100, cpu_reps: in
     return statistics.median(times)
 
 
+def peak_bytes(fn: Callable[[], Any]) -> int:
+    """CUDA memory ``fn()`` allocates at its peak beyond what was allocated before it
+    (what it returns included)."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
 def synchronize(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()

@@ -6,8 +6,7 @@ and default ``torch.compile``, which both write the ``[B, H, L, L]`` scores to m
                                   [--shapes 4x8x1024x64,2x8x2048x64] [--dtype bf16]
 
 ``o = softmax(mix_h(q k^T / sqrt(D))) v`` with q/k/v ``[B, H, L, D]`` and a learned
-``[H, H]`` mixing matrix; median of Triton's ``do_bench`` per form (a CPU run, for a
-smoke test under the interpreter, times with ``time.perf_counter``), all in one process,
+``[H, H]`` mixing matrix; median time per form (``bench.common.bench_ms``), all in one process,
 each checked against float64; the peak memory each form allocates above its inputs; and
 what Flashlight's autotuner chose for each shape (its kernel, or the unfused graph where
 that timed faster), with both timings.
@@ -15,12 +14,11 @@ that timed faster), with both timings.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
-import time
+import pathlib
 
 import torch
+
+from bench.common import atomic_write_json, bench_ms, environment, peak_bytes
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -28,30 +26,6 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 def talking_heads(q, k, v, mix):
     s = torch.einsum("bhid,bhjd->bhij", q, k) * q.shape[-1] ** -0.5  # [B, H, L, L]
     return torch.softmax(torch.einsum("bhij,hg->bgij", s, mix), -1) @ v  # [B, H, L, D]
-
-
-def _median_ms(fn, device: torch.device) -> float:
-    if device.type == "cuda":
-        import triton
-
-        return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
-def _peak_mib(fn, device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    fn()
-    torch.cuda.synchronize()
-    return round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
 
 
 def _row(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, forms: dict) -> dict:
@@ -69,8 +43,8 @@ def _row(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, forms
         with torch.no_grad():
             out = fn(*inputs)
             err = float((out.double() - want).abs().max() / want.abs().max())
-            ms = _median_ms(lambda: fn(*inputs), device)
-            peak = _peak_mib(lambda: fn(*inputs), device)
+            ms = bench_ms(lambda: fn(*inputs), device.type, rep_ms=200)
+            peak = round(peak_bytes(lambda: fn(*inputs)) / 2**20, 1) if device.type == "cuda" else None
         row[name] = {"ms": round(ms, 4), "max_rel_err": err, "peak_mib_above_inputs": peak}
     row["flashlight_tuning"] = [{k: e[k] for k in ("choice", "kernel_ms", "eager_ms", "candidates")}
                                 for e in runtime.TUNING_EVENTS[events:]]
@@ -78,8 +52,6 @@ def _row(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, forms
 
 
 def main(argv=None) -> int:
-    import triton
-
     import flashlight
 
     p = argparse.ArgumentParser(prog="python -m bench.talking_heads")
@@ -101,12 +73,9 @@ def main(argv=None) -> int:
               + f"; tuning {row['flashlight_tuning']}", flush=True)
     report = flashlight.explain(talking_heads, *(torch.randn(1, 2, 32, 16, device=device) for _ in range(3)),
                                 torch.randn(2, 2, device=device))
-    meta = {"gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
-            "triton": triton.__version__, "python": platform.python_version(), "dtype": args.dtype,
-            "date": time.strftime("%Y-%m-%d"), "flashlight_kernels": len(report.kernels),
+    meta = {**environment(device.type), "dtype": args.dtype, "flashlight_kernels": len(report.kernels),
             "flashlight_fallback_ops": [op.name for op in report.fallback_ops]}
-    with open(args.out, "w") as f:
-        json.dump({"schema": "flashlight-bench-talking-heads/1", "meta": meta, "rows": rows}, f, indent=1)
+    atomic_write_json(pathlib.Path(args.out), {"schema": "flashlight-bench-talking-heads/1", "meta": meta, "rows": rows})
     return 0
 
 

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from bench.common import atomic_write_json, bench_ms, environment, set_precision, short_error
+from bench.common import atomic_write_json, bench_ms, environment, peak_bytes, set_precision, short_error
 
 CASES = (  # AlphaFold2 training: crop 256, 128 MSA clusters; MSA H 8 c 32, triangle H 4 c 32
     ("msa_row_pair_bias", {"B": 1, "S": 128, "L": 256, "H": 8, "c": 32}),
@@ -59,12 +59,7 @@ def one_cell(variant, shape, dtype, impl, inputs, grad_out, want) -> dict:
     first_s = time.perf_counter() - start
     errors = [float((g.float() - w).abs().max() / w.abs().max().clamp_min(1e-30)) for g, w in zip(grads, want)]
     del grads
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    step()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
+    peak = peak_bytes(step)
     ms = bench_ms(step, "cuda", rep_ms=200)
     kernels = _kernel_times(step) if impl == "flashlight" else None
     host_ms, host_profile = _host_time(step, profile=impl == "flashlight")
