@@ -352,7 +352,9 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str],
     attentions in a chain the first one's output is kept, not its scores. Else the
     earliest candidate that becomes a kernel itself: an output projection after the
     attention then runs as PyTorch's matmul on the attention kernel's output (the rest
-    is examined again on the next round); but not one that writes more values than one
+    is examined again on the next round), of those the one that writes the fewest values
+    (a term of the scores can be a kernel too: ``(q W) c^T`` in multi-head latent
+    attention); but not one that writes more values than one
     of the rescues below (:func:`_elements`): a cut holds for every consumer, and the
     gradient of a mask, which sums score gradients over heads and queries, is rescued by
     keeping its sum over the queries, not ``dp``, which every other backward kernel
@@ -380,7 +382,9 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str],
     if rescues_only:
         return next(iter(wasteful + matrices), None)
     least = min((_elements(s, c) for c in wasteful + matrices), default=None)
-    for candidate, graph in trials:
+    # the fewest values written first (then the earliest): of an attention with its output
+    # projected, the attention's output, not a term of its scores that is a kernel too
+    for candidate, graph in sorted(trials, key=lambda trial: _elements(s, trial[0])):
         if (candidate not in matrices and (least is None or _elements(s, candidate) <= least)
                 and s.attempt(graph, candidate)):
             return candidate

@@ -155,6 +155,9 @@ class _Printer(TileText):
             var = self.broadcast(var, lay, layout)
             terms.append(f"({var}) * in{k}_s{a}")
             if not isinstance(position, (Iota, Const)) and gather.extents[a] is not None:
+                if layout and not lay:  # a program's one position: a [1, 1] tile, which Triton's
+                    # interpreter accepts in a tile's mask (a scalar it does not)
+                    var = f"({var} + tl.zeros([{', '.join('1' for _ in layout)}], tl.int32))"
                 masks.append(f"({var} >= 0) & ({var} < {gather.extents[a]})")
         lanes = self.mask(sorted(free_dims(gather), key=lambda d: d.name), layout)
         mask = " & ".join(([lanes] if lanes else []) + masks) or None
