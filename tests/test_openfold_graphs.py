@@ -301,7 +301,13 @@ def test_a_recording_waits_for_the_kernels_compiling_in_the_background(setup, st
     with background.compiling_in_background(threads=1) as compiles:
         compiles.submit("kernel", lambda: (released.wait(10), events.append("compiled")))
         compiles.after("choice", lambda: events.append("deferred"))
-        threading.Timer(0.2, released.set).start()
+        settle = compiles.settle
+
+        def settle_while_the_job_runs():  # the job finishes 0.15 s into the wait, however slow the pass before
+            threading.Timer(0.15, released.set).start()
+            return settle()
+
+        compiles.settle = settle_while_the_job_runs
         out = _fold(graphed_model, batches[0])  # 3 recycling iterations: eager, then recorded
     assert events[:3] == ["compiled", "deferred", "record"] and events.count("deferred") == 1
     assert compiles.settle_s >= 0.1 and graphed.recordings == 3
