@@ -350,10 +350,10 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str],
     falls where the failing part starts: an epilogue reduction (a norm of q dividing the
     attention output) becomes its own nest and the attention still fuses; of two
     attentions in a chain the first one's output is kept, not its scores. Else the
-    earliest candidate that becomes a kernel itself: an output projection after the
-    attention then runs as PyTorch's matmul on the attention kernel's output (the rest
-    is examined again on the next round), of those the one that writes the fewest values
-    (a term of the scores can be a kernel too: ``(q W) c^T`` in multi-head latent
+    candidate writing the fewest values (then the earliest) that becomes a kernel itself:
+    an output projection after the attention then runs as PyTorch's matmul on the
+    attention kernel's output (the rest is examined again on the next round), never a
+    term of the scores that is a kernel too (``(q W) c^T`` in multi-head latent
     attention); but not one that writes more values than one
     of the rescues below (:func:`_elements`): a cut holds for every consumer, and the
     gradient of a mask, which sums score gradients over heads and queries, is rescued by
