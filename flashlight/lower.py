@@ -112,7 +112,7 @@ class _Lowerer:
                 lw.tuple_values.pop(node.name, None)
                 self._make_opaque(node, f"{_op_name(node)}: {why}")
         outside = frozenset(self.materialized)  # needed outside Flashlight; kernels may recompute them
-        graph = Graph(tuple(lw.nests), tuple(lw.inputs), outside, recomputed=outside)
+        graph = Graph(tuple(lw.nests), tuple(lw.inputs), outside | lw.stored, recomputed=outside - lw.stored)
         order = {node.name: k for k, node in enumerate(self.gm.graph.nodes)}
         users = {node.name: tuple(u.name for u in node.users) for node in self.gm.graph.nodes}
         views = frozenset(node.name for node in self.gm.graph.nodes if node.target in REINDEXING)

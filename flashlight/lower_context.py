@@ -29,6 +29,17 @@ class LowerContext:
         self.nest_of_node: dict[str, str] = {}  # FX node name -> the nest computing it
         self.tuple_values: dict[str, tuple[Access | Const, ...]] = {}  # tuple-valued node -> its items
         self.origin = ""  # the FX node being lowered: the origin of the nests added
+        self.stored: set[str] = set()  # nests read from memory by a lookup: kept separate
+
+    def stored_tensor(self, nest: str) -> str | None:
+        """The FX node whose value nest ``nest`` computes, now to be read from memory (at
+        computed positions, by a lookup), or None where no node's value is that nest's."""
+        node = next((n for n, computed in self.nest_of_node.items() if computed == nest), None)
+        if node is not None:
+            self.stored.add(nest)
+            if node not in self.inputs:
+                self.inputs.append(node)
+        return node
 
     # ---- values
     def input_access(self, node: fx.Node) -> Access:

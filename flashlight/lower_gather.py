@@ -16,7 +16,12 @@ error, loads 0. The table is a tensor in memory (a graph input or a value comput
 outside Flashlight) or an elementwise function of such tensors and of indices (the table
 cast to the scores' dtype, a mask table made by ``tril``), which is then evaluated at
 the computed positions; the axes it is indexed along have static sizes, and none is a
-merge of several dims.
+merge of several dims. A table computed by a reduction (DeBERTa's relative-position
+scores ``q @ pos_k^T``, ``[..., L, 2B]``, looked up by distance), or one whose axes merge
+dims (a matmul's batch of heads), is not computed again at each position: its
+operation's result is kept in memory (the lookup's nest is kept separate) and the lookup
+reads that tensor, so the attention kernel reads a small table instead of an ``L x L``
+lookup result.
 
 Moves along a dim are the same loads: a slice ``x[a:b:s]`` reads ``x`` at ``a + s * t``,
 ``split`` makes slices, ``cat`` reads, at ``t``, the piece whose range holds ``t`` at
@@ -158,6 +163,13 @@ def value_at(lw: LowerContext, src: Access, mapping: dict[Dim, Expr]) -> Expr:
     if src.kind == "input":
         return _gather_node(src.name, src.index, src.dtype, mapping)
     nest = next(n for n in lw.nests if n.name == src.name)
+    if contains(nest.body, Reduce) or any(len(axis) > 1 for axis in nest.axes):
+        # not to be written out at the positions (a contraction's value, DeBERTa's
+        # relative-position scores q @ pos_k^T): its stored tensor is read there
+        stored = lw.stored_tensor(nest.name)
+        if stored is None:
+            raise Unsupported("a lookup in an intermediate value of an operation")
+        return _gather_node(stored, src.index, src.dtype, mapping)
     own: dict[Dim, Expr] = {}
     for axis, index in zip(nest.axes, src.index):
         if len(axis) > 1:

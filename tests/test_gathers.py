@@ -140,3 +140,40 @@ def test_positions_outside_the_table_load_zero(gen):
         out = torch.compile(fn, backend=make_backend())(*args)
     torch.compiler.reset()
     assert torch.isfinite(out).all()
+
+
+def disentangled(q, k, v, pos_q, pos_k):
+    """DeBERTa's disentangled attention: content-to-content scores, plus content-to-position
+    and position-to-content scores against ``2B`` relative-position embeddings ``pos_q``,
+    ``pos_k`` ``[H, 2B, D]``, each computed over the positions (``[..., L, 2B]``) and looked
+    up by the clamped distance with ``torch.gather``."""
+    L = q.shape[-2]
+    bucket = (-_distance(L)).clamp(-B, B - 1) + B  # [L, L]: query minus key, in [0, 2B)
+    index = bucket.expand(*q.shape[:-1], L)
+    c2p = torch.gather(q @ pos_k.transpose(-1, -2), -1, index)  # [B, H, L, L] from [B, H, L, 2B]
+    p2c = torch.gather(k @ pos_q.transpose(-1, -2), -1, index).transpose(-1, -2)
+    scores = (q @ k.transpose(-1, -2) + c2p + p2c) / math.sqrt(3 * q.shape[-1])
+    return torch.softmax(scores, -1) @ v
+
+
+def test_lookups_in_a_contraction_read_its_stored_values(gen):
+    """A lookup in a computed matrix (DeBERTa's ``q @ pos_k^T`` over the relative
+    positions, gathered by distance) reads that matrix from memory at the computed
+    positions inside the attention kernel: the two small products over the positions are
+    computed first (``[..., L, 2B]`` each), and no ``L x L`` lookup result is made (it was
+    two of them, then the kernel reading them as biases)."""
+    q, k, v = (torch.randn(2, H, 29, D, generator=gen) for _ in range(3))
+    args = (q, k, v, *(torch.randn(H, 2 * B, D, generator=gen) for _ in range(2)))
+    report = ExplainReport()
+    compiled = torch.compile(disentangled, backend=make_backend(report=report))
+    torch.compiler.reset()
+    with torch.no_grad():
+        out = compiled(*args)
+        (kernel,) = report.kernels
+        assert sum(op == "gather.default" for op in kernel.aten_ops) == 2, str(report)
+        assert sorted(op.name for op in report.fallback_ops) == ["bmm.default", "bmm.default"], str(report)
+        outside = aten_outside_kernels(compiled, args)
+    torch.compiler.reset()
+    assert set(outside) <= {"aten::bmm", "aten::mm", "aten::matmul"}, outside
+    want = disentangled(*(a.double() for a in args))
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
