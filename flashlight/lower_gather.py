@@ -27,7 +27,8 @@ Moves along a dim are the same loads: a slice ``x[a:b:s]`` reads ``x`` at ``a + 
 ``split`` makes slices, ``cat`` reads, at ``t``, the piece whose range holds ``t`` at
 ``t`` less the sizes before it (a ``where`` over the pieces; the other pieces' loads
 there fall outside them and are masked), ``flip`` at ``size - 1 - t``, ``roll`` at
-``(t - shift) mod size``. So rotary embeddings in rotate-half form,
+``(t - shift) mod size``, a constant pad (``F.pad``) at ``t - before``, its value where
+that lies outside. So rotary embeddings in rotate-half form,
 ``cat((-x[d:], x[:d]))``, fuse into the loads of ``q`` and ``k``. The pieces of a
 ``cat`` and the dims of a flip or roll have static sizes.
 """
@@ -391,6 +392,36 @@ def _roll(lw: LowerContext, node: fx.Node) -> Access:
     return lw.add_nest(out_axes, value_at(lw, src, mapping), dtype, "roll")
 
 
+def _constant_pad(lw: LowerContext, node: fx.Node) -> Access:
+    """``constant_pad_nd(x, pad, value)`` (``F.pad``): along each padded dim (the last
+    first), position ``t - before``; where that lies outside ``x``, ``value`` (a
+    negative pad crops)."""
+    x, pad = node.args[:2]
+    fill = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+    dtype = meta_val(node).dtype
+    src = lw.value(x, dtype)
+    if not isinstance(src, Access):
+        raise Unsupported("a pad of a constant")
+    shape = node_shape(x)
+    moves, sizes = {}, {}
+    for k in range(len(pad) // 2):
+        d, before, after = len(shape) - 1 - k, pad[2 * k], pad[2 * k + 1]
+        sizes[d] = _static_size(shape[d])
+        moves[d] = (sizes[d] + before + after, lambda t, before=before: _offset(t, -before))
+    out_axes, mapping = _reindexed(src, moves)
+    body = value_at(lw, src, mapping)
+    inside = None
+    for d, (_, position) in moves.items():
+        p = position(Iota(out_axes[d]) if out_axes[d] else Const(0, torch.int64))
+        within = Pointwise("and", (Pointwise("ge", (p, Const(0, torch.int64)), torch.bool),
+                                   Pointwise("lt", (p, Const(sizes[d], torch.int64)), torch.bool)), torch.bool)
+        inside = within if inside is None else Pointwise("and", (inside, within), torch.bool)
+    if inside is not None:
+        fill = bool(fill) if dtype == torch.bool else float(fill) if dtype.is_floating_point else int(fill)
+        body = Pointwise("where", (inside, body, Const(fill, dtype)), dtype)
+    return lw.add_nest(out_axes, body, dtype, "pad")
+
+
 def _reindexed(src: Access, moves: dict[int, tuple]) -> tuple[tuple[Axis, ...], dict[Dim, Expr]]:
     """Fresh result axes for ``src`` and the position of each of its dims: axis ``k`` of
     ``moves`` (``(result size, position of the result index)``) read at that position,
@@ -438,4 +469,5 @@ GATHER_LOWERINGS: dict[Any, Callable[[LowerContext, fx.Node], Access]] = {
     aten.cat.default: _cat,
     aten.flip.default: _flip,
     aten.roll.default: _roll,
+    aten.constant_pad_nd.default: _constant_pad,
 }

@@ -1,6 +1,7 @@
 """Loads through slices and concatenations ([Note: gathers] in ``flashlight/lower_gather.py``):
 rotary embeddings in rotate-half form, however the halves are taken (``chunk``, slices,
-``split``, ``narrow``), and keys read flipped or rolled, fuse into the attention kernel
+``split``, ``narrow``), and keys read flipped, rolled or padded (``F.pad``, with a
+value or negative, cropping), fuse into the attention kernel
 as loads at computed positions: one kernel, no ATen slicing, concatenation or
 arithmetic left (checked with the profiler), results matching float64."""
 from __future__ import annotations
@@ -9,6 +10,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from flashlight.backend import make_backend
 from flashlight.report import ExplainReport
@@ -62,8 +64,24 @@ def uneven_split(q, k, v, cos, sin):  # three pieces, reassembled in another ord
     return _attend(torch.cat((c, 2 * a, b), -1), k, v)
 
 
+def widths_padded(q, k, v, cos, sin):  # q and k widened to 24 with values that are not 0
+    return _attend(F.pad(q, (0, 8), value=1.0), F.pad(k, (4, 4), value=0.5), v)
+
+
+def widths_cropped(q, k, v, cos, sin):  # negative pads: q's first 12 features against k's middle 12
+    return _attend(F.pad(q, (0, -4)), F.pad(k, (-2, -2)), v)
+
+
+def keys_padded_and_masked(q, k, v, cos, sin):  # 3 padding keys (values 2.0), masked off by position
+    L = k.shape[-2]
+    k, v = F.pad(k, (0, 0, 0, 3)), F.pad(v, (0, 0, 0, 3), value=2.0)
+    real = F.pad(torch.ones(L, dtype=torch.bool), (0, 3), value=False)  # [L + 3]
+    s = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill(~real, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
 SPELLINGS = [_rotary(f) for f in (half_by_chunk, half_by_slices, half_by_split, half_by_narrow)]
-SPELLINGS += [keys_flipped, keys_rolled, uneven_split]
+SPELLINGS += [keys_flipped, keys_rolled, uneven_split, widths_padded, widths_cropped, keys_padded_and_masked]
 
 
 def _inputs(gen, L):
