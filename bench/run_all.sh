@@ -56,7 +56,7 @@ E="$PY -m bench.evoformer --max-minutes 9"
 PARTS=(
     "warm-first-fold|$PY -m bench.warm_first_fold structures/examples/synthetic_256.fasta --rounds 2 --out $R/fold_product_runs/warm_first_fold_256_single_fp32.json"
     "warm-first-fold-bf16|$PY -m bench.warm_first_fold structures/examples/synthetic_256.fasta --rounds 2 --fold-args=--dtype=bf16 --out $R/fold_product_runs/warm_first_fold_256_single_bf16.json"
-    "talking-heads|$PY -m bench.talking_heads --out $R/talking_heads.json"
+    "new-forms|$PY -m bench.new_forms --out $R/new_forms.json"
     "fold-product|$PY -m bench.fold_product --rows cold,warm,solo --max-minutes 9 --out $R/fold_product.json"
     "fold-warmup-ab|$PY -m bench.fold_product --lengths 256 --msa deep --dtypes bf16,fp32 --warmup-compile inline,background --repeats 3 --profile-kernels --run-estimate-s 75 --max-minutes 9 --out $R/fold_product_warmup_ab.json"
     "kernels-general|$K --variants attention_lse,rotary,relative_bias,global_column --shapes all --dtypes bf16 --impls flashlight,eager,torch_compile,flex,sdpa --out $R/kernels_general.json"

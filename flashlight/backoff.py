@@ -350,7 +350,8 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str],
     falls where the failing part starts: an epilogue reduction (a norm of q dividing the
     attention output) becomes its own nest and the attention still fuses; of two
     attentions in a chain the first one's output is kept, not its scores. Else the
-    candidate writing the fewest values (then the earliest) that becomes a kernel itself:
+    candidate writing the fewest values (over the fewest lengths, then the earliest) that
+    becomes a kernel itself:
     an output projection after the attention then runs as PyTorch's matmul on the
     attention kernel's output (the rest is examined again on the next round), never a
     term of the scores that is a kernel too (``(q W) c^T`` in multi-head latent
@@ -383,8 +384,9 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str],
         return next(iter(wasteful + matrices), None)
     least = min((_elements(s, c) for c in wasteful + matrices), default=None)
     # the fewest values written first (then the earliest): of an attention with its output
-    # projected, the attention's output, not a term of its scores that is a kernel too
-    for candidate, graph in sorted(trials, key=lambda trial: _elements(s, trial[0])):
+    # projected, the attention's output, not a term of its scores that is a kernel too;
+    # a value over fewer lengths (dynamic sizes) first, whatever their sizes in this call
+    for candidate, graph in sorted(trials, key=lambda trial: (_lengths(s, trial[0]), _elements(s, trial[0]))):
         if (candidate not in matrices and (least is None or _elements(s, candidate) <= least)
                 and s.attempt(graph, candidate)):
             return candidate
@@ -399,6 +401,12 @@ def _elements(s: _Search, name: str) -> int:
     counted as :data:`_DYNAMIC_EXTENT`)."""
     nest = next(n for n in s.lowered.graph.nests if n.name == name)
     return math.prod(d.size if d.is_static else _DYNAMIC_EXTENT for d in nest.dims)
+
+
+def _lengths(s: _Search, name: str) -> int:
+    """How many dims of nest ``name`` have a dynamic size (a length: the scores have two)."""
+    nest = next(n for n in s.lowered.graph.nests if n.name == name)
+    return sum(1 for d in nest.dims if not d.is_static)
 
 
 def _row_dims(kernel: Kernel) -> list[Dim]:

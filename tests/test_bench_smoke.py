@@ -431,15 +431,17 @@ def test_training_step_compares_gradients_that_are_not_rounding_noise():
     assert found["near_zero_gradients"]["count"] == 1 and found["near_zero_gradients"]["largest"] == 6e-6
 
 
-def test_talking_heads_times_every_form_against_float64(tmp_path):
-    """The talking-heads benchmark runs every form, each within float32's rounding of
-    float64, and Flashlight's as one kernel."""
-    from bench import talking_heads
+def test_new_forms_time_every_implementation_against_float64(tmp_path):
+    """The new-forms benchmark runs every implementation of each form, each within
+    float32's rounding of float64, and reports Flashlight's kernels."""
+    from bench import new_forms
 
-    out = tmp_path / "talking_heads.json"
-    assert talking_heads.main(["--device", "cpu", "--shapes", "1x2x20x16", "--dtype", "fp32", "--out", str(out)]) == 0
+    out = tmp_path / "new_forms.json"
+    # 40 positions, more than the latent width of 32: the attention output is the smaller cut
+    assert new_forms.main(["--device", "cpu", "--shapes", "1x2x40x4", "--dtype", "fp32", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert data["meta"]["flashlight_kernels"] == 1 and data["meta"]["flashlight_fallback_ops"] == []
-    (row,) = data["rows"]
-    for form in ("eager", "torch_compile", "flashlight"):
-        assert row[form]["ms"] > 0 and row[form]["max_rel_err"] < 1e-5, (form, row[form])
+    assert [row["form"] for row in data["rows"]] == list(new_forms.FORMS)
+    for row in data["rows"]:
+        assert len(row["flashlight_kernels"]) == 1, row
+        for impl in ("eager", "torch_compile", "flashlight"):
+            assert row[impl]["ms"] > 0 and row[impl]["max_rel_err"] < 1e-5, (row["form"], impl, row[impl])
