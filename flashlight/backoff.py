@@ -351,11 +351,10 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str],
     attention output) becomes its own nest and the attention still fuses; of two
     attentions in a chain the first one's output is kept, not its scores. Else the
     candidate writing the fewest values (over the fewest lengths, then the earliest) that
-    becomes a kernel itself:
-    an output projection after the attention then runs as PyTorch's matmul on the
-    attention kernel's output (the rest is examined again on the next round), never a
-    term of the scores that is a kernel too (``(q W) c^T`` in multi-head latent
-    attention); but not one that writes more values than one
+    becomes a kernel itself: an output projection after the attention then runs as
+    PyTorch's matmul on the attention kernel's output (the rest is examined again on the
+    next round), never a term of the scores that is a kernel too (``(q W) c^T`` in
+    multi-head latent attention); but not one that writes more values than one
     of the rescues below (:func:`_elements`): a cut holds for every consumer, and the
     gradient of a mask, which sums score gradients over heads and queries, is rescued by
     keeping its sum over the queries, not ``dp``, which every other backward kernel

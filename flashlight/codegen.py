@@ -280,8 +280,8 @@ class _Printer(TileText):
         return self.assign(scope, "red", f"{fn}({var}, axis={axis})"), tuple(r for r in lay if r != role)
 
     def emit_unrolled(self, expr: Reduce, scope: str) -> tuple[str, tuple]:
-        """A sum or max over a dim without a tile: its body printed once per position,
-        combined elementwise ([Note: unrolled sums] in passes/tiling)."""
+        """A sum over a dim without a tile: its body printed once per position, the copies
+        added ([Note: unrolled sums] in passes/tiling)."""
         (d,) = expr.dims
         layout = self.layouts[expr]
         terms = []
@@ -292,12 +292,7 @@ class _Printer(TileText):
             finally:
                 del self.positions[d]
             terms.append(self.broadcast(var, lay, layout))
-        if expr.op == "sum":
-            return self.assign(scope, "red", " + ".join(terms)), layout
-        text = terms[0]
-        for term in terms[1:]:
-            text = f"tl.maximum({text}, {term})"
-        return self.assign(scope, "red", text), layout
+        return self.assign(scope, "red", " + ".join(terms)), layout
 
     # ------------------------------------------------------------ the online loop
     def whole_tiles_apart(self) -> bool:

@@ -20,8 +20,8 @@ lets the rejected nest compile, which puts the cut where the failing part starts
 first attention's output when a second attention reads it as queries; a norm in the
 epilogue); else the producer writing the fewest values that becomes a kernel itself
 (an attention whose output feeds a projection over the merged heads or a layer norm,
-which then run outside Flashlight on the kernel's output; not a term of its scores). When neither exists and the nest did not
-tile, it keeps the earliest producer and tries again, so a projection feeding attention
+which then run outside Flashlight on the kernel's output; not a term of its scores).
+When neither exists and the nest did not tile, it keeps the earliest producer and tries again, so a projection feeding attention
 stays a separate operation while the attention itself still fuses. Else an operand of
 the nest's own op is kept: an elementwise one that becomes a kernel by itself (a gate
 times the attention output, before an output projection) if any, else the latest one,

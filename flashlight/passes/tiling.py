@@ -70,10 +70,10 @@ added (``W[g, 0] * (q_0 . k_0) + W[g, 1] * (q_1 . k_1) + ...``), each term a
 ``tl.dot``. A sum is exact in any order up to rounding, as ``tl.dot`` already reorders.
 The tiling takes it only where no tiling with every inner reduction dim as a tile
 exists, where each copy then holds a ``tl.dot``, and for dims of at most ``MAX_UNROLL``
-positions (the printed kernel grows with each). Each program then computes the contraction for every position of the unrolled
-dim (every head, for each mixed head it outputs): work the unfused graph does once
-per head; the autotuner's timing against the unfused graph on the GPU keeps whichever
-is faster.
+positions (the printed kernel grows with each). Each program then computes the
+contraction for every position of the unrolled dim (every head, for each mixed head it
+outputs): work the unfused graph does once per head; the autotuner's timing against the
+unfused graph on the GPU keeps whichever is faster.
 """
 from __future__ import annotations
 
