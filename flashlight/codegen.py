@@ -111,13 +111,17 @@ class _Printer(TileText):
         for s in ((target, "pre") if target != "pre" else ("pre",)):
             if (s, expr, at) in self.memo:
                 return self.memo[(s, expr, at)]
-        var, layout = self._emit(expr, target)
+        block, self.block = self.block, (self.block if at else None)  # in an inner loop only if it reads its dim
+        try:
+            var, layout = self._emit(expr, target)
+        finally:
+            self.block = block
         self.memo[(target, expr, at)] = (var, layout)
         return var, layout
 
     def positions_read(self, expr: Expr) -> tuple:
-        """The positions of the unrolled dims ``expr`` reads in the copy being printed: a
-        value is printed once per copy it differs in ([Note: unrolled sums])."""
+        """The inner loops' positions ``expr`` reads: such a value is printed in its loop and
+        not taken from what was printed outside it ([Note: inner loops])."""
         if not self.positions:
             return ()
         free = free_dims(expr)
@@ -265,8 +269,8 @@ class _Printer(TileText):
         return f"tl.where({self.offs('n', layout)} < N_SIZE, {var}, {neutral})"
 
     def emit_inner_reduce(self, expr: Reduce, scope: str) -> tuple[str, tuple]:
-        if expr.dims[0] in self.tiling.unrolled:
-            return self.emit_unrolled(expr, scope)
+        if expr.dims[0] in self.tiling.inner_loops:
+            return self.emit_inner_loop(expr, scope)
         role = self.roles[expr.dims[0]]
         if expr.body in self.plan.dots:
             return self.emit_dot(expr.body, scope, mask_n=False)
@@ -279,20 +283,24 @@ class _Printer(TileText):
             var = f"tl.where({self.offs(role, lay)} < {self.size(d)}, {var}, {neutral})"
         return self.assign(scope, "red", f"{fn}({var}, axis={axis})"), tuple(r for r in lay if r != role)
 
-    def emit_unrolled(self, expr: Reduce, scope: str) -> tuple[str, tuple]:
-        """A sum over a dim without a tile: its body printed once per position, the copies
-        added ([Note: unrolled sums] in passes/tiling)."""
+    def emit_inner_loop(self, expr: Reduce, scope: str) -> tuple[str, tuple]:
+        """A sum over a dim without a tile: a loop over its positions adding up its body,
+        whose values that read the dim are printed inside the loop ([Note: inner loops]
+        in passes/tiling)."""
         (d,) = expr.dims
         layout = self.layouts[expr]
-        terms = []
-        for k in range(int(d.size)):
-            self.positions[d] = k
-            try:
-                var, lay = self.emit(expr.body, scope)
-            finally:
-                del self.positions[d]
-            terms.append(self.broadcast(var, lay, layout))
-        return self.assign(scope, "red", " + ".join(terms)), layout
+        total = self.assign(scope, "red", f"tl.zeros({self.shape(layout)}, tl.float32)" if layout else "0.0")
+        position, outer, body = self.fresh("u"), self.lines(scope), []
+        self.positions[d], self.block = position, body
+        try:
+            var, lay = self.emit(expr.body, scope)
+        finally:
+            del self.positions[d]
+            self.block = None
+        body.append(f"{total} = {total} + {self.broadcast(var, lay, layout)}")
+        outer.append(f"for {position} in range(0, {int(d.size)}):")
+        outer.extend(f"    {line}" for line in body)
+        return total, layout
 
     # ------------------------------------------------------------ the online loop
     def whole_tiles_apart(self) -> bool:

@@ -65,7 +65,10 @@ class TileText:
         # keys in one tile of the loop dim and their offsets (other in the coarse scan)
         self.n_width, self.n_offs = "BLOCK_N", "offs_n"
         self.counter = 0
-        self.positions: dict[Dim, int] = {}  # unrolled dims at the copy being printed ([Note: unrolled sums])
+        # an inner loop's variable while its body is printed, and the lines that body's values
+        # go to (those that read the loop's dim; the others go before the loop) ([Note: inner loops])
+        self.positions: dict[Dim, str] = {}
+        self.block: list[str] | None = None
 
     @contextlib.contextmanager
     def key_tile(self, width: str, offs: str) -> Iterator[list[str]]:
@@ -123,7 +126,7 @@ class TileText:
         return f"g{self.tiling.grid.index(d)}"
 
     def dim_term(self, d: Dim, layout) -> str:
-        if d in self.positions:  # a copy of an unrolled sum ([Note: unrolled sums]), in the index type
+        if d in self.positions:  # an inner loop's position ([Note: inner loops]), in the index type
             return f"(index0 + {self.positions[d]})"
         role = self.roles.get(d)
         if role is None and self.tiling.serial and d == self.kernel.loop[0].dim:
@@ -158,6 +161,8 @@ class TileText:
         raise KeyError(role)
 
     def lines(self, scope: str) -> list[str]:
+        if self.block is not None:
+            return self.block
         return {"pre": self.pre, "loop": self.loop, "post": self.post, "scan": self.scan}[scope]
 
     def assign(self, scope: str, hint: str, text: str) -> str:

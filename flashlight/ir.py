@@ -500,8 +500,8 @@ class Tiling:
     loops] in :mod:`flashlight.passes.tiling`). None: the loop dim is the ``n`` role.
     ``split``: the serial loop's positions may be shared out among programs that each
     store a float32 partial sum, added up after the launch ([Note: split serial loops]).
-    ``unrolled``: small reduction dims inside the loop's body that take no tile: their
-    sum is printed once per position and added up ([Note: unrolled sums]).
+    ``inner_loops``: small reduction dims inside the loop's body that take no tile: each
+    sum runs as a loop of its own in the key loop's body ([Note: inner loops]).
     """
 
     row: Dim | None
@@ -513,7 +513,7 @@ class Tiling:
     scan_tiles: int = 1
     column: Dim | None = None
     split: bool = False
-    unrolled: tuple[Dim, ...] = ()
+    inner_loops: tuple[Dim, ...] = ()
 
     @property
     def serial(self) -> bool:

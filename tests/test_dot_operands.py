@@ -229,7 +229,7 @@ def test_a_float32_matmul_of_widened_16_bit_factors_runs_in_16_bits(fn, pv_dtype
     assert dtypes == sorted(["torch.bfloat16", str(pv_dtype)]), dtypes
 
 
-# -- [Note: unrolled sums]: heads mixed before the softmax
+# -- [Note: inner loops]: heads mixed before the softmax
 
 def _talking_heads_before(q, k, v, mix):  # [B, H, L, D]; mix [H, G]: scores mixed over heads
     s = torch.einsum("bhid,bhjd->bhij", q, k) * q.shape[-1] ** -0.5
@@ -247,15 +247,16 @@ def _mixing(heads, gen):
 
 
 @pytest.mark.parametrize("heads", [2, 5])
-def test_scores_mixed_over_heads_are_one_tl_dot_per_head(heads, gen):
-    """``sum_h W[h, g] (q_h . k_h)``: the head sum takes no tile, its body is printed once
-    per head, each a ``tl.dot`` over the head width, and the scores never reach memory:
-    one kernel, nothing outside it, float64's values."""
+def test_scores_mixed_over_heads_loop_over_the_heads_in_the_kernel(heads, gen):
+    """``sum_h W[h, g] (q_h . k_h)``: the head sum takes no tile but a loop of its own in
+    the key loop, a ``tl.dot`` over the head width at each step, and the scores never
+    reach memory: one kernel, nothing outside it, float64's values."""
     q, k, v = (torch.randn(2, heads, 37, 16, generator=gen) for _ in range(3))
     args = (q, k, v, _mixing(heads, gen))
     report = flashlight.explain(_talking_heads_before, *args)
     assert len(report.kernels) == 1 and report.fallback_ops == [], str(report)
-    assert report.kernels[0].source.count("tl.dot(") == heads + 1, report.kernels[0].source
+    source = report.kernels[0].source
+    assert f"in range(0, {heads}):" in source and source.count("tl.dot(") == 2, source
     _matches_float64(_talking_heads_before, args)
 
 
@@ -275,12 +276,12 @@ def test_talking_heads_attention_is_one_kernel_in_float32_and_bfloat16(gen):
     assert (out.double() - ref).abs().max() <= 2e-2 * ref.abs().max()
 
 
-def test_more_heads_than_unrolled_leave_the_scores_to_a_matmul(gen):
-    """Past ``MAX_UNROLL`` heads the sum is not printed per head: the scores are one
-    matmul outside, the mixing and the attention one kernel, still float64's values."""
-    from flashlight.passes.tiling import MAX_UNROLL
+def test_more_heads_than_an_inner_loop_takes_leave_the_scores_to_a_matmul(gen):
+    """Past ``MAX_INNER_LOOP`` heads the head sum is not a loop in the kernel: the scores
+    are one matmul outside, the mixing and the attention one kernel, float64's values."""
+    from flashlight.passes.tiling import MAX_INNER_LOOP
 
-    heads = MAX_UNROLL + 1
+    heads = MAX_INNER_LOOP + 1
     q, k, v = (torch.randn(1, heads, 19, 16, generator=gen) for _ in range(3))
     args = (q, k, v, _mixing(heads, gen))
     report = flashlight.explain(_talking_heads_before, *args)
@@ -288,10 +289,16 @@ def test_more_heads_than_unrolled_leave_the_scores_to_a_matmul(gen):
     _matches_float64(_talking_heads_before, args)
 
 
-def test_heads_mixed_before_the_softmax_build_for_hopper(gen):
-    """Eight heads of width 64 in bfloat16: the kernel with eight score dots per key tile
-    builds for sm_90 within the H200's shared memory."""
-    q, k, v = (torch.randn(1, 8, 64, 64, generator=gen).bfloat16() for _ in range(3))
-    report = flashlight.explain(_talking_heads_before, q, k, v, _mixing(8, gen).bfloat16())
-    assert len(report.kernels) == 1 and report.fallback_ops == [], str(report)
-    assert 0 < shared_memory(report.kernels[0].aot_compile(90)) <= H200_SHARED_MEMORY
+def test_heads_mixed_before_the_softmax_build_for_hopper_in_the_registers_of_two(gen):
+    """Heads of width 64 in bfloat16 build for sm_90 within the H200's shared memory, and
+    eight heads take the registers and shared memory two do: one head's tiles live at a
+    time ([Note: inner loops])."""
+    builds = []
+    for heads in (2, 8):
+        q, k, v = (torch.randn(1, heads, 64, 64, generator=gen).bfloat16() for _ in range(3))
+        report = flashlight.explain(_talking_heads_before, q, k, v, _mixing(heads, gen).bfloat16())
+        assert len(report.kernels) == 1 and report.fallback_ops == [], str(report)
+        builds.append(report.kernels[0].aot_compile(90))
+    assert 0 < shared_memory(builds[1]) == shared_memory(builds[0]) <= H200_SHARED_MEMORY
+    regs = [getattr(build, "n_regs", None) for build in builds]
+    assert None in regs or regs[0] == regs[1], regs

@@ -90,7 +90,7 @@ def programs(draw) -> Program:
         st.tuples(st.sampled_from(["alibi", "alibi_abs"]), st.floats(0.01, 0.5),
                   st.booleans() if batch else st.just(False)),
         # scores of one query or one key mixed over heads are as small as the output: a
-        # matmul outside the kernel computes them ([Note: unrolled sums] wants a tl.dot)
+        # matmul outside the kernel computes them ([Note: inner loops] wants a tl.dot)
         *([st.just(("mix",))] if batch and lq > 1 and lkv > 1 else []),
     )
     mask = st.one_of(

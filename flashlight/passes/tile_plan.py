@@ -42,7 +42,9 @@ class _Recorder:
         self.of = layouts.of
         self.is_dot = layouts.is_dot
         self.roles = layouts.roles
-        self.loop_dims = frozenset(red.dim for red in kernel.loop)
+        # a value that reads an inner loop's dim is computed in that loop, in the key loop
+        # ([Note: inner loops])
+        self.loop_dims = frozenset(red.dim for red in kernel.loop) | frozenset(tiling.inner_loops)
         self.layouts: dict[Expr, tuple] = {}
         self.in_loop: dict[Expr, bool] = {}
         self.dots: dict[Expr, DotPlan] = {}
@@ -63,7 +65,7 @@ class _Recorder:
             for position in expr.positions:
                 self.value(position)
         elif isinstance(expr, Reduce):
-            role = self.roles.get(expr.dims[0])  # None: unrolled ([Note: unrolled sums])
+            role = self.roles.get(expr.dims[0])  # None: an inner loop ([Note: inner loops])
             if role is not None and self.is_dot(expr.body, role):
                 self.dot(expr.body, role)
             else:
@@ -176,8 +178,8 @@ def check_plan(tiled: TiledKernel) -> None:
     expected.update({tiling.tiled_by_block_n(red.dim): "n" for red in kernel.loop})
     if roles != expected:
         raise InvariantError(f"{name}: plan roles {roles} differ from the tiling's {expected}")
-    if set(tiling.unrolled) & (set(roles) | set(tiling.grid) | set(kernel.dims)):
-        raise InvariantError(f"{name}: an unrolled dim is also a tile, a grid or an output dim")
+    if set(tiling.inner_loops) & (set(roles) | set(tiling.grid) | set(kernel.dims)):
+        raise InvariantError(f"{name}: an inner loop's dim is also a tile, a grid or an output dim")
     if set(tiling.grid) & set(roles) or not set(kernel.dims) <= set(tiling.grid) | set(roles) \
             or (tiling.serial and (tiling.column not in kernel.dims or kernel.loop[0].dim in roles)):
         raise InvariantError(f"{name}: the grid and the tile roles do not partition the output dims")

@@ -58,22 +58,25 @@ not depend on the programs' timing). How many splits is the launcher's choice pe
 from the sizes and the GPU (:func:`flashlight.tuning.split_count`); one split is the
 unsplit loop.
 
-[Note: unrolled sums]
+[Note: inner loops]
 Talking-heads attention mixes the heads' scores before the softmax:
 ``s[g, i, j] = sum_h W[g, h] * sum_d q[h, i, d] k[h, j, d]``. Inside the loop over keys
 the inner product is a ``[rows, keys]`` tile from a ``tl.dot`` over the head width, but
 the sum over heads around it would make the head a third tile role (``q`` would span
 rows, heads and width). A small static dim summed over a value that contains a
-contraction of its own can instead take no tile at all: its sum is printed once per
-position, each copy reading that position as a constant index, and the copies are
-added (``W[g, 0] * (q_0 . k_0) + W[g, 1] * (q_1 . k_1) + ...``), each term a
-``tl.dot``. A sum is exact in any order up to rounding, as ``tl.dot`` already reorders.
-The tiling takes it only where no tiling with every inner reduction dim as a tile
-exists, where each copy then holds a ``tl.dot``, and for dims of at most ``MAX_UNROLL``
-positions (the printed kernel grows with each). Each program then computes the
-contraction for every position of the unrolled dim (every head, for each mixed head it
-outputs): work the unfused graph does once per head; the autotuner's timing against the
-unfused graph on the GPU keeps whichever is faster.
+contraction of its own can instead take no tile at all: the sum becomes a loop of its
+own inside the key loop, one position per step, whose values that read the dim are
+computed in it (each head's query and key tiles, its ``tl.dot``, its weight) and added
+to a ``[rows, keys]`` accumulator; values that do not read it stay outside. A sum is
+exact in any order up to rounding, as ``tl.dot`` already reorders. Registers hold one
+head's tiles at a time (the sm_90 build of 8 heads of 64 uses the registers of 2), where
+copies printed per head kept every head's query tile live through the key loop and
+spilled from 8 heads. The tiling takes it only where no tiling with every inner
+reduction dim as a tile exists, where the loop's body holds a ``tl.dot``, and for at
+most ``MAX_INNER_LOOP`` positions: each program computes the contraction for every
+position (every head, for each mixed head it outputs), work the unfused graph does once
+per head; the autotuner's timing against the unfused graph on the GPU keeps whichever
+is faster.
 """
 from __future__ import annotations
 
@@ -109,7 +112,7 @@ MAX_TILE = 256  # largest dim eliminated into one tile
 MIN_DOT = 16  # tl.dot needs every tile dim >= 16
 SCAN_TILES = 16  # key tiles per step of the tile-liveness scan (its coarse or vector step)
 MAX_POW_PRODUCT = 8  # integer powers up to this are printed as products (sign-exact)
-MAX_UNROLL = 16  # most positions of a sum printed once per position ([Note: unrolled sums])
+MAX_INNER_LOOP = 16  # most positions of a sum looped over in the key loop's body ([Note: inner loops])
 
 
 class NotTileable(Exception):
@@ -124,12 +127,12 @@ class Layouts:
     """Tile layouts of every value of a kernel under one role assignment."""
 
     def __init__(self, kernel: Kernel, roles: dict[Dim, str], grid: set[Dim], serial: bool = False,
-                 unrolled: frozenset[Dim] = frozenset()):
+                 inner_loops: frozenset[Dim] = frozenset()):
         self.kernel = kernel
         self.roles = roles
         self.serial = serial  # the loop dim indexes like a grid dim ([Note: serial loops])
-        self.unrolled = unrolled  # so do these, one printed copy per position ([Note: unrolled sums])
-        self.grid = grid | ({red.dim for red in kernel.loop} if serial else set()) | unrolled
+        self.inner_loops = inner_loops  # so do these, a loop step each ([Note: inner loops])
+        self.grid = grid | ({red.dim for red in kernel.loop} if serial else set()) | inner_loops
         self.memo: dict[Expr, Layout] = {}
         self.dots = 0
         self._loop_results: dict[int, Layout] = {}
@@ -207,11 +210,11 @@ class Layouts:
     def _inner_reduce(self, expr: Reduce) -> Layout:
         if len(expr.dims) != 1:
             raise NotTileable("an inner reduction over several dims")
-        if expr.dims[0] in self.unrolled:  # one copy per position, added up elementwise
+        if expr.dims[0] in self.inner_loops:  # a loop of its own, added up elementwise
             layout = self.of(expr.body)
             if not any(isinstance(node, Reduce) and node.op == "sum" and node.dims[0] in self.roles
                        and self.is_dot(node.body, self.roles[node.dims[0]]) for node in walk(expr.body)):
-                raise NotTileable("an unrolled sum whose copies hold no tl.dot")
+                raise NotTileable("a sum in a loop of its own whose body holds no tl.dot")
             return layout
         role = self.roles.get(expr.dims[0])
         if role is None or not (role.startswith("e") or role == "f"):
@@ -313,25 +316,25 @@ def tile(kernel: Kernel) -> TiledKernel:
     try:
         return _tile(kernel, inner, frozenset())
     except NotTileable:
-        unrolled = _unrollable(kernel)  # [Note: unrolled sums]
-        if not unrolled:
+        looped = _inner_loop_dims(kernel)  # [Note: inner loops]
+        if not looped:
             raise
-        return _tile(kernel, [d for d in inner if d not in unrolled], unrolled)
+        return _tile(kernel, [d for d in inner if d not in looped], looped)
 
 
-def _unrollable(kernel: Kernel) -> frozenset[Dim]:
-    """The dims of the loop body's inner sums that may be unrolled ([Note: unrolled
-    sums]): static, at most ``MAX_UNROLL`` positions, summing a value that holds a
+def _inner_loop_dims(kernel: Kernel) -> frozenset[Dim]:
+    """The dims of the loop body's inner sums that may run as loops of their own ([Note:
+    inner loops]): static, at most ``MAX_INNER_LOOP`` positions, summing a value that holds a
     contraction of its own."""
     return frozenset(node.dims[0] for red in kernel.loop for node in walk(red.body)
                      if isinstance(node, Reduce) and node.op == "sum" and len(node.dims) == 1
-                     and node.dims[0].is_static and node.dims[0].size <= MAX_UNROLL
+                     and node.dims[0].is_static and node.dims[0].size <= MAX_INNER_LOOP
                      and any(isinstance(inner, Reduce) for inner in walk(node.body)))
 
 
-def _tile(kernel: Kernel, inner: list[Dim], unrolled: frozenset[Dim]) -> TiledKernel:
+def _tile(kernel: Kernel, inner: list[Dim], looped: frozenset[Dim]) -> TiledKernel:
     """The best tiling of ``kernel`` with the dims ``inner`` eliminated into tiles and
-    ``unrolled`` printed once per position."""
+    ``looped`` run as loops of their own."""
     eliminated = {d: f"e{k}" for k, d in enumerate(inner)}
     out = kernel.dims
     small = [d for d in out if d.is_static and d.size <= MAX_TILE]
@@ -348,7 +351,7 @@ def _tile(kernel: Kernel, inner: list[Dim], unrolled: frozenset[Dim]) -> TiledKe
         grid = [d for d in out if d not in (row, feature)]
         candidate = group_dot_operands(kernel, roles)  # [Note: dot operands]
         try:
-            layouts = Layouts(candidate, roles, set(grid), unrolled=unrolled)
+            layouts = Layouts(candidate, roles, set(grid), inner_loops=looped)
         except NotTileable as why:
             last_error = str(why)
             continue
@@ -356,9 +359,9 @@ def _tile(kernel: Kernel, inner: list[Dim], unrolled: frozenset[Dim]) -> TiledKe
         if best_score is None or score > best_score:
             padded = tuple((d, padded_size(int(d.size))) for d in [*inner, *([feature] if feature else [])])
             best = Tiling(row, feature, tuple(grid), tuple(inner), padded, layouts.dots,
-                          unrolled=tuple(sorted(unrolled, key=lambda d: d.name)))
+                          inner_loops=tuple(sorted(looped, key=lambda d: d.name)))
             best_score, best_layouts, best_kernel = score, layouts, candidate
-    serial = None if unrolled else _serial_tiling(kernel, inner, eliminated, best_score)
+    serial = None if looped else _serial_tiling(kernel, inner, eliminated, best_score)
     if serial is not None:
         return serial
     if best is None:
