@@ -2,7 +2,7 @@
 ``torch.compile`` (both of which write an ``L x L`` matrix per head to memory):
 
 - ``talking_heads``: scores mixed over heads by a learned ``[H, H]`` matrix before the
-  softmax ([Note: unrolled sums] in ``flashlight/passes/tiling.py``);
+  softmax ([Note: inner loops] in ``flashlight/passes/tiling.py``);
 - ``latent``: multi-head latent attention with the up-projections absorbed,
   ``(q W_uk) c^T + q_pe k_pe^T`` over a latent ``c`` shared by the heads, the output
   up-projected per head (the projection runs after the kernel);
