@@ -37,6 +37,8 @@ import logging
 import torch
 import torch.fx as fx
 
+from flashlight.graph_edits import add_call, replace, tidy
+
 log = logging.getLogger("flashlight")
 aten = torch.ops.aten
 
@@ -58,18 +60,16 @@ def rewrite_row_terms(joint: fx.GraphModule) -> int:
         with joint.graph.inserting_before(node):
             a, b = grad, forward_out
             if dtype is not None:
-                a = _call(joint, aten._to_copy.default, (a,), {"dtype": dtype})
-                b = _call(joint, aten._to_copy.default, (b,), {"dtype": dtype})
+                a = add_call(joint.graph, aten._to_copy.default, (a,), {"dtype": dtype})
+                b = add_call(joint.graph, aten._to_copy.default, (b,), {"dtype": dtype})
             # [BH, Q, C] -> [BH, Q, 1] -> the row term's own shape [..., Q, 1] (the
             # scores' view with the keys summed; its sizes are the graph's, symbolic or not)
-            term = _call(joint, aten.sum.dim_IntList, (_call(joint, aten.mul.Tensor, (a, b)), [-1], True))
-            term = _call(joint, aten.view.default, (term, [*scores_shape[:-1], 1]))
-        node.replace_all_uses_with(term)
-        joint.graph.erase_node(node)
+            product = add_call(joint.graph, aten.mul.Tensor, (a, b))
+            term = add_call(joint.graph, aten.sum.dim_IntList, (product, [-1], True))
+            term = add_call(joint.graph, aten.view.default, (term, [*scores_shape[:-1], 1]))
+        replace(joint.graph, node, term)
         count += 1
-    if count:
-        joint.graph.eliminate_dead_code()
-        joint.recompile()
+    if tidy(joint, count):
         log.debug("[flashlight] the backward computes %d softmax row term(s) from the output", count)
     return count
 
@@ -79,9 +79,9 @@ def _widened(joint: fx.GraphModule, forward_mm: fx.Node, dtype: torch.dtype) -> 
     rounded to its old dtype, in place of ``forward_mm``); returns the wide node."""
     p, value = forward_mm.args
     with joint.graph.inserting_before(forward_mm):
-        wide = _call(joint, aten.bmm.default, tuple(
-            _call(joint, aten._to_copy.default, (x,), {"dtype": dtype}) for x in (p, value)))
-        narrow = _call(joint, aten._to_copy.default, (wide,), {"dtype": forward_mm.meta["val"].dtype})
+        wide = add_call(joint.graph, aten.bmm.default, tuple(
+            add_call(joint.graph, aten._to_copy.default, (x,), {"dtype": dtype}) for x in (p, value)))
+        narrow = add_call(joint.graph, aten._to_copy.default, (wide,), {"dtype": forward_mm.meta["val"].dtype})
     forward_mm.replace_all_uses_with(narrow)
     joint.graph.erase_node(forward_mm)
     return wide
@@ -180,16 +180,3 @@ def _same_elements(p3: fx.Node, p: fx.Node, dp: fx.Node) -> bool:
 def _shape(node: fx.Node):
     val = node.meta.get("val") if isinstance(node, fx.Node) else None
     return tuple(val.shape) if val is not None else None
-
-
-def _call(gm: fx.GraphModule, target, args: tuple, kwargs: dict | None = None) -> fx.Node:
-    """A new call of ``target`` with its ``val`` computed from its arguments' (fake) values."""
-    from torch._guards import detect_fake_mode
-
-    node = gm.graph.call_function(target, args, kwargs or {})
-    values = fx.node.map_arg(args, lambda n: n.meta["val"])
-    fake_mode = detect_fake_mode(values)
-    with fake_mode if fake_mode is not None else torch.no_grad():
-        node.meta["val"] = target(*values, **(kwargs or {}))
-    return node
-

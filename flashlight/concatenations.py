@@ -42,6 +42,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from flashlight.graph_edits import add_call, tidy
 from flashlight.vocabulary import OPS
 
 aten = torch.ops.aten
@@ -62,10 +63,7 @@ def split_concatenations(gm: fx.GraphModule) -> int:
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target is aten.cat.default and _Rewrite(gm.graph, node).run():
             done += 1
-    if done:
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
-    return done
+    return tidy(gm, done)
 
 
 def _val(x: Any) -> Any:
@@ -265,10 +263,6 @@ class _Rewrite:
 
     def _add(self, target, args: tuple, where: fx.Node, kwargs: dict | None = None) -> fx.Node:
         """A new node computing ``target(*args)`` before ``where``, with its value's metadata."""
-        kwargs = kwargs or {}
         with self.graph.inserting_before(where):
-            new = self.graph.call_function(target, args, kwargs)
-        vals, kwvals = fx.node.map_arg((args, kwargs), _val)
-        new.meta["val"] = target(*vals, **kwvals)
-        return new
+            return add_call(self.graph, target, args, kwargs)
 

@@ -27,6 +27,8 @@ import operator
 import torch
 import torch.fx as fx
 
+from flashlight.graph_edits import replace, tidy
+
 aten = torch.ops.aten
 _SAME_VALUE = (aten.detach.default, aten.alias.default)
 
@@ -43,18 +45,14 @@ def drop_repeated_maxes(gm: fx.GraphModule) -> int:
         x, shift = y.args
         if _row_max(_through_same_value(shift), x) != dims:
             continue
-        with gm.graph.inserting_before(node):
+        with gm.graph.inserting_before(node):  # values of the shapes and dtypes already known
             zero = gm.graph.call_function(aten.sub.Tensor, (shift, shift))  # 0, or NaN where M is not finite
             zero.meta["val"] = shift.meta["val"]
             shifted = gm.graph.call_function(aten.sub.Tensor, (y, zero))
             shifted.meta["val"] = node.meta["val"]
-        node.replace_all_uses_with(shifted)
-        gm.graph.erase_node(node)
+        replace(gm.graph, node, shifted)
         count += 1
-    if count:
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
-    return count
+    return tidy(gm, count)
 
 
 def _difference(node) -> fx.Node | None:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import flashlight
+from bench.new_forms import latent  # absorbed multi-head latent attention
 from flashlight import settings
 from flashlight.backoff import repeats_loop_work
 from tests.helpers import SOFTMAX_PARTS, computes_softmax, gated_attention_block, plan_of, rand
@@ -223,18 +224,7 @@ def test_work_repeated_along_two_row_dims_is_cut_along_both():
     _matches_float64(pair_attention, args)
 
 
-def _latent_attention(q_nope, q_pe, c_kv, k_pe, w_uk, w_uv):
-    """Multi-head latent attention with the key and value up-projections absorbed:
-    q_nope [B, H, L, D], q_pe [B, H, L, R], c_kv [B, L, C] (one latent per position,
-    shared by the heads), k_pe [B, L, R], w_uk [H, D, C], w_uv [H, C, D]."""
-    q_latent = torch.einsum("bhld,hdc->bhlc", q_nope, w_uk)
-    s = torch.einsum("bhlc,bmc->bhlm", q_latent, c_kv) + torch.einsum("bhlr,bmr->bhlm", q_pe, k_pe)
-    p = torch.softmax(s * (q_nope.shape[-1] + q_pe.shape[-1]) ** -0.5, -1)
-    o_latent = torch.einsum("bhlm,bmc->bhlc", p, c_kv)  # [B, H, L, C]
-    return torch.einsum("bhlc,hcd->bhld", o_latent, w_uv)
-
-
-def test_latent_attention_keeps_its_output_not_a_term_of_its_scores():
+def testlatent_keeps_its_output_not_a_term_of_its_scores():
     """Absorbed multi-head latent attention, its output projected per head: the query's
     latent projection, both terms of the scores and the softmax are one kernel, and the
     projection of its output runs after it. Of the cuts that are kernels themselves, the
@@ -244,8 +234,8 @@ def test_latent_attention_keeps_its_output_not_a_term_of_its_scores():
     B, H, L, D, R, C = 2, 3, 29, 16, 8, 24
     args = (rand(B, H, L, D, seed=60), rand(B, H, L, R, seed=61), rand(B, L, C, seed=62), rand(B, L, R, seed=63),
             0.2 * rand(H, D, C, seed=64), 0.2 * rand(H, C, D, seed=65))
-    report = flashlight.explain(_latent_attention, *args)
+    report = flashlight.explain(latent, *args)
     (kernel,) = report.kernels
     assert computes_softmax(kernel.aten_ops) and sum(op.startswith("bmm") for op in kernel.aten_ops) == 4, str(report)
     assert [op.name for op in report.fallback_ops] == ["bmm.default"], str(report)
-    _matches_float64(_latent_attention, args)
+    _matches_float64(latent, args)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flashlight
+from bench.new_forms import talking_heads  # scores mixed over heads before the softmax
 from flashlight.ir import Dim, Kernel, Load, LoopReduction, LoopResult, Pointwise, Reduce
 from flashlight.ir_check import check_kernel_invariants
 from flashlight.passes.contractions import group_dot_operands
@@ -231,11 +232,6 @@ def test_a_float32_matmul_of_widened_16_bit_factors_runs_in_16_bits(fn, pv_dtype
 
 # -- [Note: inner loops]: heads mixed before the softmax
 
-def _talking_heads_before(q, k, v, mix):  # [B, H, L, D]; mix [H, G]: scores mixed over heads
-    s = torch.einsum("bhid,bhjd->bhij", q, k) * q.shape[-1] ** -0.5
-    return torch.softmax(torch.einsum("bhij,hg->bgij", s, mix), -1) @ v
-
-
 def _talking_heads(q, k, v, pre, post):  # mixed before the softmax and after it
     s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
     p = torch.softmax(torch.einsum("bhij,hg->bgij", s, pre), -1)
@@ -253,11 +249,11 @@ def test_scores_mixed_over_heads_loop_over_the_heads_in_the_kernel(heads, gen):
     reach memory: one kernel, nothing outside it, float64's values."""
     q, k, v = (torch.randn(2, heads, 37, 16, generator=gen) for _ in range(3))
     args = (q, k, v, _mixing(heads, gen))
-    report = flashlight.explain(_talking_heads_before, *args)
+    report = flashlight.explain(talking_heads, *args)
     assert len(report.kernels) == 1 and report.fallback_ops == [], str(report)
     source = report.kernels[0].source
     assert f"in range(0, {heads}):" in source and source.count("tl.dot(") == 2, source
-    _matches_float64(_talking_heads_before, args)
+    _matches_float64(talking_heads, args)
 
 
 def test_talking_heads_attention_is_one_kernel_in_float32_and_bfloat16(gen):
@@ -284,9 +280,9 @@ def test_more_heads_than_an_inner_loop_takes_leave_the_scores_to_a_matmul(gen):
     heads = MAX_INNER_LOOP + 1
     q, k, v = (torch.randn(1, heads, 19, 16, generator=gen) for _ in range(3))
     args = (q, k, v, _mixing(heads, gen))
-    report = flashlight.explain(_talking_heads_before, *args)
+    report = flashlight.explain(talking_heads, *args)
     assert len(report.kernels) == 1 and [op.name for op in report.fallback_ops] == ["bmm.default"], str(report)
-    _matches_float64(_talking_heads_before, args)
+    _matches_float64(talking_heads, args)
 
 
 def test_heads_mixed_before_the_softmax_build_for_hopper_in_the_registers_of_two(gen):
@@ -296,7 +292,7 @@ def test_heads_mixed_before_the_softmax_build_for_hopper_in_the_registers_of_two
     builds = []
     for heads in (2, 8):
         q, k, v = (torch.randn(1, heads, 64, 64, generator=gen).bfloat16() for _ in range(3))
-        report = flashlight.explain(_talking_heads_before, q, k, v, _mixing(heads, gen).bfloat16())
+        report = flashlight.explain(talking_heads, q, k, v, _mixing(heads, gen).bfloat16())
         assert len(report.kernels) == 1 and report.fallback_ops == [], str(report)
         builds.append(report.kernels[0].aot_compile(90))
     assert 0 < shared_memory(builds[1]) == shared_memory(builds[0]) <= H200_SHARED_MEMORY

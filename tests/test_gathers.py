@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from bench.new_forms import disentangled  # DeBERTa's scores, looked up by distance
 from flashlight.backend import make_backend
 from flashlight.report import ExplainReport
 from tests.helpers import aten_outside_kernels
@@ -140,20 +141,6 @@ def test_positions_outside_the_table_load_zero(gen):
         out = torch.compile(fn, backend=make_backend())(*args)
     torch.compiler.reset()
     assert torch.isfinite(out).all()
-
-
-def disentangled(q, k, v, pos_q, pos_k):
-    """DeBERTa's disentangled attention: content-to-content scores, plus content-to-position
-    and position-to-content scores against ``2B`` relative-position embeddings ``pos_q``,
-    ``pos_k`` ``[H, 2B, D]``, each computed over the positions (``[..., L, 2B]``) and looked
-    up by the clamped distance with ``torch.gather``."""
-    L = q.shape[-2]
-    bucket = (-_distance(L)).clamp(-B, B - 1) + B  # [L, L]: query minus key, in [0, 2B)
-    index = bucket.expand(*q.shape[:-1], L)
-    c2p = torch.gather(q @ pos_k.transpose(-1, -2), -1, index)  # [B, H, L, L] from [B, H, L, 2B]
-    p2c = torch.gather(k @ pos_q.transpose(-1, -2), -1, index).transpose(-1, -2)
-    scores = (q @ k.transpose(-1, -2) + c2p + p2c) / math.sqrt(3 * q.shape[-1])
-    return torch.softmax(scores, -1) @ v
 
 
 def test_lookups_in_a_contraction_read_its_stored_values(gen):
