@@ -25,7 +25,7 @@ from flashlight import settings
 from flashlight.codegen import generate
 from flashlight.concatenations import split_concatenations
 from flashlight.shifts import drop_repeated_maxes
-from flashlight.decompositions import decompositions
+from flashlight.decompositions import decompositions, recompose_softmax
 from flashlight.ir import Reduce, TiledKernel, walk
 from flashlight.lower import REINDEXING, lower
 from flashlight.passes.tiling import MAX_TILE
@@ -212,9 +212,9 @@ def lower_and_log(gm: fx.GraphModule):
 
 def _eager_subgraph(gm: fx.GraphModule, outputs: tuple[str, ...], inputs: tuple[str, ...]) -> fx.GraphModule | None:
     """The nodes of ``gm`` computing nodes ``outputs`` from nodes ``inputs``, as a graph
-    taking those inputs and returning that value (a tuple of them for several outputs);
-    symbolic sizes are read from the inputs' shapes. None when a size cannot be read
-    from them."""
+    taking those inputs and returning that value (a tuple of them for several outputs),
+    each decomposed softmax one PyTorch softmax again; symbolic sizes are read from the
+    inputs' shapes. None when a size cannot be read from them."""
     nodes = {n.name: n for n in gm.graph.nodes}
     sub = fx.Graph()
     env = {nodes[name]: sub.placeholder(name) for name in inputs}
@@ -235,7 +235,9 @@ def _eager_subgraph(gm: fx.GraphModule, outputs: tuple[str, ...], inputs: tuple[
             env[node] = sub.node_copy(node, lambda n: env[n])
     values = [env[nodes[output]] for output in outputs]
     sub.output(values[0] if len(values) == 1 else tuple(values))
-    return fx.GraphModule(gm, sub)
+    unfused = fx.GraphModule(gm, sub)
+    recompose_softmax(unfused)  # PyTorch's softmax, not the parts the lowering reads
+    return unfused
 
 
 def _size_from_inputs(sub: fx.Graph, placeholder: fx.Node, inputs: list[fx.Node], env) -> fx.Node | None:

@@ -130,6 +130,30 @@ class _Search:
             summand = by_name[summand.nest].body
         return body.op == "sum" and isinstance(summand, Pointwise) and summand.op == "exp"
 
+    @functools.cached_property
+    def score_terms(self) -> frozenset[str]:
+        """The nests a softmax's row max reads, through nests computed pointwise, along
+        the dim it reduces: the scores and every term of them (``(q W) c^T`` and
+        ``q_pe k_pe^T`` in multi-head latent attention), each a matrix over rows and
+        keys, whatever its size in this call."""
+        by_name, found = self.nests_by_name, set()
+        work = [(n.body.body, frozenset(n.body.dims)) for n in by_name.values()
+                if isinstance(n.body, Reduce) and n.body.op == "max"]
+        seen = set()
+        while work:
+            expr, keys = work.pop()
+            for ref in (e for e in walk(expr) if isinstance(e, Ref) and e.nest in by_name):
+                producer = by_name[ref.nest]
+                along = frozenset(d for axis, index in zip(producer.axes, ref.index)
+                                  if keys & set(index) for d in axis)
+                if not along or (ref.nest, along) in seen:
+                    continue
+                seen.add((ref.nest, along))
+                found.add(ref.nest)
+                if not contains(producer.body, Reduce):
+                    work.append((producer.body, along))
+        return frozenset(found)
+
 
 def search(lowered: Lowered, compiler: Compiler, log: Callable[[str, str], None]) -> Plan:
     """Compile ``lowered`` through ``compiler``, backing off fusion until every fused
@@ -350,11 +374,12 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str],
     falls where the failing part starts: an epilogue reduction (a norm of q dividing the
     attention output) becomes its own nest and the attention still fuses; of two
     attentions in a chain the first one's output is kept, not its scores. Else the
-    candidate writing the fewest values (over the fewest lengths, then the earliest) that
-    becomes a kernel itself: an output projection after the attention then runs as
-    PyTorch's matmul on the attention kernel's output (the rest is examined again on the
-    next round), never a term of the scores that is a kernel too (``(q W) c^T`` in
-    multi-head latent attention); but not one that writes more values than one
+    candidate that becomes a kernel itself, a term of the scores last whatever its size
+    (``(q W) c^T`` in multi-head latent attention is smaller than the attention's output
+    wherever the latent width exceeds the keys), then over the fewest lengths, then
+    writing the fewest values, then the earliest: an output projection after the
+    attention then runs as PyTorch's matmul on the attention kernel's output (the rest is
+    examined again on the next round); but not one that writes more values than one
     of the rescues below (:func:`_elements`): a cut holds for every consumer, and the
     gradient of a mask, which sums score gradients over heads and queries, is rescued by
     keeping its sum over the queries, not ``dp``, which every other backward kernel
@@ -382,10 +407,11 @@ def _rescuing_cut(s: _Search, base: Graph, failed: Nest, candidates: list[str],
     if rescues_only:
         return next(iter(wasteful + matrices), None)
     least = min((_elements(s, c) for c in wasteful + matrices), default=None)
-    # the fewest values written first (then the earliest): of an attention with its output
-    # projected, the attention's output, not a term of its scores that is a kernel too;
-    # a value over fewer lengths (dynamic sizes) first, whatever their sizes in this call
-    for candidate, graph in sorted(trials, key=lambda trial: (_lengths(s, trial[0]), _elements(s, trial[0]))):
+    # a term of the scores last (:attr:`_Search.score_terms`); then a value over fewer
+    # lengths (dynamic sizes), then the fewest values written (then the earliest): of an
+    # attention with its output projected, the attention's output, whatever the sizes
+    for candidate, graph in sorted(trials, key=lambda trial: (
+            trial[0] in s.score_terms, _lengths(s, trial[0]), _elements(s, trial[0]))):
         if (candidate not in matrices and (least is None or _elements(s, candidate) <= least)
                 and s.attempt(graph, candidate)):
             return candidate

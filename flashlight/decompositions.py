@@ -161,3 +161,53 @@ def _unless_empty(rewrite):
             return NotImplemented
         return rewrite(x, dim, half_to_float)
     return decompose
+
+
+def recompose_softmax(gm: torch.fx.GraphModule) -> int:
+    """Every softmax that the decompositions above split into its row max, exponentials,
+    row sum and quotient (each of 16-bit values computed in float32 between two casts),
+    made one ``aten._softmax`` call again; returns how many. For graphs that run as
+    PyTorch ops, as a kernel's unfused graph does (what autotuning times against the
+    kernel, and what runs where it wins): PyTorch's softmax kernel reads the scores once,
+    where the parts write and read them five times over."""
+    from flashlight.graph_edits import add_call, tidy
+
+    found = 0
+    for quotient in list(gm.graph.nodes):
+        parts = _softmax_parts(quotient)
+        if parts is None:
+            continue
+        x, dim, result = parts
+        with gm.graph.inserting_before(result):
+            softmax = add_call(gm.graph, aten._softmax.default, (x, dim, False))
+        result.replace_all_uses_with(softmax)
+        found += 1
+    return tidy(gm, found)
+
+
+def _softmax_parts(quotient: torch.fx.Node):
+    """``(x, dim, result)`` where ``quotient`` is ``e / sum(e, [dim], keepdim)`` with ``e =
+    exp(x' - amax(x', [dim], keepdim))`` (``x'`` is ``x``, or ``x`` cast up to float32 with
+    ``result`` the cast of the quotient back to ``x``'s dtype); else None."""
+    def call(node, target):
+        return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target == target
+
+    if not call(quotient, aten.div.Tensor):
+        return None
+    e, total = quotient.args
+    if not (call(total, aten.sum.dim_IntList) and total.args[0] is e and call(e, aten.exp.default)
+            and len(total.args) > 2 and total.args[2] and len(total.args[1]) == 1):
+        return None
+    difference = e.args[0]
+    if not call(difference, aten.sub.Tensor):
+        return None
+    x, row_max = difference.args
+    if not (call(row_max, aten.amax.default) and row_max.args[0] is x and list(row_max.args[1]) == list(total.args[1])
+            and len(row_max.args) > 2 and row_max.args[2]):
+        return None
+    dim, result = total.args[1][0], quotient
+    users = list(quotient.users)
+    if (call(x, aten._to_copy.default) and len(users) == 1 and call(users[0], aten._to_copy.default)
+            and x.args[0].meta["val"].dtype == users[0].meta["val"].dtype != x.meta["val"].dtype):
+        x, result = x.args[0], users[0]
+    return x, dim, result

@@ -224,14 +224,16 @@ def test_work_repeated_along_two_row_dims_is_cut_along_both():
     _matches_float64(pair_attention, args)
 
 
-def testlatent_keeps_its_output_not_a_term_of_its_scores():
+@pytest.mark.parametrize("L, C", [(29, 24), (12, 48)])
+def test_latent_keeps_its_output_not_a_term_of_its_scores(L, C):
     """Absorbed multi-head latent attention, its output projected per head: the query's
     latent projection, both terms of the scores and the softmax are one kernel, and the
     projection of its output runs after it. Of the cuts that are kernels themselves, the
-    back-off takes the one writing the fewest values: the attention's output, never the
-    latent term of the scores ``(q W) c^T`` (which made it two kernels, the scores in
-    memory between them)."""
-    B, H, L, D, R, C = 2, 3, 29, 16, 8, 24
+    back-off keeps the attention's output, never the latent term of the scores
+    ``(q W) c^T`` (which made it two kernels, the scores in memory between them), also
+    where that term writes fewer values than the output (fewer keys than the latent
+    width, as DeepSeek's 512 at up to 511 keys)."""
+    B, H, D, R = 2, 3, 16, 8
     args = (rand(B, H, L, D, seed=60), rand(B, H, L, R, seed=61), rand(B, L, C, seed=62), rand(B, L, R, seed=63),
             0.2 * rand(H, D, C, seed=64), 0.2 * rand(H, C, D, seed=65))
     report = flashlight.explain(latent, *args)

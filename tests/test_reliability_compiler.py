@@ -296,6 +296,22 @@ def test_a_launcher_for_dynamic_lengths_reads_sizes_for_its_eager_form():
     _same(launcher.eager(*(args[k] for k in order)), attention(*args), exact=False)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_kernels_unfused_graph_runs_pytorchs_softmax(dtype):
+    """What autotuning times the kernel against, and runs where it loses, computes the
+    softmax as PyTorch's one operation (the decomposed parts, in float32 between two
+    casts for 16-bit scores, read and write the scores five times over), with eager's
+    values."""
+    argsets = [tuple(t.to(dtype) for t in _qkv(2, Lq, Lk, 8, seed=Lq)) for Lq, Lk in ((8, 6), (16, 12))]
+    _, launcher, order = _dynamic_launcher(attention, *argsets)
+    targets = [n.target for n in launcher.eager.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.aten._softmax.default) == 1, targets
+    assert not {torch.ops.aten.amax.default, torch.ops.aten.exp.default, torch.ops.aten._to_copy.default} & set(targets)
+    args = tuple(t.to(dtype) for t in _qkv(2, 5, 3, 8, seed=11))
+    tol = {"rtol": 1.6e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {}
+    _same(launcher.eager(*(args[k] for k in order)), attention(*args), exact=False, **tol)
+
+
 def test_a_launcher_without_an_eager_form_names_the_zero_size_in_one_line():
     _, launcher, order = _dynamic_launcher(attention, _qkv(2, 8, 6, 8), _qkv(2, 16, 12, 8))
     launcher.eager = None
