@@ -209,3 +209,39 @@ def noise_lines(results: pathlib.Path) -> list[str]:
                      f"({c['speedup_min']:.2f}-{c['speedup_max']:.2f}) | ±{100 * c['stock_noise']:.0f}% "
                      f"| {c['verdict']} |")
     return lines
+
+
+WARM_SCHEMA = "flashlight-bench-warm-first-fold/1"
+
+
+def warm_first_fold_lines(results: pathlib.Path) -> list[str]:
+    """REPORT.md's section on a user's second run (``bench.warm_first_fold`` files): the
+    first fold of fresh processes whose caches an earlier fold filled, stock and
+    Flashlight alternating, with the cold process that filled them."""
+    files = []
+    for path in sorted((results / FOLDER).glob("warm_first_fold_*.json")):
+        data = json.loads(path.read_text())
+        if data.get("schema") == WARM_SCHEMA:
+            files.append((path.name, data))
+    if not files:
+        return []
+    lines = ["", "## A second run: the first fold with the caches filled", "",
+             "`python -m bench.warm_first_fold RECORD --rounds N` (the default `flashlight-fold` command, "
+             "no `--compare`): one process with empty caches (Flashlight's, Triton's, Inductor's) fills "
+             "them, then each round runs one fresh process per variant, alternating; each time is the "
+             "process's first structure (its passes, the warm-up included). `FLASHLIGHT_PRELOAD=0`: "
+             "without loading the kernels of the tuning cache on a thread at import.", "",
+             "| file | date | GPU | record | variant | processes | first fold s, median (each) "
+             "| vs stock | cold process s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, data in files:
+        medians = data["median_first_fold_s"]
+        stock = medians.get("stock")
+        record = pathlib.Path(data["fasta"]).stem
+        for variant, runs in data["runs"].items():
+            each = ", ".join(f"{r['first_fold_s']:.2f}" for r in runs)
+            ratio = f"{medians[variant] / stock:.2f}×" if stock and variant != "stock" else "–"
+            cold = f"{data['cold']['first_fold_s']:.2f}" if variant == "flashlight" else "–"
+            lines.append(f"| `{name}` | {data['date']} | {data['gpu']} | {record} | {variant} | {len(runs)} "
+                         f"| {medians[variant]:.2f} ({each}) | {ratio} | {cold} |")
+    return lines

@@ -217,7 +217,10 @@ def _eager_subgraph(gm: fx.GraphModule, outputs: tuple[str, ...], inputs: tuple[
     inputs' shapes. None when a size cannot be read from them."""
     nodes = {n.name: n for n in gm.graph.nodes}
     sub = fx.Graph()
-    env = {nodes[name]: sub.placeholder(name) for name in inputs}
+    env = {}
+    for name in inputs:
+        env[nodes[name]] = sub.placeholder(name)
+        env[nodes[name]].meta.update(nodes[name].meta)  # its value's metadata, for rewrites
     needed, stack = set(), [nodes[output] for output in outputs]
     while stack:
         node = stack.pop()

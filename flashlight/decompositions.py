@@ -205,9 +205,12 @@ def _softmax_parts(quotient: torch.fx.Node):
     if not (call(row_max, aten.amax.default) and row_max.args[0] is x and list(row_max.args[1]) == list(total.args[1])
             and len(row_max.args) > 2 and row_max.args[2]):
         return None
+    if "val" not in x.meta:
+        return None
     dim, result = total.args[1][0], quotient
     users = list(quotient.users)
     if (call(x, aten._to_copy.default) and len(users) == 1 and call(users[0], aten._to_copy.default)
+            and "val" in x.args[0].meta
             and x.args[0].meta["val"].dtype == users[0].meta["val"].dtype != x.meta["val"].dtype):
         x, result = x.args[0], users[0]
     return x, dim, result

@@ -8,9 +8,12 @@ single-sequence fold, a training step's forward and backward of small attentions
 Python work was a large part of each launch. A :class:`LaunchPlan` holds all of it for
 one *call signature* (every input's shape, strides and dtype, and the device), made at
 the first steady launch of that signature; later calls with the same signature only
-copy what must be copied, allocate the outputs and launch. Anything a plan does not
-cover (a first launch, an unfused-graph choice, bounds checks, empty inputs) takes the
-general path, and a changed choice for some sizes drops the launcher's plans.
+copy what must be copied, allocate the outputs and launch. A signature whose sizes chose
+the unfused graph (autotuning timed it faster than the kernel) runs that graph on the
+inputs as given, with none of the kernel's launch work (its inputs' copies, its outputs,
+its arguments): that work cost more than the graph's own host time in a host-bound
+program. Anything else (a first launch, bounds checks, empty inputs) takes the general
+path, and a changed choice for some sizes drops the launcher's plans.
 
 [Note: launching the compiled kernel]
 Launching through Triton's JIT function binds the arguments, computes each one's

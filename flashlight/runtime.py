@@ -203,6 +203,7 @@ class Launcher:
         # those sizes launch it directly, without the autotuner's per-call work
         self._chosen: dict[tuple[int, ...], dict | str] = {}
         self._plans: dict[tuple, launch_plan.LaunchPlan] = {}  # call signature -> its launch ([Note: launch plans])
+        self._unfused: set[tuple] = set()  # call signatures whose sizes chose the unfused graph
         self.eager = eager  # the PyTorch computation of the kernel's value from its inputs, or None
         self.__name__ = f"flashlight_{src.name}"
 
@@ -229,6 +230,7 @@ class Launcher:
             raise ValueError(f"{self.__name__} has no unfused graph to run")
         self._chosen[tuple(sizes)] = choice if choice == EAGER else dict(choice)
         getattr(self, "_plans", {}).clear()
+        getattr(self, "_unfused", set()).clear()
 
     def _jit(self, interpret: bool):
         if self._fn is None:
@@ -430,6 +432,11 @@ class Launcher:
         plan = self._plans.get(call)
         if plan is not None:  # [Note: launch plans]
             return self._result(self._summed(plan.launch(self._raw, tensors)))
+        if call in self._unfused:  # [Note: launch plans]: the unfused graph, on the inputs as given
+            try:
+                return self._run_eager(tensors)
+            except torch.cuda.OutOfMemoryError:
+                self._unfused.discard(call)  # the general path launches the kernel instead
         if any(t.numel() == 0 for t in tensors):
             return self._call_empty(tensors)
         relayouts = []
@@ -486,6 +493,8 @@ class Launcher:
             result = self._first_launch(fn, args, grid, sizes, out.device, tune, eager_inputs=tensors, wide=wide)
         elif chosen == EAGER:
             result = self._eager_launch(fn, args, grid, sizes, out.device, tensors, tune, wide)
+            if self._chosen.get(sizes) == EAGER and not checks:
+                self._unfused.add(call)
         else:
             self._raw[grid](*args, **chosen, **wide)
             result = None

@@ -371,3 +371,28 @@ def test_fold_rows_take_medians_of_recent_runs_and_modules_are_read_against_stoc
     assert cells["tri_mul_in"]["verdict"] == "noise"  # 0.91x, within stock's own 20%
     assert cells["tri_mul_in"]["stock_noise"] == pytest.approx(0.2)
     assert cells["pair_transition"]["verdict"] == "slower"  # 0.5x, beyond it
+
+
+def test_second_run_and_new_forms_sections_set_flashlight_against_stock_and_peers(tmp_path):
+    from bench import report_fold, report_new_forms
+
+    assert report_fold.warm_first_fold_lines(tmp_path) == [] and report_new_forms.new_forms_lines(tmp_path) == []
+    runs = {"stock": [{"first_fold_s": 2.0}, {"first_fold_s": 2.4}],
+            "flashlight": [{"first_fold_s": 1.9}, {"first_fold_s": 2.3}]}
+    (tmp_path / "fold_product_runs").mkdir()
+    (tmp_path / "fold_product_runs" / "warm_first_fold_256_single_fp32.json").write_text(json.dumps({
+        "schema": report_fold.WARM_SCHEMA, "fasta": "structures/examples/synthetic_256.fasta", "date": "2026-12-05",
+        "gpu": "NVIDIA H200", "cold": {"first_fold_s": 2.9}, "runs": runs,
+        "median_first_fold_s": {"stock": 2.2, "flashlight": 2.1}}))
+    lines = report_fold.warm_first_fold_lines(tmp_path)
+    (row,) = [line for line in lines if "| flashlight |" in line]
+    assert "2.10 (1.90, 2.30)" in row and "0.95×" in row and row.endswith("| 2.90 |")
+    cell = {"ms": 0.5, "max_rel_err": 1e-3, "peak_mib_above_inputs": 4.0}
+    (tmp_path / "new_forms.json").write_text(json.dumps({"meta": {
+        "gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6", "date": "2026-12-05T00:00", "dtype": "bf16",
+        "flashlight_source_digest": "abc"}, "rows": [{
+            "form": "latent", "B": 4, "H": 8, "L": 1024, "D": 64, "eager": cell, "torch_compile": {**cell, "ms": 0.25},
+            "flashlight": {**cell, "ms": 1.0}, "flashlight_kernels": [["bmm"]], "flashlight_outside": [],
+            "flashlight_tuning": [{"choice": "eager", "kernel_ms": 4.7, "eager_ms": 0.12, "candidates": 4}]}]}))
+    (row,) = [line for line in report_new_forms.new_forms_lines(tmp_path) if line.startswith("| latent")]
+    assert "| 0.25× |" in row and "unfused graph (0.120 ms; kernel 4.700 ms)" in row

@@ -177,6 +177,34 @@ def test_the_graphs_result_comes_in_the_kernels_shape_dtype_and_layout():
         torch.testing.assert_close(out.double(), reference, rtol=1e-5, atol=1e-5)
 
 
+def test_a_signature_that_chose_the_graph_runs_it_without_the_kernels_launch_work():
+    """Once the unfused graph is the choice at a call signature, later calls run it on the
+    inputs as given, with none of the general path's work (sizes, outputs, arguments);
+    a new choice for those sizes ends that."""
+    inputs = _inputs(L=20)
+    gm, (launcher,) = _built(_attention, *inputs)
+    feed = dict(zip([n.name for n in gm.graph.nodes if n.op == "placeholder"], inputs))
+    args = [feed[name] for name in launcher.src.inputs]
+    launcher(*args)
+    ((sizes, config),) = launcher.chosen_configs().items()
+    launcher.pin_choice(sizes, "eager")
+    graph, seen = launcher.eager, []
+    launcher.eager = lambda *tensors: seen.append(tensors) or graph(*tensors)
+    first = launcher(*args)  # the general path, which then keeps the signature
+
+    def general_path(*_):
+        raise AssertionError("the general launch path ran")
+
+    general = launcher._size
+    launcher._size = general_path
+    second = launcher(*args)
+    assert torch.equal(first, second) and len(seen) == 2 and all(a is b for a, b in zip(seen[1], args))
+    launcher._size = general
+    launcher.pin_choice(sizes, dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), config)))
+    launcher(*args)
+    assert len(seen) == 2  # the kernel again
+
+
 # ------------------------------------------------------------------ the pruned candidates
 
 

@@ -1,0 +1,44 @@
+"""REPORT.md's section on the attention forms fused whole (``bench.new_forms`` results)."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+IMPLS = ("eager", "torch_compile", "flashlight")
+
+
+def _choice(row: dict) -> str:
+    """What Flashlight's autotuner kept for each kernel: its tile or the unfused graph."""
+    picks = []
+    for event in row.get("flashlight_tuning", []):
+        choice = event["choice"]
+        if isinstance(choice, dict):
+            choice = f"{choice['BLOCK_M']}x{choice['BLOCK_N']} w{choice['num_warps']} s{choice['num_stages']}"
+        else:
+            choice = f"unfused graph ({event['eager_ms']:.3f} ms; kernel {event['kernel_ms']:.3f} ms)"
+        picks.append(choice)
+    return "; ".join(picks) or "–"
+
+
+def new_forms_lines(results: pathlib.Path) -> list[str]:
+    path = results / "new_forms.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    meta = data["meta"]
+    lines = ["", "## Forms fused whole: talking heads, absorbed latent attention, disentangled scores", "",
+             f"`python -m bench.new_forms` on {meta['gpu']}, torch {meta['torch']}, Triton {meta['triton']}, "
+             f"{meta['date'][:10]}, sources {meta['flashlight_source_digest']}, {meta['dtype']}: median ms (peak MiB "
+             "allocated above the inputs); Flashlight's kernels and what its autotuner kept for each "
+             "(a tile configuration, or the unfused graph where that timed faster).", "",
+             "| form | B x H x L x D | eager | torch.compile | Flashlight | FL vs fastest other | kernels "
+             "(outside) | autotuner kept |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in data["rows"]:
+        cells = [f"{row[i]['ms']:.3f} ({row[i]['peak_mib_above_inputs']:.0f})" for i in IMPLS]
+        best_other = min(row[i]["ms"] for i in IMPLS[:2])
+        outside = ", ".join(row["flashlight_outside"]) or "nothing"
+        lines.append(f"| {row['form']} | {row['B']}x{row['H']}x{row['L']}x{row['D']} | {' | '.join(cells)} "
+                     f"| {best_other / row['flashlight']['ms']:.2f}× | {len(row['flashlight_kernels'])} ({outside}) "
+                     f"| {_choice(row)} |")
+    return lines + [""]
