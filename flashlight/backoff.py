@@ -39,7 +39,7 @@ from flashlight.lower import Lowered
 from flashlight.passes.online import NothingFused, NotOnline, make_online
 from flashlight.passes.tile_plan import kernel_exprs
 from flashlight.passes.outputs import NotShared, merge_outputs, primary_first
-from flashlight.passes.tiling import NotTileable
+from flashlight.passes.tiling import MAX_TILE, NotTileable
 
 
 @dataclasses.dataclass
@@ -192,6 +192,14 @@ def _round(s: _Search, base: Graph, graph: Graph) -> tuple[Plan, frozenset[str]]
             s.log("backoff", f"{node}: repeats its loop's work across its grid; "
                              f"keeping {', '.join(sorted(cuts))} separate")
             return Plan(kernels, rejected, graph), cuts
+        wide = _wide_grid_dims(kernels[node])
+        if wide:
+            del kernels[node]
+            why = (f"its loop would run once for every position of a {wide[0].size}-wide dim "
+                   f"(wider than the {MAX_TILE} a tile holds)")
+            s.log("backoff", f"{node}: {why}; left to PyTorch")
+            rejected.update({origin: why for origin in nest.origins})
+            continue
         cuts = _sharing_cut(s, base, nest, kernels[node])
         if cuts:
             s.log("backoff", f"{node}: computes a reduction again in every program along a grid dim; "
@@ -339,6 +347,19 @@ def _repeated(tiled: TiledKernel, exprs, only_along_loop: bool) -> bool:
     return any(isinstance(node, Reduce) and grid - tiled.kernel.varies_along(node)
                and (free_dims(node) & loop_dims or not only_along_loop)
                for e in exprs for node in walk(e))
+
+
+def _wide_grid_dims(tiled: TiledKernel) -> list[Dim]:
+    """The grid dims of ``tiled`` wider than a tile that some loop reduction, or a sum
+    inside one, is free of:
+    a value's features, or a second key dim, too wide for one tile, which the tiling
+    spread one position per program, so the whole loop runs again for each (thousands of
+    times the work of the unfused graph, which autotuning would time only to discard)."""
+    reductions = [node for loop in tiled.kernel.loop for node in (loop, *walk(loop.body))
+                  if node is loop or isinstance(node, Reduce)]
+    return [d for d in sorted(_spread_grid(tiled), key=lambda d: d.name)
+            if d.is_static and d.size > MAX_TILE
+            and any(d not in free_dims(r.body) for r in reductions)]
 
 
 def recomputes_across_grid(tiled: TiledKernel) -> bool:

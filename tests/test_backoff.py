@@ -241,3 +241,18 @@ def test_latent_keeps_its_output_not_a_term_of_its_scores(L, C):
     assert computes_softmax(kernel.aten_ops) and sum(op.startswith("bmm") for op in kernel.aten_ops) == 4, str(report)
     assert [op.name for op in report.fallback_ops] == ["bmm.default"], str(report)
     _matches_float64(latent, args)
+
+
+def test_a_loop_that_would_run_once_per_position_of_a_dim_wider_than_a_tile_is_left_to_pytorch():
+    """Latent attention over a latent width wider than one tile (320 > 256): the values'
+    features could only spread one per program, each running the whole key loop again
+    (on the H200, 11 ms where the unfused graph took 0.23). That kernel is never made:
+    its operations run in PyTorch, with the reason, and the function stays correct."""
+    from bench.new_forms import _inputs
+
+    args = _inputs("latent", (1, 2, 8, 40), torch.float32, torch.device("cpu"))
+    report = flashlight.explain(latent, *args)
+    reasons = {op.name: op.reason for op in report.fallback_ops}
+    assert "amax.default" in reasons and "320-wide dim" in reasons["amax.default"], str(report)
+    assert not any(computes_softmax(kernel.aten_ops) for kernel in report.kernels), str(report)
+    _matches_float64(latent, args)
