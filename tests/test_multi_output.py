@@ -105,18 +105,35 @@ def test_bf16_outputs_keep_eager_dtypes_and_build_for_sm90(gen):
     _check(outs, [w.to(torch.bfloat16) for w in wants], torch.bfloat16)
 
 
+def out_over_two_value_dims_and_logsumexp(q, k, v):  # v: [B, H, L, C, D], two value dims
+    s = _scores(q, k)
+    return torch.einsum("bhij,bhjcd->bhicd", torch.softmax(s, -1), v), torch.logsumexp(s, -1)
+
+
 def test_statistics_of_a_grid_of_value_columns_are_stored_once(gen):
-    """Values wider than one tile put their columns in the grid; the row statistics do
-    not vary along it, so only the first column's programs store them, under a scalar
-    guard (which Triton's interpreter accepts where a block mask joined with a scalar
-    condition is refused) that builds for Hopper too."""
+    """Values over two feature dims: one is the tile's, the other's positions are in the
+    grid; the row statistics do not vary along it, so only its first position's programs
+    store them, under a scalar guard (which Triton's interpreter accepts where a block
+    mask joined with a scalar condition is refused) that builds for Hopper too."""
     q, k = (torch.randn(1, 1, 13, 16, generator=gen) for _ in range(2))
-    v = torch.randn(1, 1, 13, 260, generator=gen)  # wider than the largest tile
-    report = flashlight.explain(out_and_logsumexp, q, k, v)
+    v = torch.randn(1, 1, 13, 3, 20, generator=gen)
+    report = flashlight.explain(out_over_two_value_dims_and_logsumexp, q, k, v)
     assert len(report.kernels) == 1, str(report)
     source = report.kernels[0].source
     assert "if (g" in source and "== 0):" in source, source
     assert report.kernels[0].aot_compile(90).shared > 0
+    outs = flashlight.compile(out_over_two_value_dims_and_logsumexp)(q, k, v)
+    torch.compiler.reset()
+    _check(outs, out_over_two_value_dims_and_logsumexp(q.double(), k.double(), v.double()), torch.float32)
+
+
+def test_values_wider_than_a_tile_are_left_to_pytorch(gen):
+    """Values wider than one tile could only spread one column per program, each running
+    the key loop again: no kernel for the attention; PyTorch computes it, correctly."""
+    q, k = (torch.randn(1, 1, 13, 16, generator=gen) for _ in range(2))
+    v = torch.randn(1, 1, 13, 260, generator=gen)
+    report = flashlight.explain(out_and_logsumexp, q, k, v)
+    assert any("260-wide dim" in op.reason for op in report.fallback_ops), str(report)
     outs = flashlight.compile(out_and_logsumexp)(q, k, v)
     torch.compiler.reset()
     _check(outs, out_and_logsumexp(q.double(), k.double(), v.double()), torch.float32)
