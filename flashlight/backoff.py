@@ -351,10 +351,10 @@ def _repeated(tiled: TiledKernel, exprs, only_along_loop: bool) -> bool:
 
 def _wide_grid_dims(tiled: TiledKernel) -> list[Dim]:
     """The grid dims of ``tiled`` wider than a tile that some loop reduction, or a sum
-    inside one, is free of:
-    a value's features, or a second key dim, too wide for one tile, which the tiling
-    spread one position per program, so the whole loop runs again for each (thousands of
-    times the work of the unfused graph, which autotuning would time only to discard)."""
+    inside one, is free of: a value's features, or a second key dim, too wide for one
+    tile, which the tiling spread one position per program, so that the loop's work runs
+    again for each position (hundreds of times the unfused graph's work, which
+    autotuning would time only to discard)."""
     reductions = [node for loop in tiled.kernel.loop for node in (loop, *walk(loop.body))
                   if node is loop or isinstance(node, Reduce)]
     return [d for d in sorted(_spread_grid(tiled), key=lambda d: d.name)
