@@ -1,5 +1,6 @@
 """Attention forms the compiler fuses whole, against eager PyTorch and default
-``torch.compile`` (both of which write an ``L x L`` matrix per head to memory):
+``torch.compile`` (both of which write an ``L x L`` matrix per head to memory) and, where
+it can express them, FlexAttention written as its users would (``FLEX_FORMS``):
 
 - ``talking_heads``: scores mixed over heads by a learned ``[H, H]`` matrix before the
   softmax ([Note: inner loops] in ``flashlight/passes/tiling.py``);
@@ -28,6 +29,7 @@ import torch
 
 from bench.common import atomic_write_json, bench_ms, environment, peak_bytes
 
+IMPLS = ("eager", "torch_compile", "flex", "flashlight")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # per head width D: the latent width (512 at D 64, as DeepSeek's), the rotary width and
 # the relative positions (2P: 256 at D 64, as DeBERTa's)
@@ -55,6 +57,36 @@ def disentangled(q, k, v, pos_q, pos_k):
     return torch.softmax((q @ k.transpose(-1, -2) + c2p + p2c) / (3 * q.shape[-1]) ** 0.5, -1) @ v
 
 
+def latent_flex(q_nope, q_pe, c_kv, k_pe, w_uk, w_uv):
+    """``latent`` as a FlexAttention user writes it: the query's latent projection first,
+    then one attention over the concatenated latent and rotary widths, the latent keys
+    shared by the heads, the output projected after."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    H = q_nope.shape[1]
+    q = torch.cat([torch.einsum("bhld,hdc->bhlc", q_nope, w_uk), q_pe], -1)  # [B, H, L, C + R]
+    k = torch.cat([c_kv, k_pe], -1)[:, None].expand(-1, H, -1, -1)  # [B, H, L, C + R]
+    v = c_kv[:, None].expand(-1, H, -1, -1)  # [B, H, L, C]
+    o = flex_attention(q, k, v, scale=(q_nope.shape[-1] + q_pe.shape[-1]) ** -0.5)
+    return torch.einsum("bhlc,hcd->bhld", o, w_uv)  # [B, H, L, D]
+
+
+def disentangled_flex(q, k, v, pos_q, pos_k):
+    """``disentangled`` as a FlexAttention user writes it: both relative-position products
+    first (``[B, H, L, 2P]`` each), looked up by clamped distance inside ``score_mod``."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    half = pos_k.shape[-2] // 2
+    c2p, p2c = q @ pos_k.transpose(-1, -2), k @ pos_q.transpose(-1, -2)  # [B, H, L, 2P]
+    scale = (3 * q.shape[-1]) ** -0.5
+
+    def score_mod(score, b, h, i, j):
+        return score + scale * (c2p[b, h, i, (i - j).clamp(-half, half - 1) + half]
+                                + p2c[b, h, j, (j - i).clamp(-half, half - 1) + half])
+
+    return flex_attention(q, k, v, score_mod=score_mod, scale=scale)
+
+
 def _inputs(form: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> tuple:
     B, H, L, D = shape
     gen = torch.Generator(device=device).manual_seed(L)
@@ -74,6 +106,9 @@ def _inputs(form: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch
 
 
 FORMS = {"talking_heads": talking_heads, "latent": latent, "disentangled": disentangled}
+# FlexAttention's form of each form it can express, compiled whole (talking heads mixes the
+# heads' scores before the softmax: no score_mod sees another head's score)
+FLEX_FORMS = {"latent": latent_flex, "disentangled": disentangled_flex}
 
 
 def _row(form: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> dict:
@@ -84,11 +119,17 @@ def _row(form: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.de
     inputs = _inputs(form, shape, dtype, device)
     want = fn(*(t.double() for t in inputs))
     impls = {"eager": fn, "torch_compile": torch.compile(fn), "flashlight": flashlight.compile(fn)}
+    if form in FLEX_FORMS:
+        impls["flex"] = torch.compile(FLEX_FORMS[form])
     row: dict = {"form": form, **dict(zip("BHLD", shape))}
     events = len(runtime.TUNING_EVENTS)
     for name, impl in impls.items():
         with torch.no_grad():
-            out = impl(*inputs)
+            try:
+                out = impl(*inputs)
+            except Exception as error:  # noqa: BLE001 - a peer that cannot run this shape says why
+                row[name] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}
+                continue
             err = float((out.double() - want).abs().max() / want.abs().max())
             ms = bench_ms(lambda: impl(*inputs), device.type, rep_ms=200)
             peak = round(peak_bytes(lambda: impl(*inputs)) / 2**20, 1) if device.type == "cuda" else None
@@ -119,7 +160,7 @@ def main(argv=None) -> int:
             rows.append(row)
             print(f"{form} {text} {args.dtype}: "
                   + ", ".join(f"{n} {row[n]['ms']:.3f} ms ({row[n]['peak_mib_above_inputs']} MiB)"
-                              for n in ("eager", "torch_compile", "flashlight"))
+                              if "ms" in row[n] else f"{n} {row[n]['error']}" for n in IMPLS if n in row)
                   + f"; {len(row['flashlight_kernels'])} kernel(s), outside {row['flashlight_outside']}", flush=True)
     meta = {**environment(device.type), "dtype": args.dtype}
     atomic_write_json(pathlib.Path(args.out), {"schema": "flashlight-bench-new-forms/1", "meta": meta, "rows": rows})

@@ -4,7 +4,15 @@ from __future__ import annotations
 import json
 import pathlib
 
-IMPLS = ("eager", "torch_compile", "flashlight")
+IMPLS = ("eager", "torch_compile", "flex", "flashlight")
+
+
+def _cell(cell: dict | None) -> str:
+    if cell is None:
+        return "–"
+    if "ms" not in cell:
+        return f"error ({cell['error'].split(':')[0]})"
+    return f"{cell['ms']:.3f} ({cell['peak_mib_above_inputs']:.0f})"
 
 
 def _choice(row: dict) -> str:
@@ -30,13 +38,14 @@ def new_forms_lines(results: pathlib.Path) -> list[str]:
              f"`python -m bench.new_forms` on {meta['gpu']}, torch {meta['torch']}, Triton {meta['triton']}, "
              f"{meta['date'][:10]}, sources {meta['flashlight_source_digest']}, {meta['dtype']}: median ms (peak MiB "
              "allocated above the inputs); Flashlight's kernels and what its autotuner kept for each "
-             "(a tile configuration, or the unfused graph where that timed faster).", "",
-             "| form | B x H x L x D | eager | torch.compile | Flashlight | FL vs fastest other | kernels "
-             "(outside) | autotuner kept |",
-             "|---|---|---|---|---|---|---|---|"]
+             "(a tile configuration, or the unfused graph where that timed faster); FlexAttention "
+             "(`FLEX_FORMS` in `bench/new_forms.py`, compiled whole) where it can express the form.", "",
+             "| form | B x H x L x D | eager | torch.compile | FlexAttention | Flashlight | FL vs fastest other "
+             "| kernels (outside) | autotuner kept |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in data["rows"]:
-        cells = [f"{row[i]['ms']:.3f} ({row[i]['peak_mib_above_inputs']:.0f})" for i in IMPLS]
-        best_other = min(row[i]["ms"] for i in IMPLS[:2])
+        cells = [_cell(row.get(i)) for i in IMPLS]
+        best_other = min(row[i]["ms"] for i in IMPLS[:-1] if "ms" in row.get(i, {}))
         outside = ", ".join(row["flashlight_outside"]) or "nothing"
         lines.append(f"| {row['form']} | {row['B']}x{row['H']}x{row['L']}x{row['D']} | {' | '.join(cells)} "
                      f"| {best_other / row['flashlight']['ms']:.2f}× | {len(row['flashlight_kernels'])} ({outside}) "

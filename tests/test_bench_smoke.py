@@ -432,8 +432,9 @@ def test_training_step_compares_gradients_that_are_not_rounding_noise():
 
 
 def test_new_forms_time_every_implementation_against_float64(tmp_path):
-    """The new-forms benchmark runs every implementation of each form, each within
-    float32's rounding of float64, and reports Flashlight's kernels."""
+    """The new-forms benchmark runs every implementation of each form (FlexAttention where
+    it can express the form), each within float32's rounding of float64, and reports
+    Flashlight's kernels."""
     from bench import new_forms
 
     out = tmp_path / "new_forms.json"
@@ -443,5 +444,7 @@ def test_new_forms_time_every_implementation_against_float64(tmp_path):
     assert [row["form"] for row in data["rows"]] == list(new_forms.FORMS)
     for row in data["rows"]:
         assert len(row["flashlight_kernels"]) == 1, row
-        for impl in ("eager", "torch_compile", "flashlight"):
+        flex = ("flex",) if row["form"] in new_forms.FLEX_FORMS else ()
+        assert ("flex" in row) == bool(flex)
+        for impl in ("eager", "torch_compile", "flashlight", *flex):
             assert row[impl]["ms"] > 0 and row[impl]["max_rel_err"] < 1e-5, (row["form"], impl, row[impl])
