@@ -336,30 +336,28 @@ def _spread_grid(tiled: TiledKernel) -> set[Dim]:
     return {d for d in spread if not (d.is_static and d.size == 1)}
 
 
-def _repeated(tiled: TiledKernel, exprs, only_along_loop: bool) -> bool:
-    """Whether a loop reduction of ``tiled``, or a reduction inside ``exprs`` (only those
-    over loop values if ``only_along_loop``), is free of a grid dim with several programs."""
+def _repeated_along(tiled: TiledKernel, exprs, only_along_loop: bool) -> set[Dim]:
+    """The grid dims with several programs along them that a loop reduction of ``tiled``,
+    or a reduction inside ``exprs`` (only those over loop values if ``only_along_loop``),
+    is free of."""
     grid = _spread_grid(tiled)
     loop_dims = {red.dim for red in tiled.kernel.loop}
-    if any(grid - free_dims(loop.body) for loop in tiled.kernel.loop):
-        return True
+    free = {d for loop in tiled.kernel.loop for d in grid - free_dims(loop.body)}
     # a reduction over the output's features of the loop's results varies along theirs
-    return any(isinstance(node, Reduce) and grid - tiled.kernel.varies_along(node)
-               and (free_dims(node) & loop_dims or not only_along_loop)
-               for e in exprs for node in walk(e))
+    return free | {d for e in exprs for node in walk(e)
+                   if isinstance(node, Reduce) and (free_dims(node) & loop_dims or not only_along_loop)
+                   for d in grid - tiled.kernel.varies_along(node)}
 
 
 def _wide_grid_dims(tiled: TiledKernel) -> list[Dim]:
-    """The grid dims of ``tiled`` wider than a tile that some loop reduction, or a sum
-    inside one, is free of: a value's features, or a second key dim, too wide for one
-    tile, which the tiling spread one position per program, so that the loop's work runs
-    again for each position (hundreds of times the unfused graph's work, which
+    """The grid dims of ``tiled`` wider than a tile along which it repeats its loop's
+    work (:func:`repeats_loop_work`): a value's features, or a second key dim, too wide
+    for one tile, which the tiling spread one position per program, so that the loop's
+    work runs again for each position (hundreds of times the unfused graph's work, which
     autotuning would time only to discard)."""
-    reductions = [node for loop in tiled.kernel.loop for node in (loop, *walk(loop.body))
-                  if node is loop or isinstance(node, Reduce)]
-    return [d for d in sorted(_spread_grid(tiled), key=lambda d: d.name)
-            if d.is_static and d.size > MAX_TILE
-            and any(d not in free_dims(r.body) for r in reductions)]
+    exprs = [e for loop in tiled.kernel.loop for e in loop.exprs()]
+    return sorted((d for d in _repeated_along(tiled, exprs, only_along_loop=True)
+                   if d.is_static and d.size > MAX_TILE), key=lambda d: d.name)
 
 
 def recomputes_across_grid(tiled: TiledKernel) -> bool:
@@ -369,7 +367,7 @@ def recomputes_across_grid(tiled: TiledKernel) -> bool:
     the heads as its loop and the keys eliminated into tiles)."""
     kernel = tiled.kernel
     exprs = [*kernel.epilogues(), *(e for loop in kernel.loop for e in loop.exprs())]
-    return _repeated(tiled, exprs, only_along_loop=False)
+    return bool(_repeated_along(tiled, exprs, only_along_loop=False))
 
 
 def repeats_loop_work(tiled: TiledKernel) -> bool:
@@ -380,7 +378,7 @@ def repeats_loop_work(tiled: TiledKernel) -> bool:
     the loop (a norm of the query row, a mean of a weight) does not count: its cost does
     not grow with the loop."""
     exprs = [e for loop in tiled.kernel.loop for e in loop.exprs()]
-    return _repeated(tiled, exprs, only_along_loop=True)
+    return bool(_repeated_along(tiled, exprs, only_along_loop=True))
 
 
 # --------------------------------------------------------------------------- cuts
