@@ -237,3 +237,28 @@ def test_single_contractions_are_left_to_inductor_and_attention_is_kept(remainde
     else:
         assert not contraction_kernels, str(report)
         assert any("left to Inductor" in op.reason and op.runs == "inductor" for op in report.fallback_ops), str(report)
+
+
+def test_a_graph_without_kernels_is_compiled_as_torch_compile_compiles_it():
+    """[Note: a graph Flashlight fuses nothing in]: Inductor's ``compile_fx`` receives the
+    graph Dynamo captured (not Flashlight's ATen graph), the result matches float64, and
+    the report says Inductor ran every operation."""
+    from torch._inductor import compile_fx
+
+    def no_attention(x, w):
+        return torch.tanh(x @ w).cumsum(-1) * 0.5 + x
+
+    x, w = rand(3, 5, 8, seed=120), rand(8, 8, seed=121)
+    torch.compiler.reset()
+    with settings.override(remainder="inductor"), \
+            unittest.mock.patch.object(compile_fx, "compile_fx", wraps=compile_fx.compile_fx) as whole:
+        report = flashlight.explain(no_attention, x, w)
+        with torch.no_grad():
+            out = flashlight.compile(no_attention)(x, w)
+    torch.compiler.reset()
+    assert whole.call_count >= 1
+    graph = whole.call_args.args[0]
+    assert not any(str(node.target).startswith("aten.") for node in graph.graph.nodes)  # Dynamo's, not ATen
+    torch.testing.assert_close(out.double(), no_attention(*_double([x, w])), rtol=1e-5, atol=1e-5)
+    assert not report.kernels and report.fallback_ops
+    assert all(op.runs == "inductor" for op in report.fallback_ops), str(report)
