@@ -37,6 +37,15 @@ def profile_one(variant, shape: dict, dtype_name: str, impl: str, host: bool = F
     for _ in range(3):  # compile, autotune, warm up
         fn(*args)
     torch.cuda.synchronize()
+    print_kernels(fn, args, f"{variant.name} {dtype_name} {impl} {shape}")
+    if host:
+        profile_host(fn, args)
+
+
+def print_kernels(fn, args, title: str) -> float:
+    """Print the CUDA kernels of one call of ``fn(*args)`` (means over ``CALLS`` calls);
+    returns their summed time per call in ms."""
+    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(CALLS):
             fn(*args)
@@ -44,14 +53,16 @@ def profile_one(variant, shape: dict, dtype_name: str, impl: str, host: bool = F
     rows = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
     rows.sort(key=lambda e: -e.device_time_total)
     total = sum(e.device_time_total for e in rows) / CALLS / 1e3
-    print(f"\n{variant.name} {dtype_name} {impl} {shape}: {total:.3f} ms of kernels per call")
+    print(f"\n{title}: {total:.3f} ms of kernels per call")
     for e in rows[:6]:
         print(f"  {e.device_time_total / CALLS / 1e3:8.3f} ms  x{e.count // CALLS:<2d} {e.key[:90]}")
-    if host:
-        profile_host(fn, args)
+    return total
 
 
-def profile_host(fn, args, calls: int = 200) -> None:
+def profile_host(fn, args, calls: int = 200, functions: bool = True) -> float:
+    """Print (and return, in ms) the host time to issue one call of ``fn(*args)``, calls
+    back to back without synchronising; with ``functions``, also the Python functions
+    that time goes to (cProfile)."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(calls):
@@ -59,6 +70,8 @@ def profile_host(fn, args, calls: int = 200) -> None:
     issued = (time.perf_counter() - t0) / calls
     torch.cuda.synchronize()
     print(f"  host: {issued * 1e3:.3f} ms to issue one call")
+    if not functions:
+        return issued * 1e3
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(calls):
@@ -68,6 +81,7 @@ def profile_host(fn, args, calls: int = 200) -> None:
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(12)
     print("\n".join("    " + line for line in text.getvalue().splitlines() if line.strip())[:3000])
+    return issued * 1e3
 
 
 def main() -> None:

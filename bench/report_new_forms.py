@@ -51,3 +51,28 @@ def new_forms_lines(results: pathlib.Path) -> list[str]:
                      f"| {best_other / row['flashlight']['ms']:.2f}× | {len(row['flashlight_kernels'])} ({outside}) "
                      f"| {_choice(row)} |")
     return lines + [""]
+
+
+def sdpa_gate_lines(results: pathlib.Path) -> list[str]:
+    """The section on SDPA with an additive mask and a sigmoid gate (``bench.sdpa_gate``)."""
+    path = results / "sdpa_gate.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    meta, forms = data["meta"], ("eager", "torch_compile", "flashlight")
+    lines = ["", "## SDPA with a mask and a gate, compiled whole", "",
+             f"`python -m bench.sdpa_gate --profile` on {meta['gpu']}, torch {meta['torch']}, Triton "
+             f"{meta['triton']}: `sdpa(q, k, v, attn_mask) * sigmoid(g)` in bf16, median ms of `do_bench` "
+             "(kernels per call from `torch.profiler` / host time to issue one call, calls back to back).", "",
+             "| B x H x L x D | eager | torch.compile | Flashlight | FL vs fastest other | Flashlight kernels |",
+             "|---|---|---|---|---|---|"]
+    for row in data["rows"]:
+        cells = []
+        for form in forms:
+            cell = row[form]
+            extra = f" ({cell['kernel_ms']:.3f} / {cell['host_ms']:.3f})" if "kernel_ms" in cell else ""
+            cells.append(f"{cell['ms']:.3f}{extra}")
+        best_other = min(row[f]["ms"] for f in forms[:-1])
+        lines.append(f"| {row['B']}x{row['H']}x{row['L']}x{row['D']} | {' | '.join(cells)} "
+                     f"| {best_other / row['flashlight']['ms']:.2f}× | {row['flashlight_kernels']} |")
+    return lines + [""]

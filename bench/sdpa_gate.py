@@ -1,11 +1,13 @@
 """SDPA with an additive mask and a sigmoid gate: Flashlight against eager SDPA and
 default ``torch.compile`` (the case of the Inductor-remainder issue).
 
-    python -m bench.sdpa_gate [--out bench/results/sdpa_gate.json]
+    python -m bench.sdpa_gate [--out bench/results/sdpa_gate.json] [--profile]
 
 ``o = sdpa(q, k, v, attn_mask=mask) * sigmoid(g)`` in bf16, q/k/v/g ``[B, H, L, D]``,
 mask ``[B, 1, 1, L]`` (an additive key-padding bias); median of Triton's ``do_bench``
-for each form, all in one process, checked against float64.
+for each form, all in one process, checked against float64. ``--profile`` also records
+each form's CUDA kernels per call (``torch.profiler``) and the host time to issue one call
+(calls back to back), and prints where Flashlight's host time goes (cProfile).
 """
 from __future__ import annotations
 
@@ -27,9 +29,11 @@ def main(argv=None) -> int:
     import triton
 
     import flashlight
+    from bench.profile import print_kernels, profile_host
 
     p = argparse.ArgumentParser(prog="python -m bench.sdpa_gate")
     p.add_argument("--out", default="bench/results/sdpa_gate.json")
+    p.add_argument("--profile", action="store_true", help="also kernels per call and host time per call")
     args = p.parse_args(argv)
     rows = []
     for B, H, L, D in SHAPES:
@@ -47,6 +51,11 @@ def main(argv=None) -> int:
                 err = float((out.double() - want).abs().max() / want.abs().max())
                 ms = triton.testing.do_bench(lambda: fn(*inputs), warmup=25, rep=200, return_mode="median")
             row[name] = {"ms": round(ms, 4), "max_rel_err": err}
+            if args.profile:
+                with torch.no_grad():
+                    title = f"B{B} H{H} L{L} D{D} {name}"
+                    row[name]["kernel_ms"] = round(print_kernels(fn, inputs, title), 4)
+                    row[name]["host_ms"] = round(profile_host(fn, inputs, functions=name == "flashlight"), 4)
         report = flashlight.explain(gated_sdpa, *inputs)
         row["flashlight_kernels"] = len(report.kernels)
         row["flashlight_fallback_ops"] = [op.name for op in report.fallback_ops]
