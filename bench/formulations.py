@@ -174,8 +174,8 @@ _SDPA_EXTRA: dict[str, dict[str, Callable]] = {
     "triangle_start": {"qkv_contiguous": triangle_start_sdpa},
     "triangle_end": {"qkv_contiguous": triangle_end_sdpa},
 }
-# Flex forms that take kernel_options (the catalog's own flex forms do not, except the core's)
-_TAKES_OPTIONS = {"evoformer_core"}
+# Flex forms that take kernel_options (of the catalog's own flex forms: the core's, vanilla and causal)
+_TAKES_OPTIONS = {"evoformer_core", "vanilla", "causal_tril", "causal_triu"}
 
 
 def forms(variant, impl: str) -> dict[str, Callable]:

@@ -572,14 +572,14 @@ def main(argv: list[str] | None = None) -> int:
         from bench.report_fold import noise_lines, warm_first_fold_lines
         from bench.report_long_chain import long_chain_lines
         from bench.report_new_forms import new_forms_lines, sdpa_gate_lines
-        from bench.report_peers import peers_lines
+        from bench.report_peers import flash_lines, peers_lines
         from bench.report_training import training_lines
 
         report = build_report(latest, kruns, evo, eruns, rel,
                               peers_lines(results) + training_lines(results) + fidelity_lines(results)
                               + long_chain_lines(results) + noise_lines(results)
                               + warm_first_fold_lines(results) + new_forms_lines(results)
-                              + sdpa_gate_lines(results))
+                              + sdpa_gate_lines(results) + flash_lines(results))
         (results / "REPORT.md").write_text(report.rstrip() + "\n")
     if not args.no_readme:
         from bench import report_long_chain

@@ -37,8 +37,8 @@ def vanilla(q, k, v):
     return p @ v  # [B, H, L, D]
 
 
-def _vanilla_flex(q, k, v):
-    return flex_attention(q, k, v)
+def _vanilla_flex(q, k, v, kernel_options=None):
+    return flex_attention(q, k, v, kernel_options=kernel_options)
 
 
 def _vanilla_sdpa(q, k, v):
@@ -67,9 +67,9 @@ def causal_triu(q, k, v):
     return s.softmax(dim=-1) @ v
 
 
-def _causal_flex(q, k, v):
+def _causal_flex(q, k, v, kernel_options=None):
     bm = static_block_mask("causal", q.shape[-2], k.shape[-2], str(q.device))
-    return flex_attention(q, k, v, block_mask=bm)
+    return flex_attention(q, k, v, block_mask=bm, kernel_options=kernel_options)
 
 
 def _causal_sdpa(q, k, v):
