@@ -21,7 +21,8 @@ masks built inside the function, a learned temperature, a returned log-sum-exp, 
 residual, T5's bucketed relative positions, a mask applied after the softmax; then BERT's
 float mask, Hugging Face's ``finfo.min`` fill, einsums, attention without a softmax, a
 learned Gaussian distance bias, per-query and per-key biases, log-length scaling, gated
-keys, an integer key mask, layer norms of q and k): one kernel each.
+keys, an integer key mask, layer norms of q and k; a SiLU gate before a layer norm, a
+learned key and value appended to every sequence): one kernel each.
 
 Kernels run on CPU through the Triton interpreter (``TRITON_INTERPRET=1``, set by
 ``conftest.py``), so shapes stay small.
@@ -513,6 +514,18 @@ def _max_values_log_softmax(q, k, v):  # max(...).values subtracted, weights as 
     return torch.log_softmax(s - s.max(-1, keepdim=True).values, -1).exp() @ v
 
 
+def _silu_gate_layer_norm(q, k, v, gate):  # output gated by SiLU, then a layer norm over the head width
+    o = torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v * F.silu(gate)
+    return F.layer_norm(o, (o.shape[-1],))
+
+
+def _learned_kv_token(q, k, v, k_token, v_token):  # nn.MultiheadAttention's add_bias_kv: one learned key and value
+    size = (*k.shape[:2], 1, k.shape[-1])
+    k = torch.cat([k, k_token.expand(size)], -2)
+    v = torch.cat([v, v_token.expand(size)], -2)
+    return torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v
+
+
 ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16])
     "sigmoid_scores": (_sigmoid_scores, lambda r: (r(3, 37, 37),)),
     "relu_squared": (_relu_squared, lambda r: ()),
@@ -544,6 +557,8 @@ ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16
     "temperature_after_bias": (_temperature_after_bias, lambda r: (r(1, 3, 37, 37), r(()).abs() + 0.5)),
     "max_subtracted_by_hand": (_max_subtracted_by_hand, lambda r: ()),
     "max_values_log_softmax": (_max_values_log_softmax, lambda r: ()),
+    "silu_gate_layer_norm": (_silu_gate_layer_norm, lambda r: (r(2, 3, 37, 16),)),
+    "learned_kv_token": (_learned_kv_token, lambda r: (r(1, 3, 1, 16), r(1, 3, 1, 16))),
 }
 
 
