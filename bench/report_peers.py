@@ -115,49 +115,45 @@ def summary_rows(results: pathlib.Path) -> list[str]:
     return rows
 
 
-FLASH_DIR = "flex_flash_h100"  # not kernels_*.json: another GPU than the main tables'
-FLASH_IMPLS = ("flex_flash", "flex", "torch_compile", "sdpa", "flashlight")
+OTHER_GPU_DIR = "h100_2026-12-05"  # not kernels_*.json: another GPU than the main tables'
+OTHER_GPU_IMPLS = ("flex_flash", "flex", "torch_compile", "sdpa", "eager", "flashlight")
 
 
 def _shape_text(shape: dict) -> str:
     return " ".join(f"{k}{v}" for k, v in shape.items())
 
 
-def flash_lines(results: pathlib.Path) -> list[str]:
-    """The section on FlexAttention's FLASH backend (``bench.kernels --impls flex_flash``),
-    from the runs under :data:`FLASH_DIR`: one row per variant and shape, every peer of
-    that run, and the FLASH formulations that failed with their errors."""
-    paths = sorted((results / FLASH_DIR).glob("*.json"))
+def other_gpu_lines(results: pathlib.Path) -> list[str]:
+    """The section on the kernel runs under :data:`OTHER_GPU_DIR` (``bench.kernels`` on
+    another GPU than the main tables'): a table per file, each row one variant and shape
+    with every implementation of that run, and the FlexAttention FLASH formulations
+    (``kernel_options={"BACKEND": "FLASH"}``) that failed, with their errors."""
+    paths = sorted((results / OTHER_GPU_DIR).glob("*.json"))
     if not paths:
         return []
-    cells: dict[tuple, dict] = {}
-    runs = []
-    for path in paths:
-        data = json.loads(path.read_text())
-        runs += data["runs"]
-        for c in sorted(data["cells"], key=lambda c: c.get("measured_at", "")):
-            cells[(c["variant"], json.dumps(c["shape"]), c["impl"])] = c
-    run = runs[-1]
-    lines = ["", "## FlexAttention's FLASH backend", "",
-             f"`python -m bench.kernels --impls flex_flash,...` (`bench/run_all.sh` part `kernels-flex-flash`) on "
-             f"{run['gpu']}, torch {run['torch']}, Triton {run['triton']}, {run['date'][:10]}: bf16 median ms, each "
-             "implementation at its fastest formulation that ran (FLASH: `kernel_options={\"BACKEND\": \"FLASH\"}` "
-             "on every Flex form that takes it), all peers of a row in one run.", "",
-             "| variant | shape | " + " | ".join(FLASH_IMPLS) + " | FL vs FLASH |", "|---|---|" + "---|" * (len(FLASH_IMPLS) + 1)]
-    rows = sorted({(v, s) for v, s, _ in cells})
+    first = json.loads(paths[0].read_text())["runs"][0]
+    lines = ["", f"## Kernel runs on {first['gpu']}", "",
+             f"`python -m bench.kernels` in `bench/results/{OTHER_GPU_DIR}/` (its README says what each file "
+             f"measured), torch {first['torch']}, Triton {first['triton']}, {first['date'][:10]}: bf16 median ms "
+             "of each implementation at its fastest formulation that ran; every row of a table from one run. "
+             "`flex_flash`: FlexAttention with `kernel_options={\"BACKEND\": \"FLASH\"}`."]
     errors: dict[str, set[str]] = {}
-    for variant, shape in rows:
-        texts = []
-        for impl in FLASH_IMPLS:
-            c = cells.get((variant, shape, impl))
-            texts.append("–" if c is None else f"{c['ms']:.3f}" if c["status"] == "ok" else "error")
-            for name, form in ((c or {}).get("formulations") or {}).items():
-                if impl == "flex_flash" and form.get("status") == "error":
-                    errors.setdefault(form["message"].split("\n")[0][:120], set()).add(f"{variant} ({name})")
-        flash, ours = cells.get((variant, shape, "flex_flash")), cells.get((variant, shape, "flashlight"))
-        ratio = (f"{flash['ms'] / ours['ms']:.2f}×" if flash and ours and flash["status"] == ours["status"] == "ok"
-                 else "–")
-        lines.append(f"| {variant} | {_shape_text(json.loads(shape))} | {' | '.join(texts)} | {ratio} |")
+    for path in paths:
+        cells: dict[tuple, dict] = {}
+        for c in sorted(json.loads(path.read_text())["cells"], key=lambda c: c.get("measured_at", "")):
+            cells[(c["variant"], json.dumps(c["shape"]), c["impl"])] = c
+        impls = [i for i in OTHER_GPU_IMPLS if any(key[2] == i for key in cells)]
+        lines += ["", f"`{path.name}`:", "", "| variant | shape | " + " | ".join(impls) + " |",
+                  "|---|---|" + "---|" * len(impls)]
+        for variant, shape in sorted({(v, s) for v, s, _ in cells}):
+            texts = []
+            for impl in impls:
+                c = cells.get((variant, shape, impl))
+                texts.append("–" if c is None else f"{c['ms']:.3f}" if c["status"] == "ok" else "error")
+                for name, form in ((c or {}).get("formulations") or {}).items():
+                    if impl == "flex_flash" and form.get("status") == "error":
+                        errors.setdefault(form["message"].split("\n")[0][:120], set()).add(f"{variant} ({name})")
+            lines.append(f"| {variant} | {_shape_text(json.loads(shape))} | {' | '.join(texts)} |")
     if errors:
         lines += ["", "FLASH formulations that failed:", ""]
         lines += [f"- {', '.join(sorted(where))}: `{message}`" for message, where in sorted(errors.items())]

@@ -230,13 +230,16 @@ class Graph:
     consumers may still inline: those needed outside Flashlight, which a consumer
     computes again in its own loop (a row max returned next to the attention that uses
     it), until the back-off keeps one separate. The rest of ``materialized`` is
-    :attr:`separate`: consumers read those from memory.
+    :attr:`separate`: consumers read those from memory. ``pinned`` are the nests without
+    reductions that the back-off keeps separate (elementwise fusion inlines every other
+    one, materialized or not): [Note: key-side prologues computed once].
     """
 
     nests: tuple[Nest, ...]
     inputs: tuple[str, ...]
     materialized: frozenset[str]
     recomputed: frozenset[str] = frozenset()
+    pinned: frozenset[str] = frozenset()
 
     @property
     def separate(self) -> frozenset[str]:
@@ -246,7 +249,9 @@ class Graph:
     def keeping_separate(self, names) -> "Graph":
         """This graph with the nests ``names`` materialized and read from memory."""
         names = frozenset(names)
-        return self.replace(materialized=self.materialized | names, recomputed=self.recomputed - names)
+        elementwise = frozenset(n.name for n in self.nests if n.name in names and not contains(n.body, Reduce))
+        return self.replace(materialized=self.materialized | names, recomputed=self.recomputed - names,
+                            pinned=self.pinned | elementwise)
 
     def nest(self, name: str) -> Nest:
         for nest in self.nests:

@@ -43,6 +43,8 @@ def check_invariants(graph: Graph) -> None:
         raise InvariantError(f"materialized nests missing: {sorted(missing)}")
     if not graph.recomputed <= graph.materialized:
         raise InvariantError(f"recomputed nests that are not materialized: {sorted(graph.recomputed - graph.materialized)}")
+    if not graph.pinned <= graph.separate:
+        raise InvariantError(f"pinned nests that are not kept separate: {sorted(graph.pinned - graph.separate)}")
 
 
 def check_kernel_invariants(kernel: Kernel) -> None:

@@ -172,7 +172,7 @@ class Pipeline:
     def graph(self, base: Graph, trace: bool = True) -> Graph:
         if trace and settings.debug_level() >= 2:
             _debug("lowered IR", format_graph(base))
-        key = ("graph", id(base.nests), base.inputs, base.materialized, base.recomputed)
+        key = ("graph", id(base.nests), base.inputs, base.materialized, base.recomputed, base.pinned)
         return self._once(key, trace, lambda: self.run(self.graph_passes, base, trace, self.context),
                           keep=base.nests)  # so that their id stays theirs
 

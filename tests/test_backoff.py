@@ -256,3 +256,37 @@ def test_a_loop_that_would_run_once_per_position_of_a_dim_wider_than_a_tile_is_l
     assert "amax.default" in reasons and "320-wide dim" in reasons["amax.default"], str(report)
     assert not any(computes_softmax(kernel.aten_ops) for kernel in report.kernels), str(report)
     _matches_float64(latent, args)
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rotary(q, k, v, cos, sin):
+    q = q * cos + _rotate_half(q) * sin
+    k = k * cos + _rotate_half(k) * sin  # read along the keys only: a key-side prologue
+    return torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v
+
+
+def _gated_keys(q, k, v, gate):
+    k = k * torch.sigmoid(gate)  # two reads per element: cheap enough to stay fused
+    return torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v
+
+
+@pytest.mark.parametrize("L, outside", [(200, False), (300, True)])
+def test_a_key_side_prologue_is_computed_once_where_the_rows_span_several_tiles(L, outside):
+    """[Note: key-side prologues computed once]: rotary embeddings of the keys read the
+    keys three times and two tables per element; with the rows wider than two row tiles
+    they are computed once outside the kernel (which then loads the rotated keys), below
+    that inside its loop. Either way one kernel, matching float64; a gate on the keys
+    (two reads) stays in the loop at every length."""
+    q, k, v = (rand(1, 2, L, 16, seed=60 + n) for n in range(3))
+    angle = torch.arange(L, dtype=torch.float32)[:, None] * torch.linspace(0.1, 1.0, 8)[None, :]
+    cos, sin = torch.cat((angle, angle), -1).cos(), torch.cat((angle, angle), -1).sin()  # [L, 16]
+    report = flashlight.explain(_rotary, q, k, v, cos, sin)
+    assert len(report.kernels) == 1, str(report)
+    left = {op.name for op in report.fallback_ops}
+    assert (("cat.default" in left and "add.Tensor" in left) if outside else not left), str(report)
+    _matches_float64(_rotary, (q, k, v, cos, sin))
+    _check(_gated_keys, (q, k, v, rand(1, 2, L, 16, seed=70)), kernels=1)

@@ -398,10 +398,10 @@ def test_second_run_and_new_forms_sections_set_flashlight_against_stock_and_peer
     assert "| 0.25× |" in row and "unfused graph (0.120 ms; kernel 4.700 ms)" in row
 
 
-def test_sdpa_gate_and_flash_sections_set_flashlight_against_peers_of_the_same_run(tmp_path):
+def test_sdpa_gate_and_other_gpu_sections_set_flashlight_against_peers_of_the_same_run(tmp_path):
     from bench import report_new_forms, report_peers
 
-    assert report_new_forms.sdpa_gate_lines(tmp_path) == [] and report_peers.flash_lines(tmp_path) == []
+    assert report_new_forms.sdpa_gate_lines(tmp_path) == [] and report_peers.other_gpu_lines(tmp_path) == []
     timed = {"ms": 0.05, "max_rel_err": 4e-3, "kernel_ms": 0.04, "host_ms": 0.042}
     (tmp_path / "sdpa_gate.json").write_text(json.dumps({
         "meta": {"gpu": "NVIDIA H100", "torch": "2.11", "triton": "3.6"}, "rows": [{
@@ -415,9 +415,9 @@ def test_sdpa_gate_and_flash_sections_set_flashlight_against_peers_of_the_same_r
              for impl, ms in (("flex_flash", 0.5), ("flex", 0.7), ("flashlight", 0.625))]
     cells.append({"variant": "evoformer_core", "shape": {"N": 512}, "impl": "flex_flash", "status": "error",
                   "measured_at": "1", "formulations": {"catalog": {"status": "error", "message": "MLIRError: x"}}})
-    (tmp_path / report_peers.FLASH_DIR).mkdir()
-    (tmp_path / report_peers.FLASH_DIR / "flash_lm.json").write_text(json.dumps({"runs": [run], "cells": cells}))
-    lines = report_peers.flash_lines(tmp_path)
+    (tmp_path / report_peers.OTHER_GPU_DIR).mkdir()
+    (tmp_path / report_peers.OTHER_GPU_DIR / "flash_lm.json").write_text(json.dumps({"runs": [run], "cells": cells}))
+    lines = report_peers.other_gpu_lines(tmp_path)
     (row,) = [line for line in lines if line.startswith("| vanilla")]
-    assert row == "| vanilla | B4 H16 L4096 D64 | 0.500 | 0.700 | – | – | 0.625 | 0.80× |"
-    assert "- evoformer_core (catalog): `MLIRError: x`" in lines
+    assert row == "| vanilla | B4 H16 L4096 D64 | 0.500 | 0.700 | 0.625 |"
+    assert "- evoformer_core (catalog): `MLIRError: x`" in lines and "`flash_lm.json`:" in lines

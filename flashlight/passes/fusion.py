@@ -136,8 +136,10 @@ def _drop_unread(nests: list[Nest], materialized: frozenset[str], memo: dict) ->
 
 
 def fuse_elementwise(graph: Graph, memo: dict | None = None) -> Graph:
-    """Inline producers without reductions (pointwise chains, broadcasts, index maths)."""
-    return inline(graph, lambda nest: not contains(nest.body, Reduce), memo)
+    """Inline producers without reductions (pointwise chains, broadcasts, index maths),
+    except those the back-off pinned ([Note: key-side prologues computed once] in
+    :mod:`flashlight.backoff`)."""
+    return inline(graph, lambda nest: not contains(nest.body, Reduce) and nest.name not in graph.pinned, memo)
 
 
 def fuse_reductions(graph: Graph, memo: dict | None = None) -> Graph:
