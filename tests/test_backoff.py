@@ -290,3 +290,20 @@ def test_a_key_side_prologue_is_computed_once_where_the_rows_span_several_tiles(
     assert (("cat.default" in left and "add.Tensor" in left) if outside else not left), str(report)
     _matches_float64(_rotary, (q, k, v, cos, sin))
     _check(_gated_keys, (q, k, v, rand(1, 2, L, 16, seed=70)), kernels=1)
+
+
+def test_gradients_flow_through_a_key_side_prologue_computed_once():
+    """The rotated keys computed outside the kernel (rows over two row tiles) still
+    carry the gradients of q, k and v, matching float64."""
+    L = 300
+    q, k, v = (rand(1, 1, L, 16, seed=80 + n) for n in range(3))
+    angle = torch.arange(L, dtype=torch.float32)[:, None] * torch.linspace(0.1, 1.0, 8)[None, :]
+    cos, sin = torch.cat((angle, angle), -1).cos(), torch.cat((angle, angle), -1).sin()
+    grad_out = rand(1, 1, L, 16, seed=90)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    flashlight.compile(_rotary)(*leaves, cos, sin).backward(grad_out)
+    exact = [t.double().requires_grad_(True) for t in (q, k, v)]
+    _rotary(*exact, cos.double(), sin.double()).backward(grad_out.double())
+    for got, want in zip(leaves, exact, strict=True):
+        assert torch.isfinite(got.grad).all()
+        torch.testing.assert_close(got.grad.double(), want.grad, rtol=1e-4, atol=1e-4 * want.grad.abs().max().item())
