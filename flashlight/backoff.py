@@ -76,6 +76,7 @@ class _Search:
     node_of_nest: dict[str, str]
     log: Callable[[str, str], None]
     online_forms: dict[Nest, Kernel | None] = dataclasses.field(default_factory=dict)
+    pins: set[str] = dataclasses.field(default_factory=set)  # cuts that elementwise fusion respects too
 
     def trial(self, base: Graph, cuts) -> Graph:
         """The graph passes, quietly, with ``cuts`` kept separate too."""
@@ -167,7 +168,7 @@ def search(lowered: Lowered, compiler: Compiler, log: Callable[[str, str], None]
         plan, cuts = _round(s, base, graph)
         if not cuts:
             return _shared_loops(s, plan)
-        base = base.keeping_separate(cuts)
+        base = base.keeping_separate(cuts - s.pins).pinning(cuts & s.pins)
 
 
 def _round(s: _Search, base: Graph, graph: Graph) -> tuple[Plan, frozenset[str]]:
@@ -508,13 +509,15 @@ def _prologue_cut(s: _Search, base: Graph, nest: Nest, tiled: TiledKernel) -> fr
                if n.name != nest.name and s.node_of_nest.get(n.name) in nest.origins
                and n.name not in base.separate and not contains(n.body, Reduce)]
     for name in reversed(inlined):  # the latest covers the producers it inlines
-        graph = s.trial(base, {name})
+        graph = s.compiler.graph(base.pinning({name}), trace=False)
         kept = next((n for n in graph.nests if n.name == name), None)
         if kept is None or _input_reads(kept.body) < PROLOGUE_READS:
             continue
-        kernel = _online_with(s, base, name, nest.name)
+        fused = next((n for n in graph.nests if n.name == nest.name), None)
+        kernel = s.online(fused) if fused is not None else None
         if kernel is not None and _read_along_loop_only(kernel, s.node_of_nest[name], row) \
                 and s.attempt(graph, nest.name):
+            s.pins.add(name)
             return frozenset({name})
     return frozenset()
 

@@ -230,9 +230,9 @@ class Graph:
     consumers may still inline: those needed outside Flashlight, which a consumer
     computes again in its own loop (a row max returned next to the attention that uses
     it), until the back-off keeps one separate. The rest of ``materialized`` is
-    :attr:`separate`: consumers read those from memory. ``pinned`` are the nests without
-    reductions that the back-off keeps separate (elementwise fusion inlines every other
-    one, materialized or not): [Note: key-side prologues computed once].
+    :attr:`separate`: consumers read those from memory. ``pinned`` are separate nests that
+    elementwise fusion leaves alone too (it inlines every other nest without reductions,
+    separate or not): [Note: key-side prologues computed once].
     """
 
     nests: tuple[Nest, ...]
@@ -249,9 +249,11 @@ class Graph:
     def keeping_separate(self, names) -> "Graph":
         """This graph with the nests ``names`` materialized and read from memory."""
         names = frozenset(names)
-        elementwise = frozenset(n.name for n in self.nests if n.name in names and not contains(n.body, Reduce))
-        return self.replace(materialized=self.materialized | names, recomputed=self.recomputed - names,
-                            pinned=self.pinned | elementwise)
+        return self.replace(materialized=self.materialized | names, recomputed=self.recomputed - names)
+
+    def pinning(self, names) -> "Graph":
+        """This graph keeping the nests ``names`` separate, elementwise fusion too."""
+        return self.keeping_separate(names).replace(pinned=self.pinned | frozenset(names))
 
     def nest(self, name: str) -> Nest:
         for nest in self.nests:
