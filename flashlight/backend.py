@@ -432,7 +432,7 @@ def make_backend(report: ExplainReport | None = None, **options: Any):
         try:
             with _keep_saved_tensors(training and (options.get("remainder") or settings.get("remainder")) == "inductor"):
                 return captures[not training](gm, example_inputs)
-        except NothingFused:  # [Note: a graph Flashlight fuses nothing in]
+        except NoKernelInGraph:  # [Note: a graph Flashlight fuses nothing in]
             from torch._inductor.compile_fx import compile_fx
 
             return compile_fx(gm, example_inputs)
@@ -489,7 +489,7 @@ def compile_with_remainder(gm: fx.GraphModule, example_inputs, report: ExplainRe
         return _boxed(gm) if kind == "backward" else gm
     if kind == "inference" and gm is not pristine and not _has_kernels(gm) and not _overwrites_inputs(gm):
         _mark_remainder(report, start, "inductor")
-        raise NothingFused  # [Note: a graph Flashlight fuses nothing in]
+        raise NoKernelInGraph  # [Note: a graph Flashlight fuses nothing in]
     try:
         inductor.to_custom_ops(gm)
         compiled = inductor.compile_remainder(gm, example_inputs, kind)
@@ -513,22 +513,24 @@ def compile_with_remainder(gm: fx.GraphModule, example_inputs, report: ExplainRe
 # to keep attention patterns for Flashlight) gave the same operations in other kernels:
 # absorbed latent attention at 2 x 8 x 2048 x 64 (bf16, H100) ran 0.530 ms against
 # ``torch.compile``'s 0.483. The compile step signals this by raising
-# :class:`NothingFused` out of AOTAutograd; the backend catches it. Training graphs
+# :class:`NoKernelInGraph` out of AOTAutograd; the backend catches it. Training graphs
 # keep Flashlight's path (their backward is partitioned by Flashlight), and so do graphs
 # that update an input in place, whose results Flashlight's path stores in that input's
 # buffer ([Note: writing into an input the graph overwrites]).
 
 
-class NothingFused(Exception):
+class NoKernelInGraph(Exception):
     """Raised by the inference compile step of a graph without Flashlight kernels
     ([Note: a graph Flashlight fuses nothing in])."""
 
 
 def _has_kernels(gm: fx.GraphModule) -> bool:
+    """Whether ``gm`` calls a Flashlight kernel."""
     return any(node.op == "call_function" and isinstance(node.target, Launcher) for node in gm.graph.nodes)
 
 
 def _overwrites_inputs(gm: fx.GraphModule) -> bool:
+    """Whether ``gm`` (functionalized) copies a value into one of its inputs."""
     return any(node.target is aten.copy_.default and node.args[0].op == "placeholder" for node in gm.graph.nodes)
 
 
