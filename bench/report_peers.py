@@ -9,6 +9,7 @@ import json
 import pathlib
 
 from bench.evoformer_modes import GRAPHS
+from bench.kernel_results import shape_label
 from bench.report import DTYPE_TITLES
 
 FILE = "evoformer_peers.json"
@@ -119,10 +120,6 @@ OTHER_GPU_DIR = "h100_2026-12-05"  # not kernels_*.json: another GPU than the ma
 OTHER_GPU_IMPLS = ("flex_flash", "flex", "torch_compile", "sdpa", "eager", "flashlight")
 
 
-def _shape_text(shape: dict) -> str:
-    return " ".join(f"{k}{v}" for k, v in shape.items())
-
-
 def other_gpu_lines(results: pathlib.Path) -> list[str]:
     """The section on the kernel runs under :data:`OTHER_GPU_DIR` (``bench.kernels`` on
     another GPU than the main tables'): a table per file, each row one variant and shape
@@ -153,7 +150,7 @@ def other_gpu_lines(results: pathlib.Path) -> list[str]:
                 for name, form in ((c or {}).get("formulations") or {}).items():
                     if impl == "flex_flash" and form.get("status") == "error":
                         errors.setdefault(form["message"].split("\n")[0][:120], set()).add(f"{variant} ({name})")
-            lines.append(f"| {variant} | {_shape_text(json.loads(shape))} | {' | '.join(texts)} |")
+            lines.append(f"| {variant} | {shape_label(json.loads(shape))} | {' | '.join(texts)} |")
     if errors:
         lines += ["", "FLASH formulations that failed:", ""]
         lines += [f"- {', '.join(sorted(where))}: `{message}`" for message, where in sorted(errors.items())]

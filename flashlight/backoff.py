@@ -78,9 +78,10 @@ class _Search:
     online_forms: dict[Nest, Kernel | None] = dataclasses.field(default_factory=dict)
     pins: set[str] = dataclasses.field(default_factory=set)  # cuts that elementwise fusion respects too
 
-    def trial(self, base: Graph, cuts) -> Graph:
-        """The graph passes, quietly, with ``cuts`` kept separate too."""
-        return self.compiler.graph(base.keeping_separate(cuts), trace=False)
+    def trial(self, base: Graph, cuts, pin: bool = False) -> Graph:
+        """The graph passes, quietly, with ``cuts`` kept separate too (``pin``: from
+        elementwise fusion as well)."""
+        return self.compiler.graph(base.pinning(cuts) if pin else base.keeping_separate(cuts), trace=False)
 
     def attempt(self, graph: Graph, name: str) -> TiledKernel | bool | None:
         """Nest ``name`` of ``graph`` as a kernel; False if it cannot become one, None if
@@ -109,10 +110,14 @@ class _Search:
         """The reduction producers inlined into ``fused`` that are not kept separate yet,
         earliest first, a softmax's row statistics after the others
         ([Note: row statistics are cut last])."""
-        found = [nest.name for nest in self.lowered.graph.nests  # topological order
-                 if (nest.name != fused.name and self.node_of_nest.get(nest.name) in fused.origins
-                     and nest.name not in keep and contains(nest.body, Reduce))]
-        return sorted(found, key=self.row_statistic)
+        return sorted(self.inlined(fused, keep, reductions=True), key=self.row_statistic)
+
+    def inlined(self, fused: Nest, keep: frozenset[str], reductions: bool) -> list[str]:
+        """The producers inlined into ``fused`` and not in ``keep``, with reductions or
+        without, in topological order."""
+        return [nest.name for nest in self.lowered.graph.nests
+                if (nest.name != fused.name and self.node_of_nest.get(nest.name) in fused.origins
+                    and nest.name not in keep and contains(nest.body, Reduce) == reductions)]
 
     @functools.cached_property
     def nests_by_name(self) -> dict[str, Nest]:
@@ -168,7 +173,7 @@ def search(lowered: Lowered, compiler: Compiler, log: Callable[[str, str], None]
         plan, cuts = _round(s, base, graph)
         if not cuts:
             return _shared_loops(s, plan)
-        base = base.keeping_separate(cuts - s.pins).pinning(cuts & s.pins)
+        base = base.keeping_separate(cuts).pinning(cuts & s.pins)
 
 
 def _round(s: _Search, base: Graph, graph: Graph) -> tuple[Plan, frozenset[str]]:
@@ -505,11 +510,8 @@ def _prologue_cut(s: _Search, base: Graph, nest: Nest, tiled: TiledKernel) -> fr
     row = tiled.tiling.row
     if row is None or not row.is_static or row.size <= PROLOGUE_MIN_ROWS:
         return frozenset()
-    inlined = [n.name for n in s.lowered.graph.nests
-               if n.name != nest.name and s.node_of_nest.get(n.name) in nest.origins
-               and n.name not in base.separate and not contains(n.body, Reduce)]
-    for name in reversed(inlined):  # the latest covers the producers it inlines
-        graph = s.compiler.graph(base.pinning({name}), trace=False)
+    for name in reversed(s.inlined(nest, base.separate, reductions=False)):  # the latest covers its producers
+        graph = s.trial(base, {name}, pin=True)
         kept = next((n for n in graph.nests if n.name == name), None)
         if kept is None or _input_reads(kept.body) < PROLOGUE_READS:
             continue
