@@ -95,6 +95,7 @@ PARTS=(
     "kernels-evoformer-fp32|$K --variants evoformer --shapes all --dtypes tf32,fp32 --out $R/kernels_evoformer.json"
     "evoformer-1024|$E --retry --n-res 1024 --scopes stack,model --modes stock,flashlight,compile --out $R/evoformer.json"
     "kernels-lm-fp32|$K --retry --variants lm --shapes all --dtypes tf32,fp32 --out $R/kernels_lm.json"
+    "training-step-block|$PY -m bench.training_step --scope block --out $R/training_step_block.json"
 )
 
 part_name() { echo "${1%%|*}"; }

@@ -69,6 +69,7 @@ def compile_remainder(gm: fx.GraphModule, example_inputs: Sequence, kind: str):
     from torch._inductor.compile_fx import compile_fx_inner
 
     graph_copy = decompose(gm, example_inputs)
+    native_random_ops(graph_copy, example_inputs)
     if kind == "inference":
         write_into_overwritten_inputs(graph_copy)
     return compile_fx_inner(graph_copy, list(example_inputs),
@@ -90,6 +91,44 @@ def decompose(gm: fx.GraphModule, example_inputs: Sequence) -> fx.GraphModule:
             stack.enter_context(fake_mode)
         stack.enter_context(enable_python_dispatcher())
         return make_fx(gm, decomposition_table=select_decomp_table())(*example_inputs)
+
+
+# [Note: random numbers in the remainder]
+# Dropout reaches the backend decomposed: ``aten.rand`` of the mask's shape, compared
+# with the keep probability. Inductor lowers random ops only in the form its joint-graph
+# passes give them (``replace_random_passes``: one seed tensor drawn from PyTorch's
+# generator per graph and device, each random op a generator inside the kernel that
+# consumes it), or as calls of the ATen op where ``fallback_random`` is set; Flashlight
+# hands Inductor graphs AOTAutograd traced, past those passes, so the remainder applies
+# that one rewrite itself. Without it a graph with dropout failed Inductor's lowering
+# and ran eagerly around the kernels. The values drawn are Inductor's, as under
+# ``torch.compile``, not eager PyTorch's: the same distribution, other draws. They depend
+# on the seeds (taken from PyTorch's generator when the graph runs, so a restored
+# generator state draws the same masks again, as activation checkpointing needs) and on
+# each element's place, not on how Inductor schedules its kernels.
+
+
+def native_random_ops(gm: fx.GraphModule, example_inputs: Sequence) -> int:
+    """Rewrite ``gm``'s random ops into Inductor's own ([Note: random numbers in the
+    remainder]); returns how many nodes were rewritten (0 with ``fallback_random``)."""
+    from torch._guards import detect_fake_mode
+    from torch._inductor import config
+    from torch._inductor.fx_passes.replace_random import replace_random_passes
+    from torch._inductor.pattern_matcher import stable_topological_sort
+    from torch._inductor.virtualized import V
+
+    if config.fallback_random or not any(
+            n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
+            for n in gm.graph.nodes):
+        return 0
+    fake_mode = detect_fake_mode(list(example_inputs))
+    with V.set_fake_mode(fake_mode) if fake_mode is not None else contextlib.nullcontext():
+        count = replace_random_passes(gm)
+    if count:
+        stable_topological_sort(gm.graph)
+        gm.graph.lint()
+        gm.recompile()
+    return count
 
 
 # [Note: writing into an input the graph overwrites]

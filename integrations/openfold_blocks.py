@@ -69,9 +69,24 @@ The class's own forward (its attention still patched, and falling back by its ow
 runs when: a chunk size is set (above); ``_offload_inference`` is set (it moves tensors
 between devices and counts references); the attention would not run Flashlight's
 kernels (CPU tensors without ``TRITON_INTERPRET``, a dtype other than float32 and
-bfloat16: see :mod:`~flashlight.integrations.openfold`); autograd is recording (a
-training step runs the eager block, whose patched attentions then run Flashlight's
-forward and backward kernels); the block has no compiled form for its class.
+bfloat16: see :mod:`~flashlight.integrations.openfold`); the block has no compiled form
+for its class. None of these depends on whether autograd records the call.
+
+[Note: compiled blocks in training]
+Under autograd (``model.train()``, fine-tuning) the block compiles as a training graph:
+AOTAutograd's joint graph, split by Flashlight's partition ([Note: what the backward
+saves] in :mod:`flashlight.partition`), the attention cores' forward and backward as
+Flashlight kernels, the rest of both graphs through Inductor. OpenFold's dropout is
+then drawn by Inductor ([Note: random numbers in the remainder] in
+:mod:`flashlight.inductor`): masks of the same distribution as eager PyTorch's, other
+values. OpenFold checkpoints each block in training (``blocks_per_ckpt``): PyTorch's
+reentrant checkpoint runs the block once without autograd, then again with it during
+the backward pass, from the same generator state. Both runs must draw the same masks,
+so both take the compiled block (an inference graph, then a training graph, whose
+random ops take the same seeds in the same order); the rules above never depend on
+whether autograd records the call. (A compiled first run and an eager second one would
+draw different masks, and the backward would differentiate another function than the
+one whose output the model used.)
 
 Memory
 ------
@@ -109,7 +124,6 @@ from flashlight.integrations.openfold_forward import (
     _STATE_ATTR,
     PatchedForward,
     _fallback_reason,
-    records_grad,
     _Options,
     is_patched,
     _stock_params,
@@ -238,8 +252,7 @@ def _eager_reason(block, state: _BlockState, bound: dict[str, Any]) -> str | Non
     if not isinstance(x, torch.Tensor):
         return f"{first} is not a tensor"
     others = [v for v in bound.values() if isinstance(v, torch.Tensor) and v is not x]
-    if records_grad(block, [x, *others]):
-        return "grad"  # training runs the eager block; its attentions run Flashlight's kernels
+    # never whether autograd records the call: [Note: compiled blocks in training]
     return _fallback_reason(block, state.options, [x], others)
 
 

@@ -262,3 +262,49 @@ def test_a_graph_without_kernels_is_compiled_as_torch_compile_compiles_it():
     torch.testing.assert_close(out.double(), no_attention(*_double([x, w])), rtol=1e-5, atol=1e-5)
     assert not report.kernels and report.fallback_ops
     assert all(op.runs == "inductor" for op in report.fallback_ops), str(report)
+
+
+
+P_DROP = 0.25
+
+
+def dropped_block(x, wq, wk, wv, wg, wo):
+    """``block`` with dropout on the attention's update before the residual, as
+    OpenFold applies it."""
+    h = F.layer_norm(x, (x.shape[-1],))
+    o = attention_only(h @ wq, h @ wk, h @ wv) * torch.sigmoid(h @ wg)
+    return F.dropout(o @ wo, P_DROP, training=True) + x
+
+
+def test_dropout_compiles_in_the_inductor_remainder_and_its_gradient_uses_the_same_mask():
+    """[Note: random numbers in the remainder]: a graph with dropout compiles through
+    Inductor (it failed Inductor's lowering and ran eagerly before); about ``P_DROP`` of
+    the values are dropped; the gradients are those of the mask the forward drew (read
+    from its output: a dropped value leaves the residual alone); a restored generator
+    state draws the same mask again, as activation checkpointing needs."""
+    args = _block_inputs(12, seed=31)
+    weights = [a.requires_grad_() for a in args[1:]]
+    torch.compiler.reset()
+    fn = flashlight.compile(dropped_block, remainder="inductor")
+    spy = unittest.mock.patch.object(flashlight.inductor, "compile_remainder", wraps=flashlight.inductor.compile_remainder)
+    with settings.override(on_error="raise"), spy as remainder:
+        state = torch.get_rng_state()
+        out = fn(*args)
+        out.square().sum().backward()
+        torch.set_rng_state(state)
+        with torch.no_grad():
+            again = fn(*args)
+    torch.compiler.reset()
+    assert [c.args[2] for c in remainder.call_args_list] == ["forward", "backward", "inference"]
+    torch.testing.assert_close(again, out.detach(), rtol=0, atol=0)
+    x = args[0]
+    kept = ((out.detach() - x) != 0).double()  # [B, L, D]
+    assert 0.1 < 1 - kept.mean().item() < 0.4, "about P_DROP of the values are dropped"
+    ref_args = [a.detach().double().requires_grad_() for a in args]
+    h = F.layer_norm(ref_args[0], (D,))
+    o = attention_only(h @ ref_args[1], h @ ref_args[2], h @ ref_args[3]) * torch.sigmoid(h @ ref_args[4])
+    ref = (o @ ref_args[5]) * kept / (1 - P_DROP) + ref_args[0]
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    ref.square().sum().backward()
+    for w, r in zip(weights, ref_args[1:]):
+        torch.testing.assert_close(w.grad.double(), r.grad, rtol=1e-4, atol=1e-4)

@@ -6,11 +6,14 @@ with the remainder eager (Inductor's C++ builds are slow on the CPU). Checked: t
 outputs match stock float32 and float64 within 1e-4 of their magnitude; the two blocks
 share one graph; the second size compiles one graph with symbolic sizes and the third
 none; a chunked call runs the eager block; unpatching restores stock bit for bit; the
-report; a bad scope. One template pair block runs with the Inductor remainder.
+report; a bad scope. One template pair block runs with the Inductor remainder. A
+training step of the stack (dropout on, OpenFold's checkpointing) compiles the blocks as
+training graphs with the Inductor remainder.
 """
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import random
 import unittest.mock
@@ -201,3 +204,69 @@ def test_a_template_pair_block_through_the_inductor_remainder(gen):
     scale = exact.abs().max().item()
     assert (got - want).abs().max().item() <= 1e-4 * scale
     assert (got.double() - exact).abs().max().item() <= 1e-4 * scale
+
+
+class _TrainingStack(torch.nn.Module):
+    """Blocks called as OpenFold's stacks call them in training: through OpenFold's
+    ``checkpoint_blocks`` (``blocks_per_ckpt`` 1: each block runs without autograd,
+    then again with it in the backward pass), or directly with ``blocks_per_ckpt`` None."""
+
+    def __init__(self, blocks):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(blocks)
+        self.blocks_per_ckpt = 1
+
+    def forward(self, m, z, msa_mask, pair_mask):
+        from openfold.utils.checkpointing import checkpoint_blocks
+
+        calls = [functools.partial(b, msa_mask=msa_mask, pair_mask=pair_mask, chunk_size=None,
+                                   inplace_safe=False) for b in self.blocks]
+        return checkpoint_blocks(calls, args=(m, z), blocks_per_ckpt=self.blocks_per_ckpt)
+
+
+def _training_step(stack, inputs, weights, blocks_per_ckpt):
+    """Loss and gradients (the parameters', then ``m``'s and ``z``'s) of one step."""
+    stack.blocks_per_ckpt = blocks_per_ckpt
+    stack.zero_grad(set_to_none=True)
+    m, z = (t.clone().requires_grad_() for t in inputs[:2])
+    torch.manual_seed(5)  # the dropout masks
+    out_m, out_z = stack(m, z, *inputs[2:])
+    loss = (out_m * weights[0]).sum() + (out_z * weights[1]).sum()
+    loss.backward()
+    return loss.item(), [p.grad for p in stack.parameters()] + [m.grad, z.grad]
+
+
+def test_training_compiles_the_blocks_and_checkpointing_draws_the_same_dropout(gen):
+    """[Note: compiled blocks in training] in openfold_blocks.py: under autograd the block
+    compiles as a training graph (Flashlight's backward kernels, Inductor's remainder);
+    with dropout on and OpenFold's checkpointing the step equals the step without
+    checkpointing (the block's two runs draw the same masks); with dropout off the
+    gradients match stock's."""
+    stock = _TrainingStack([_evoformer_block(gen) for _ in range(2)]).train()
+    patched = copy.deepcopy(stock)
+    flashlight.patch_openfold(patched, scope="block")
+    inputs = _inputs(3, 6, gen)
+    weights = [torch.randn(t.shape, generator=gen) for t in inputs[:2]]
+    torch.compiler.reset()
+    openfold_blocks.clear_compiled()
+    spy = unittest.mock.patch.object(flashlight.inductor, "compile_remainder", wraps=flashlight.inductor.compile_remainder)
+    with settings.override(remainder="inductor", on_error="raise"), spy as remainder:
+        loss_ckpt, grads_ckpt = _training_step(patched, inputs, weights, 1)
+        loss, grads = _training_step(patched, inputs, weights, None)
+        for module in (*stock.modules(), *patched.modules()):
+            if type(module).__name__.startswith("Dropout"):
+                module.eval()
+        want_loss, want = _training_step(stock, inputs, weights, None)
+        got_loss, got = _training_step(patched, inputs, weights, None)
+    torch.compiler.reset()
+    openfold_blocks.clear_compiled()
+    assert {c.args[2] for c in remainder.call_args_list} == {"inference", "forward", "backward"}
+    assert loss_ckpt == pytest.approx(loss, rel=1e-6)
+    for a, b in zip(grads_ckpt, grads, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * b.abs().max().item())
+    assert got_loss == pytest.approx(want_loss, rel=1e-4)
+    scale = max(g.abs().max().item() for g in want)
+    for a, b in zip(got, want, strict=True):
+        assert torch.isfinite(a).all()
+        assert (a - b).abs().max().item() <= 1e-4 * scale
