@@ -71,6 +71,23 @@ def profile_lines(data: dict) -> list[str]:
     return lines
 
 
+def saved_lines(data: dict) -> list[str]:
+    """What one checkpointed block keeps for its backward (``training_saved.json``)."""
+    lines = ["What one block of `model_1` keeps for its backward pass in training (`bench/training_saved.py`: "
+             "the distinct storages autograd saves, not parameters or inputs, counted at prime lengths "
+             "and sized at the training lengths; counts, not a measured peak; "
+             f"{data['environment'].get('device', '?')}, torch {data['environment'].get('torch', '?')}). "
+             "Checkpointed per block, a step's backward holds this for one block at a time, on top of "
+             "every block's checkpointed inputs:", "",
+             "| block | sequences x residues | stock MiB | attention cores | whole block |", "|---|---|---|---|---|"]
+    for name, row in data["results"].items():
+        stock = row["stock"]["mib"]
+        lines.append(f"| {name} | {row['sequences']} x {row['residues']} | {stock:.0f} | "
+                     + " | ".join(f"{row[m]['mib']:.0f} ({row[m]['mib'] / stock:.2f}x)" for m in ("attention", "block"))
+                     + " |")
+    return lines
+
+
 def training_lines(results: pathlib.Path) -> list[str]:
     """The section's lines, or none when neither result file exists."""
     kernels, step = results / "training.json", results / "training_step.json"
@@ -89,4 +106,7 @@ def training_lines(results: pathlib.Path) -> list[str]:
     profile = results / "training_step_profile.json"
     if profile.exists():
         lines += profile_lines(json.loads(profile.read_text())) + [""]
+    saved = results / "training_saved.json"
+    if saved.exists():
+        lines += saved_lines(json.loads(saved.read_text())) + [""]
     return lines

@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 pytest.importorskip("triton")
 
@@ -429,6 +430,30 @@ def test_training_step_compares_gradients_that_are_not_rounding_noise():
     assert name == "w" and math.isclose(ratio, 0.1)
     assert all(n != "ln_bias" for _, n in found["worst_grad_norm_differences"])
     assert found["near_zero_gradients"]["count"] == 1 and found["near_zero_gradients"]["largest"] == 6e-6
+
+
+def test_training_saved_sizes_a_storage_at_the_training_lengths():
+    """A storage counted at the prime lengths (S, R) is sized at others exactly; the
+    saved-tensor count sees a score-sized tensor that stock attention keeps."""
+    from bench import training_saved as ts
+
+    scores = {"elements": ts.S * 8 * ts.R * ts.R, "element_bytes": 4}  # [S, H, R, R]
+    assert ts.factor(scores["elements"]) == (1, 2, 8)
+    assert ts.bytes_at(scores, 128, 256) == 128 * 8 * 256 * 256 * 4
+
+    def attention(q, k, v):  # [S, H, R, c] -> [S, H, R, c], keeps its probabilities
+        return torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+
+    class Block(torch.nn.Module):
+        def forward(self, m, z, msa_mask, pair_mask, chunk_size=None, inplace_safe=False):
+            q = m.view(ts.S, ts.R, 2, 4).transpose(1, 2)
+            return attention(q, q * 2, q.sin()).transpose(1, 2).reshape(m.shape) * msa_mask[..., None], z * 2
+
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(ts.S, ts.R, 8, generator=gen), torch.randn(ts.R, ts.R, 4, generator=gen),
+              torch.rand(ts.S, ts.R, generator=gen), torch.rand(ts.R, ts.R, generator=gen)]
+    sizes = sorted((ts.factor(s["elements"]) for s in ts.saved_storages(Block(), inputs)), reverse=True)
+    assert (1, 2, 2) in sizes  # the probabilities [S, 2, R, R]
 
 
 def test_new_forms_time_every_implementation_against_float64(tmp_path):
