@@ -96,6 +96,7 @@ PARTS=(
     "evoformer-1024|$E --retry --n-res 1024 --scopes stack,model --modes stock,flashlight,compile --out $R/evoformer.json"
     "kernels-lm-fp32|$K --retry --variants lm --shapes all --dtypes tf32,fp32 --out $R/kernels_lm.json"
     "training-step-block|$PY -m bench.training_step --scope block --out $R/training_step_block.json"
+    "dropout|$PY -m bench.dropout --out $R/dropout.json"
 )
 
 part_name() { echo "${1%%|*}"; }

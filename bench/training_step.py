@@ -138,7 +138,7 @@ def main(argv=None) -> int:
         m.cpu()
         torch.cuda.empty_cache()
         print(name, json.dumps({k: v for k, v in rows[name].items() if k != "grad_norms"}), flush=True)
-    # whole blocks draw their dropout masks with Inductor: other masks, other gradients
+    # whole blocks draw their dropout masks with Flashlight's generator: other masks, other gradients
     same_masks = args.scope == "attention"
     if same_masks and "grad_norms" in rows.get("stock", {}) and "grad_norms" in rows.get("flashlight", {}):
         rows.update(grad_differences(rows["stock"]["grad_norms"], rows["flashlight"]["grad_norms"]))

@@ -30,6 +30,7 @@ from flashlight.ir import Reduce, TiledKernel, walk
 from flashlight.lower import REINDEXING, lower
 from flashlight.passes.tiling import MAX_TILE
 from flashlight.pipeline import Plan, compile_graph, tile_sizes_to_fix
+from flashlight.random_ops import draw_seeds_first
 from flashlight.report import ExplainReport, FallbackOp, KernelReport
 from flashlight.aot import aot_compile
 from flashlight.runtime import COMPILE_EVENTS, Launcher, config_space
@@ -100,6 +101,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
         return gm
     split = _split_concatenations(gm)
     shifted = drop_repeated_maxes(gm)  # [Note: a softmax of scores less their row max]
+    draw_seeds_first(gm)  # [Note: dropout inside a kernel]
     lowered = lower_and_log(gm)
     if _fix_sizes(gm, example_inputs, tile_sizes_to_fix(lowered)):
         lowered = lower_and_log(gm)  # those sizes now read as numbers

@@ -12,7 +12,10 @@ dots per tile) only to sum their product. Contractions may be reordered::
 
 so the same term is a sum over the head width of two tensors the graph already has: the
 incoming gradient ``do`` and the forward's output ``o`` (FlashAttention-2 computes it
-this way). :func:`rewrite_row_terms` finds the pattern at the level of the batched
+this way). Where the matmul's operand is the probabilities times other factors (a
+dropout mask and its scale: ``o = (p m s) @ v``), ``dp`` arrives as the gradient of that
+operand times the same factors, and ``sum_j p_ij m_ij s dp'_ij = sum_c do_ic o_ic`` again
+(:func:`_scaled_row_term`). :func:`rewrite_row_terms` finds the pattern at the level of the batched
 matmuls AOTAutograd writes: a sum over the last dim of ``view(bmm(G, B^T)) * P'``, where
 ``bmm(P, B)`` is a forward node with the same ``B`` and ``P'`` is that ``P`` up to
 re-indexing that keeps each element in place (views, a same-shape expand, detaches) and a
@@ -105,7 +108,77 @@ def _row_term(node: fx.Node):
         found = _through_matmul(dp, p)
         if found is not None:
             return (*found, cast_a, list(dp.args[1]))
+    return _scaled_row_term(product)
+
+
+def _scaled_row_term(product: fx.Node):
+    """The row term of a product of several factors ([Note: the softmax backward's row
+    term] with factors): ``dp * F1 * ... * Fn`` where the forward's matmul multiplied
+    ``B`` by ``F1 * ... * Fn`` (the probabilities times a dropout mask and its scale:
+    ``sum_j p_ij m_ij s dp'_ij`` is ``sum_j (p m s)_ij dp'_ij``, ``dp'`` the gradient of
+    the matmul's own operand); the same factors, nodes and numbers, on both sides.
+    Returns as :func:`_row_term`, else None."""
+    factors = _factors(product)
+    for k, dp in enumerate(factors):
+        if not isinstance(dp, fx.Node) or dp.target is not aten.view.default:
+            continue
+        rest = factors[:k] + factors[k + 1:]
+        for grad, value in _grad_matmuls(dp):
+            for forward_mm in value.users:
+                if forward_mm.target is aten.bmm.default and forward_mm.args[1] is value \
+                        and _same_factors(_operand_source(forward_mm.args[0], dp), rest):
+                    return grad, forward_mm, None, list(dp.args[1])
     return None
+
+
+def _factors(node) -> list:
+    """The factors of a tree of ``mul.Tensor`` (nodes, and numbers where one side is one),
+    detaches looked through."""
+    while isinstance(node, fx.Node) and node.target in _IN_PLACE:
+        node = node.args[0]
+    if isinstance(node, fx.Node) and node.target is aten.mul.Tensor and len(node.args) == 2:
+        return _factors(node.args[0]) + _factors(node.args[1])
+    return [node]
+
+
+def _grad_matmuls(dp: fx.Node):
+    """``(G, B)`` where ``dp`` is ``view(bmm(G, B^T))`` with the key dim last; else nothing."""
+    grad_mm = dp.args[0]
+    if isinstance(grad_mm, fx.Node) and grad_mm.target is aten.bmm.default:
+        grad, transposed = grad_mm.args
+        value = _transposed_source(transposed)
+        if value is not None and _keeps_last_two(grad_mm, dp):
+            yield grad, value
+
+
+def _operand_source(p3: fx.Node, dp: fx.Node):
+    """The tensor of ``dp``'s shape whose elements the forward matmul's operand ``p3``
+    holds in ``dp``'s order (through a view, a same-shape expand, detaches), or None."""
+    def source(node):
+        while isinstance(node, fx.Node) and node.target in _IN_PLACE:
+            node = node.args[0]
+        return node
+
+    node = source(p3)
+    if not isinstance(node, fx.Node) or node.target is not aten.view.default:
+        return None
+    node = source(node.args[0])
+    if isinstance(node, fx.Node) and node.target is aten.expand.default:
+        inner = node.args[0]
+        if not isinstance(inner, fx.Node) or _shape(inner) != _shape(node):
+            return None
+        node = source(inner)
+    return node if _shape(node) is not None and _shape(node) == _shape(dp) else None
+
+
+def _same_factors(operand, factors: list) -> bool:
+    """Whether ``operand`` is the product of ``factors`` (the same nodes, the same numbers),
+    with more than one factor (one is the plain case of :func:`_through_matmul`)."""
+    if operand is None or len(factors) < 2:
+        return False
+    mine = _factors(operand)
+    key = lambda f: ("node", f.name) if isinstance(f, fx.Node) else ("number", repr(f))  # noqa: E731
+    return sorted(map(key, mine)) == sorted(map(key, factors))
 
 
 def _is_mul(node) -> bool:

@@ -15,6 +15,8 @@ from typing import Sequence
 
 import torch
 
+from flashlight.random_ops import native_dropout, native_dropout_backward
+
 aten = torch.ops.aten
 
 # PyTorch's own decompositions of these rewrite them into elementwise operations the
@@ -105,6 +107,8 @@ def decompositions(inference: bool = False) -> dict:
     from torch._decomp import get_decompositions
 
     table = get_decompositions(list(DECOMPOSED))
+    table[aten.native_dropout.default] = native_dropout  # [Note: dropout inside a kernel]
+    table[aten.native_dropout_backward.default] = native_dropout_backward
     for overload, var in (("correction", variance), ("dim", _variance_dim), ("default", _variance_all)):
         table[getattr(aten.var, overload)] = var
         table[getattr(aten.std, overload)] = _root(var)

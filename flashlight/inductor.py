@@ -94,8 +94,9 @@ def decompose(gm: fx.GraphModule, example_inputs: Sequence) -> fx.GraphModule:
 
 
 # [Note: random numbers in the remainder]
-# Dropout reaches the backend decomposed: ``aten.rand`` of the mask's shape, compared
-# with the keep probability. Inductor lowers random ops only in the form its joint-graph
+# Random ops reach the remainder: the seed each dropout draws (``aten.randint``, [Note:
+# dropout inside a kernel] in flashlight/random_ops.py), and ``torch.rand``/``randn``
+# that a function calls itself. Inductor lowers random ops only in the form its joint-graph
 # passes give them (``replace_random_passes``: one seed tensor drawn from PyTorch's
 # generator per graph and device, each random op a generator inside the kernel that
 # consumes it), or as calls of the ATen op where ``fallback_random`` is set; Flashlight

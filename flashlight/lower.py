@@ -42,12 +42,14 @@ from flashlight.ir import (
     Nest,
     Pointwise,
     Reduce,
+    axis_dims,
     dim_names,
     walk,
 )
 from flashlight.lower_context import LowerContext, compared
 from flashlight.lower_gather import GATHER_LOWERINGS
 from flashlight.lower_reductions import REDUCTION_LOWERINGS, reduce_over
+import flashlight.random_ops  # noqa: F401 - defines torch.ops.flashlight.uniform
 from flashlight.vocabulary import COMPARISONS, HALF_DTYPES, INTEGER_EXACT, KERNEL_DTYPES, OPS
 
 aten = torch.ops.aten
@@ -400,6 +402,21 @@ def _arange(lw: LowerContext, node: fx.Node) -> Access:
     return lw.add_nest((axis,), body, dtype, "arange")
 
 
+def _uniform(lw: LowerContext, node: fx.Node) -> Access:
+    """``flashlight.uniform(seed, shape)``: Philox of the seed and each element's
+    counters, the position within the last two dims and over the dims before them
+    ([Note: dropout inside a kernel] in :mod:`flashlight.random_ops`)."""
+    axes = tuple(() if s == 1 else (Dim.fresh(s),) for s in node_shape(node))
+    seed = lw.value(node.args[0], torch.int64)
+    if not isinstance(seed, Access) or seed.axes:
+        raise Unsupported("a seed that is not one int64 value")
+    lead, trail = axis_dims(axes[:-2]), axis_dims(axes[-2:])
+    c0 = Iota(trail) if trail else Const(0, torch.int64)
+    c1 = Iota(lead) if lead else Const(0, torch.int64)
+    body = Pointwise("uniform", (lw.read(seed, ()), c0, c1), torch.float32)
+    return lw.add_nest(axes, body, torch.float32, "uniform")
+
+
 def _contraction(lw: LowerContext, node: fx.Node) -> Access:
     """mm / bmm: out[..., m, n] = sum_k a[..., m, k] * b[..., k, n]."""
     return _contract(lw, node, *node.args[:2])
@@ -503,6 +520,7 @@ LOWERINGS: dict[Any, Callable[[LowerContext, fx.Node], Access]] = {
     aten.arange.default: _arange,
     aten.arange.start: _arange,
     aten.arange.start_step: _arange,
+    torch.ops.flashlight.uniform.default: _uniform,
     aten.bmm.default: _contraction,
     aten.baddbmm.default: _baddbmm,
     aten.mm.default: _contraction,

@@ -71,24 +71,30 @@ _SMALL_FOOTPRINT_CONFIGS = [(64, 32, 4, 1), (32, 32, 4, 1), (64, 16, 4, 1), (32,
 
 def load_module(src: KernelSource):
     """Import generated source (cached by content); returns the JIT function."""
-    key = hashlib.sha1(src.source.encode()).hexdigest()[:16]
+    return load_source(src.name, src.source)
+
+
+def load_source(name: str, source: str):
+    """Import ``source`` (cached by content), a module defining the JIT function ``name``;
+    returns that function."""
+    key = hashlib.sha1(source.encode()).hexdigest()[:16]
     module = _MODULES.get(key)
     if module is None:
         folder = os.path.join(settings.get("cache_dir"), "kernels")
         os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"{src.name}_{key}.py")
+        path = os.path.join(folder, f"{name}_{key}.py")
         if not os.path.exists(path):
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "w") as f:
-                f.write(src.source)
+                f.write(source)
             os.replace(tmp, path)
         spec = importlib.util.spec_from_file_location(f"flashlight_kernel_{key}", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
         _MODULES[key] = module
-        COMPILE_EVENTS.append(src.name)
-    return getattr(module, src.name)
+        COMPILE_EVENTS.append(name)
+    return getattr(module, name)
 
 
 # Left out for those kernels: key tiles of 128 spill the most there (9-12 KB per thread

@@ -22,6 +22,8 @@ import dataclasses
 
 import torch
 
+from flashlight.random_ops import PHILOX_UNIFORM
+
 
 @dataclasses.dataclass(frozen=True)
 class Op:
@@ -65,6 +67,8 @@ OPS: dict[str, Op] = {
     "not": Op(1, ("logical_not.default", "bitwise_not.default"), "({0} == 0)", True, "logical", "logical"),
     "where": Op(3, ("where.self",), "tl.where({0}, {1}, {2})", True, "select"),
     "cast": Op(1, (), None, True, "cast"),
+    # (seed, c0, c1) -> float32 in [0, 1): [Note: dropout inside a kernel] in flashlight.random_ops
+    "uniform": Op(3, (), PHILOX_UNIFORM.format(seed="{0}", c0="{1}", c1="{2}")),
     # unary math (floats are computed on in float32)
     "neg": Op(1, ("neg.default",), "(-{0})", True, "arith"),
     "abs": Op(1, ("abs.default",), "tl.abs({0})", True, "arith"),

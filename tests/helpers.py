@@ -23,7 +23,8 @@ Tests by pipeline stage (see flashlight/README.md for the stages):
   eager's dtypes and errors: ``test_eager_semantics.py``; graphs of symbolic sizes and
   constant folding: ``test_symbolic_sizes.py``;
 - backend, runtime and tuning: ``test_backend.py``, ``test_runtime*.py``;
-- training (the backward graph, what the forward saves, serial loops): ``test_backward.py``.
+- training (the backward graph, what the forward saves, serial loops): ``test_backward.py``;
+  dropout on attention probabilities drawn inside the kernels: ``test_dropout.py``.
 """
 from __future__ import annotations
 

@@ -28,6 +28,12 @@ def _over_queries(q, k, v, bias, g):
     return torch.softmax(s, -2) @ v * g
 
 
+def _masked_scaled(q, k, v, bias, g):
+    # the probabilities times a mask and a scale before the matmul, as dropout writes them
+    s = q @ k.transpose(-1, -2) + bias
+    return (torch.softmax(s, -1) * (g[..., :1] > 0).transpose(-1, -2) * 1.5) @ v + g
+
+
 def _inputs(gen, dtype=torch.float64, B=2, H=2, L=11, D=5):
     shapes = [(B, H, L, D)] * 3 + [(1, H, L, L), (B, H, L, D)]
     return [torch.randn(s, generator=gen, dtype=dtype).requires_grad_() for s in shapes]
@@ -48,7 +54,8 @@ def _aot_gradients(fn, args, grad_out):
     return torch.autograd.grad(out, args, grad_out), counts
 
 
-@pytest.mark.parametrize("fn, rewritten", [(_gated, 1), (_over_queries, 0)], ids=["last_dim", "another_dim"])
+@pytest.mark.parametrize("fn, rewritten", [(_gated, 1), (_over_queries, 0), (_masked_scaled, 1)],
+                         ids=["last_dim", "another_dim", "masked_and_scaled"])
 def test_the_row_term_is_exact_in_float64_and_rewritten_only_over_the_keys(fn, rewritten, gen):
     """Over the matmul's keys the rewrite applies and is exact; a softmax over another
     dim is left as written."""

@@ -456,6 +456,19 @@ def test_training_saved_sizes_a_storage_at_the_training_lengths():
     assert (1, 2, 2) in sizes  # the probabilities [S, 2, R, R]
 
 
+def test_dropout_bench_runs_every_form_and_records_the_output_scale():
+    """Each form of attention with dropout runs forward and backward; its output keeps
+    the no-dropout output's scale (within the spread of one draw) and its gradients are
+    finite."""
+    from bench import dropout
+
+    row = dropout.run_shape(dropout.SMALL[0], "cpu", torch.float32)
+    for name in ("eager", "sdpa", "flashlight"):
+        cell = row[name]
+        assert "error" not in cell, (name, cell)
+        assert cell["finite_gradients"] and 0.7 < cell["mean_abs_vs_no_dropout"] < 1.3, (name, cell)
+
+
 def test_new_forms_time_every_implementation_against_float64(tmp_path):
     """The new-forms benchmark runs every implementation of each form (FlexAttention where
     it can express the form), each within float32's rounding of float64, and reports
