@@ -57,10 +57,47 @@ def uniform(seed: torch.Tensor, shape: list[int]) -> torch.Tensor:
     int64 ``seed`` and each element's position ([Note: dropout inside a kernel])."""
     out = torch.empty(shape, dtype=torch.float32, device=seed.device)
     lead, trail = counters(shape)
-    if out.numel():
-        block = 1024
-        _uniform_kernel()[(lead, (trail + block - 1) // block)](seed, out, trail, BLOCK=block)
+    if not out.numel():
+        return out
+    if seed.device.type == "cpu" and not _interpreting():
+        return philox_uniform(seed, shape)  # no Triton on CPU tensors without the interpreter
+    block = 1024
+    _uniform_kernel()[(lead, (trail + block - 1) // block)](seed, out, trail, BLOCK=block)
     return out
+
+
+def _interpreting() -> bool:
+    from flashlight import settings
+
+    return bool(settings.get("interpret"))
+
+
+_MASK32 = 0xFFFFFFFF
+_KEY_A, _KEY_B, _ROUND_A, _ROUND_B = 0x9E3779B9, 0xBB67AE85, 0xD2511F53, 0xCD9E8D57
+
+
+def philox_uniform(seed: torch.Tensor, shape) -> torch.Tensor:
+    """:func:`uniform` in PyTorch arithmetic (Philox-4x32, 10 rounds, as ``tl.random``
+    computes it: the 32-bit words held in int64, whose products wrap modulo 2^64 and
+    keep their low 64 bits exact), for CPU tensors where Triton does not run; equal bit
+    for bit to the kernels' values."""
+    lead, trail = counters(shape)
+    device = seed.device
+    c0 = torch.arange(trail, dtype=torch.int64, device=device).expand(lead, trail)  # [lead, trail]
+    c1 = torch.arange(lead, dtype=torch.int64, device=device)[:, None].expand(lead, trail)
+    c2 = torch.zeros_like(c0)
+    c3 = torch.zeros_like(c0)
+    value = int(seed)
+    k0, k1 = value & _MASK32, (value >> 32) & _MASK32
+    for _ in range(10):
+        hi_b = ((_ROUND_B * c2) >> 32) & _MASK32
+        hi_a = ((_ROUND_A * c0) >> 32) & _MASK32
+        c0, c1, c2, c3 = (hi_b ^ c1 ^ k0, (_ROUND_B * c2) & _MASK32,
+                          hi_a ^ c3 ^ k1, (_ROUND_A * c0) & _MASK32)
+        k0, k1 = (k0 + _KEY_A) & _MASK32, (k1 + _KEY_B) & _MASK32
+    x = torch.where(c0 >= 2 ** 31, c0 - 2 ** 32, c0)  # the word as an int32
+    x = torch.where(x < 0, -x - 1, x).to(torch.int32)
+    return (x.to(torch.float32) * torch.tensor(4.6566127342e-10, dtype=torch.float32)).reshape(shape)
 
 
 def _uniform_fake(seed: torch.Tensor, shape: list[int]) -> torch.Tensor:

@@ -65,6 +65,17 @@ def test_uniform_draws_each_element_from_its_position_and_the_seed():
     assert all(not torch.equal(slices[0], slices[j]) for j in range(1, 6))
 
 
+@pytest.mark.parametrize("seed", [0, 123456789012345, SEED_HIGH - 1])
+def test_the_kernels_draws_are_philox_bit_for_bit(seed):
+    """The op's Triton kernel (the interpreter here) against Philox-4x32-10 written in
+    PyTorch arithmetic (what runs on CPU tensors without the interpreter)."""
+    from flashlight.random_ops import philox_uniform
+
+    s = torch.tensor(seed, dtype=torch.int64)
+    for shape in ([1000], [3, 5, 7], [2, 2, 33, 40]):
+        assert torch.equal(torch.ops.flashlight.uniform(s, shape), philox_uniform(s, shape)), shape
+
+
 def test_the_forward_is_one_kernel_and_matches_float64_with_the_mask_drawn(gen):
     args = _inputs(gen)
     report = ExplainReport()
@@ -134,3 +145,25 @@ def test_p_zero_and_one_are_pytorchs(p, gen):
         got = torch.compile(fn, backend="flashlight")(*args)
         torch.compiler.reset()
     torch.testing.assert_close(got, fn(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_at_changing_lengths(gen):
+    """bf16 inputs, a second length (a graph of symbolic sizes): the mask drawn at each
+    call, the gradients within bf16's tolerance of float64 with it."""
+    compiled = torch.compile(attention_dropout, backend=flashlight.backend.make_backend(report=ExplainReport()))
+    torch.compiler.reset()
+    for length in (13, 30):
+        shapes = [(B, H, length, D)] * 3 + [(1, H, length, length)]
+        args = [torch.randn(s, generator=gen).to(torch.bfloat16).requires_grad_() for s in shapes]
+        state = torch.get_rng_state()
+        out = compiled(*args)
+        grad_out = torch.randn(out.shape, generator=gen).to(torch.bfloat16)
+        grads = torch.autograd.grad(out, args, grad_out)
+        keep = _mask(state, (B, H, length, length))
+        ref_args = [a.detach().double().requires_grad_() for a in args]
+        want = _reference(ref_args, keep)
+        want_grads = torch.autograd.grad(want, ref_args, grad_out.double())
+        for got, exact in zip((out, *grads), (want, *want_grads), strict=True):
+            assert torch.isfinite(got).all()
+            assert (got.double() - exact).abs().max().item() <= 2e-2 * exact.abs().max().item()
+    torch.compiler.reset()
