@@ -42,14 +42,13 @@ from flashlight.ir import (
     Nest,
     Pointwise,
     Reduce,
-    axis_dims,
     dim_names,
     walk,
 )
 from flashlight.lower_context import LowerContext, compared
 from flashlight.lower_gather import GATHER_LOWERINGS
 from flashlight.lower_reductions import REDUCTION_LOWERINGS, reduce_over
-import flashlight.random_ops  # noqa: F401 - defines torch.ops.flashlight.uniform
+from flashlight.lower_sources import SOURCE_LOWERINGS
 from flashlight.vocabulary import COMPARISONS, HALF_DTYPES, INTEGER_EXACT, KERNEL_DTYPES, OPS
 
 aten = torch.ops.aten
@@ -363,60 +362,6 @@ def _tri(keep_lower: bool):
     return rule
 
 
-def _full(lw: LowerContext, node: fx.Node) -> Access:
-    dtype = meta_val(node).dtype
-    shape = node_shape(node)
-    axes = tuple(() if s == 1 else (Dim.fresh(s),) for s in shape)
-    if node.target in (aten.full.default, aten.full_like.default):
-        fill = node.args[1]
-    elif node.target is aten.new_full.default:
-        fill = node.args[2]
-    else:
-        fill = 1 if node.target in (aten.ones.default, aten.ones_like.default, aten.new_ones.default) else 0
-    if not isinstance(fill, (int, float, bool)):
-        raise Unsupported("a fill value that is not a number")
-    return lw.add_nest(axes, Const(fill, dtype), dtype, "full")
-
-
-def _scalar_tensor(lw: LowerContext, node: fx.Node) -> Access | Const:
-    dtype = meta_val(node).dtype
-    value = lw.value(node.args[0], dtype)
-    if not isinstance(value, Const):
-        raise Unsupported("a scalar tensor of a tensor")
-    return lw.add_nest((), Const(value.value, dtype), dtype, "scalar")
-
-
-def _arange(lw: LowerContext, node: fx.Node) -> Access:
-    dtype = meta_val(node).dtype
-    (n,) = node_shape(node)
-    start = node.args[0] if node.target is aten.arange.start and len(node.args) > 1 else 0
-    step = node.args[2] if len(node.args) > 2 else node.kwargs.get("step", 1)
-    if not isinstance(start, int) or step != 1:
-        raise Unsupported("arange with a non-integer start or a step")
-    axis = (Dim.fresh(n),) if n != 1 else ()  # a unit axis, like every size-1 axis here
-    body: Expr = Iota(axis) if axis else Const(0, torch.int64)
-    if start:
-        body = Pointwise("add", (body, Const(start, torch.int64)), torch.int64)
-    if dtype != torch.int64:
-        body = Pointwise("cast", (body,), dtype)
-    return lw.add_nest((axis,), body, dtype, "arange")
-
-
-def _uniform(lw: LowerContext, node: fx.Node) -> Access:
-    """``flashlight.uniform(seed, shape)``: Philox of the seed and each element's
-    counters, the position within the last two dims and over the dims before them
-    ([Note: dropout inside a kernel] in :mod:`flashlight.random_ops`)."""
-    axes = tuple(() if s == 1 else (Dim.fresh(s),) for s in node_shape(node))
-    seed = lw.value(node.args[0], torch.int64)
-    if not isinstance(seed, Access) or seed.axes:
-        raise Unsupported("a seed that is not one int64 value")
-    lead, trail = axis_dims(axes[:-2]), axis_dims(axes[-2:])
-    c0 = Iota(trail) if trail else Const(0, torch.int64)
-    c1 = Iota(lead) if lead else Const(0, torch.int64)
-    body = Pointwise("uniform", (lw.read(seed, ()), c0, c1), torch.float32)
-    return lw.add_nest(axes, body, torch.float32, "uniform")
-
-
 def _contraction(lw: LowerContext, node: fx.Node) -> Access:
     """mm / bmm: out[..., m, n] = sum_k a[..., m, k] * b[..., k, n]."""
     return _contract(lw, node, *node.args[:2])
@@ -507,20 +452,7 @@ LOWERINGS: dict[Any, Callable[[LowerContext, fx.Node], Access]] = {
     aten.clamp_max.default: _clamp_one_side("max"),
     aten.tril.default: _tri(True),
     aten.triu.default: _tri(False),
-    aten.full.default: _full,
-    aten.ones.default: _full,
-    aten.zeros.default: _full,
-    aten.full_like.default: _full,
-    aten.ones_like.default: _full,
-    aten.zeros_like.default: _full,
-    aten.new_full.default: _full,
-    aten.new_ones.default: _full,
-    aten.new_zeros.default: _full,
-    aten.scalar_tensor.default: _scalar_tensor,
-    aten.arange.default: _arange,
-    aten.arange.start: _arange,
-    aten.arange.start_step: _arange,
-    torch.ops.flashlight.uniform.default: _uniform,
+    **SOURCE_LOWERINGS,
     aten.bmm.default: _contraction,
     aten.baddbmm.default: _baddbmm,
     aten.mm.default: _contraction,
