@@ -321,3 +321,29 @@ def test_the_term_scaled_bound_can_fail(gen):
     _assert_close(mask_grad.bfloat16(), mask_grad, torch.bfloat16, "the mask's gradient", scale=scales)
     with pytest.raises(AssertionError, match="the mask's gradient"):
         _assert_close(one_head_less, mask_grad, torch.bfloat16, "the mask's gradient", scale=scales)
+
+
+def test_grouped_query_attention_with_repeated_heads_trains_in_kernels(gen):
+    """Keys and values shared by groups of query heads, repeated with ``repeat_interleave``:
+    their gradients sum the repeated heads' gradients over each group ([Note: a finer
+    read of a producer] in flashlight/passes/fusion.py, [Note: a small sum inside the
+    loop] in flashlight/passes/online.py). The softmax and its backward run in kernels
+    (PyTorch computed them before); what a kernel still cannot do is run the groups'
+    repeats as a loop around its key loop, so the scores' matmul is kept for it."""
+    def gqa(q, k, v):  # [B, H, L, D], [B, H / 2, L, D] x2
+        k2, v2 = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+        return torch.softmax(q @ k2.transpose(-1, -2) * 0.35, -1) @ v2
+
+    args = _leaves([torch.randn(2, 4, 13, 8, generator=gen)] + [torch.randn(2, 2, 13, 8, generator=gen)
+                                                                 for _ in range(2)])
+    reference = [x.detach().double().requires_grad_() for x in args]
+    grad_out = torch.randn(2, 4, 13, 8, generator=gen, dtype=torch.float64)
+    report = ExplainReport()
+    torch.compiler.reset()
+    got = torch.autograd.grad(torch.compile(gqa, backend=flashlight.backend.make_backend(report=report))(*args),
+                              args, grad_out.float())
+    torch.compiler.reset()
+    want = torch.autograd.grad(gqa(*reference), reference, grad_out)
+    for k, (g, w) in enumerate(zip(got, want)):
+        _assert_close(g, w, torch.float32, f"input {k}")
+    assert {op.name for op in report.fallback_ops} <= {"bmm.default"}, str(report)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from flashlight.indexing import Unsupported, match_axis
 from flashlight.ir import Expr, Graph, Nest, Reduce, Ref, contains, rebuild, substitute, walk
 
 
@@ -55,9 +56,23 @@ def _inline_ref(ref: Ref, producer: Nest, body: Expr) -> Expr | None:
             mapping[own[0]] = index
         elif len(own) == len(index):
             mapping.update({d: (i,) for d, i in zip(own, index)})
-        else:
-            return None
+        else:  # the consumer splits the producer's dims further: [Note: a finer read of a producer]
+            try:
+                mapping.update(match_axis(own, index))
+            except Unsupported:
+                return None
     return substitute(body, mapping)
+
+
+# [Note: a finer read of a producer]
+# A consumer may read a producer's axis ``(b, h)`` as ``(b, g, r)``: the gradient of keys
+# shared by groups of query heads (grouped-query attention written with
+# ``repeat_interleave``) is the sum over ``r`` of the gradient of the repeated keys,
+# whose head axis ``h`` of ``H`` heads the sum reads as ``H / G`` groups ``g`` of ``G``
+# repeats ``r``. Where each producer dim covers consecutive dims of the consumer's index
+# (sizes multiply up, :func:`flashlight.indexing.match_axis`), the producer's body is read
+# with each dim replaced by its group (``h -> (g, r)``: a compound index, row-major as
+# every axis), the same elements; the sum over ``r`` then inlines like any reduction.
 
 
 # [Note: inlining again in a search]

@@ -48,6 +48,8 @@ A row that stays empty ends with ``0 / 0 = nan`` where eager softmax also gives
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from flashlight.ir import (
@@ -372,6 +374,7 @@ def make_online(nest: Nest) -> Kernel:
     out_dims = frozenset(nest.dims)
     body = features_from_results(nest.body, nest.dims)
     body = factor_invariants(split_sums(leave_log_space(absorb_max_floors(body)), out_dims))
+    body = small_sums_inside(body)  # [Note: a small sum inside the loop]
     loop = _loop_reductions(body, out_dims)
     if not loop:
         raise NotOnline("no reduction to run as a loop")
@@ -386,6 +389,35 @@ def make_online(nest: Nest) -> Kernel:
     reductions = tuple(_shared_dim(_loop_reduction(red, loop, index_of), shared) for red in loop)
     epilogue = replace_nodes(body, lambda n: LoopResult(index_of[n], n.dtype) if n in index_of else None)
     return Kernel(nest.name, nest.axes, nest.dtype, reductions, epilogue, nest.origins)
+
+
+# [Note: a small sum inside the loop]
+# ``sum_r sum_i x`` with ``r`` a few static positions and ``i`` long: the gradient of keys
+# shared by ``G`` query heads sums the repeated keys' gradients, each a sum over the
+# queries, over the ``G`` repeats ([Note: a finer read of a producer] in
+# passes/fusion.py). The loop runs over the outermost reduction, which would make the
+# ``G`` repeats the loop and each step a whole pass over the queries. The two sums are
+# exchanged (``sum_i sum_r x``, exact up to the order of additions, which ``tl.dot``
+# already changes) where the outer one is a static dim of at most ``SMALL_SUM``
+# positions and the inner one is not: the loop then runs over the queries, and the sum
+# over the repeats is a small sum inside it ([Note: inner loops] in passes/tiling.py).
+SMALL_SUM = 16
+
+
+def small_sums_inside(body: Expr) -> Expr:
+    """``body`` with each small static sum around a longer sum moved inside it
+    ([Note: a small sum inside the loop])."""
+    def small(dims) -> bool:
+        return all(d.is_static for d in dims) and math.prod(d.size for d in dims) <= SMALL_SUM
+
+    def swap(node: Expr) -> Expr | None:
+        inner = node.body if isinstance(node, Reduce) else None
+        if (isinstance(inner, Reduce) and node.op == inner.op == "sum" and small(node.dims)
+                and not small(inner.dims)):
+            return Reduce("sum", Reduce("sum", inner.body, node.dims, inner.dtype), inner.dims, node.dtype)
+        return None
+
+    return rebuild(body, swap)
 
 
 def _over_one_extent(candidates: list[Reduce]) -> list[Reduce]:
