@@ -167,3 +167,17 @@ def test_bfloat16_at_changing_lengths(gen):
             assert torch.isfinite(got).all()
             assert (got.double() - exact).abs().max().item() <= 2e-2 * exact.abs().max().item()
     torch.compiler.reset()
+
+
+def test_the_kernels_compile_for_hopper(gen):
+    """Triton's compiler for sm_90 (not the interpreter) accepts the Philox code in the
+    forward and backward kernels."""
+    args = [a.requires_grad_() for a in _inputs(gen)]
+    report = ExplainReport()
+    out, _ = _compiled(args, report)
+    out.sum().backward()
+    torch.compiler.reset()
+    drawn = [k for k in report.kernels if "flashlight.uniform.default" in k.aten_ops]
+    assert len(drawn) >= 3, str(report)
+    for kernel in drawn:
+        assert 0 < kernel.aot_compile(90, block_m=64, block_n=32, num_warps=4, num_stages=2).shared <= 227 * 1024
