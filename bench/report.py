@@ -571,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench.report_fidelity import fidelity_lines
         from bench.report_fold import noise_lines, warm_first_fold_lines
         from bench.report_long_chain import long_chain_lines
-        from bench.report_new_forms import new_forms_lines, sdpa_gate_lines
+        from bench.report_new_forms import dropout_lines, new_forms_lines, sdpa_gate_lines
         from bench.report_peers import other_gpu_lines, peers_lines
         from bench.report_training import training_lines
 
@@ -579,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
                               peers_lines(results) + training_lines(results) + fidelity_lines(results)
                               + long_chain_lines(results) + noise_lines(results)
                               + warm_first_fold_lines(results) + new_forms_lines(results)
-                              + sdpa_gate_lines(results) + other_gpu_lines(results))
+                              + sdpa_gate_lines(results) + dropout_lines(results) + other_gpu_lines(results))
         (results / "REPORT.md").write_text(report.rstrip() + "\n")
     if not args.no_readme:
         from bench import report_long_chain

@@ -76,3 +76,33 @@ def sdpa_gate_lines(results: pathlib.Path) -> list[str]:
         lines.append(f"| {row['B']}x{row['H']}x{row['L']}x{row['D']} | {' | '.join(cells)} "
                      f"| {best_other / row['flashlight']['ms']:.2f}× | {row['flashlight_kernels']} |")
     return lines + [""]
+
+
+def dropout_lines(results: pathlib.Path) -> list[str]:
+    """The section on attention with dropout on its probabilities (``bench.dropout``)."""
+    path = results / "dropout.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    env, forms = data["environment"], ("eager", "torch_compile", "sdpa", "flashlight")
+    lines = ["", "## Attention with dropout, forward + backward", "",
+             f"`python -m bench.dropout` on {env.get('gpu') or env.get('device')}, torch {env['torch']}, Triton "
+             f"{env['triton']}: `dropout(softmax(q k^T / sqrt(D) + bias), {data['config']['p']}) @ v` in "
+             "training mode, forward and backward, median ms (peak MiB); FlexAttention has no dropout.", "",
+             "| B x H x L x D | eager | torch.compile | SDPA (dropout_p) | Flashlight | FL vs fastest other |",
+             "|---|---|---|---|---|---|"]
+    for row in data["results"]:
+        cells, times = [], {}
+        for form in forms:
+            cell = row.get(form, {})
+            if "ms" in cell:
+                times[form] = cell["ms"]
+                peak = f" ({cell['peak_mib']:.0f})" if cell.get("peak_mib") is not None else ""
+                cells.append(f"{cell['ms']:.3f}{peak}")
+            else:
+                cells.append("fails" if "error" in cell else "-")
+        others = [t for f, t in times.items() if f != "flashlight"]
+        ratio = f"{min(others) / times['flashlight']:.2f}×" if others and "flashlight" in times else "-"
+        lines.append(f"| {row['B']}x{row['H']}x{row['L']}x{row['D']} | {' | '.join(cells)} | {ratio} |")
+    return lines + [""]
+

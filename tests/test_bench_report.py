@@ -421,3 +421,18 @@ def test_sdpa_gate_and_other_gpu_sections_set_flashlight_against_peers_of_the_sa
     (row,) = [line for line in lines if line.startswith("| vanilla")]
     assert row == "| vanilla | B4 H16 L4096 D64 | 0.500 | 0.700 | 0.625 |"
     assert "- evoformer_core (catalog): `MLIRError: x`" in lines and "`flash_lm.json`:" in lines
+
+
+def test_dropout_section_rates_flashlight_against_the_fastest_other_form(tmp_path):
+    from bench.report_new_forms import dropout_lines
+
+    row = {"B": 2, "H": 8, "L": 1024, "D": 64, "eager": {"ms": 1.0, "peak_mib": 300.0},
+           "torch_compile": {"error": "x"}, "sdpa": {"ms": 0.5, "peak_mib": 40.0},
+           "flashlight": {"ms": 0.4, "peak_mib": 20.0}}
+    (tmp_path / "dropout.json").write_text(json.dumps({
+        "environment": {"gpu": "NVIDIA H200", "device": "cuda", "torch": "2.11", "triton": "3.6"},
+        "config": {"p": 0.1}, "results": [row]}))
+    lines = dropout_lines(tmp_path)
+    assert any("NVIDIA H200" in line for line in lines)
+    assert "| 2x8x1024x64 | 1.000 (300) | fails | 0.500 (40) | 0.400 (20) | 1.25× |" in lines
+    assert dropout_lines(tmp_path / "missing") == []
