@@ -134,8 +134,7 @@ def _scaled_row_term(product: fx.Node):
 def _factors(node) -> list:
     """The factors of a tree of ``mul.Tensor`` (nodes, and numbers where one side is one),
     detaches looked through."""
-    while isinstance(node, fx.Node) and node.target in _IN_PLACE:
-        node = node.args[0]
+    node = _source(node)
     if isinstance(node, fx.Node) and node.target is aten.mul.Tensor and len(node.args) == 2:
         return _factors(node.args[0]) + _factors(node.args[1])
     return [node]
@@ -154,20 +153,15 @@ def _grad_matmuls(dp: fx.Node):
 def _operand_source(p3: fx.Node, dp: fx.Node):
     """The tensor of ``dp``'s shape whose elements the forward matmul's operand ``p3``
     holds in ``dp``'s order (through a view, a same-shape expand, detaches), or None."""
-    def source(node):
-        while isinstance(node, fx.Node) and node.target in _IN_PLACE:
-            node = node.args[0]
-        return node
-
-    node = source(p3)
+    node = _source(p3)
     if not isinstance(node, fx.Node) or node.target is not aten.view.default:
         return None
-    node = source(node.args[0])
+    node = _source(node.args[0])
     if isinstance(node, fx.Node) and node.target is aten.expand.default:
         inner = node.args[0]
         if not isinstance(inner, fx.Node) or _shape(inner) != _shape(node):
             return None
-        node = source(inner)
+        node = _source(inner)
     return node if _shape(node) is not None and _shape(node) == _shape(dp) else None
 
 
@@ -198,17 +192,11 @@ def _through_matmul(dp: fx.Node, p: fx.Node):
     ``p`` is the forward's ``P`` in ``dp``'s shape; else None."""
     if dp.target is not aten.view.default:
         return None
-    grad_mm = dp.args[0]
-    if not isinstance(grad_mm, fx.Node) or grad_mm.target is not aten.bmm.default:
-        return None
-    grad, transposed = grad_mm.args
-    value = _transposed_source(transposed)
-    if value is None or not _keeps_last_two(grad_mm, dp):
-        return None
-    for forward_mm in value.users:
-        if forward_mm.target is aten.bmm.default and forward_mm.args[1] is value \
-                and _same_elements(forward_mm.args[0], p, dp):
-            return grad, forward_mm
+    for grad, value in _grad_matmuls(dp):
+        for forward_mm in value.users:
+            if forward_mm.target is aten.bmm.default and forward_mm.args[1] is value \
+                    and _same_elements(forward_mm.args[0], p, dp):
+                return grad, forward_mm
     return None
 
 
@@ -233,21 +221,14 @@ def _same_elements(p3: fx.Node, p: fx.Node, dp: fx.Node) -> bool:
     """Whether the forward matmul's operand ``p3`` holds the elements of ``p`` in the
     order ``dp`` holds its own: ``p3`` is a view of ``p`` (through a same-shape expand)
     and ``p`` has ``dp``'s shape; detaches on either side are looked through."""
-    def source(node):
-        while isinstance(node, fx.Node) and node.target in _IN_PLACE:
-            node = node.args[0]
-        return node
+    return _operand_source(p3, dp) is _source(p)
 
-    p, node = source(p), source(p3)
-    if not isinstance(node, fx.Node) or node.target is not aten.view.default:
-        return False
-    node = source(node.args[0])
-    if isinstance(node, fx.Node) and node.target is aten.expand.default:
-        inner = node.args[0]
-        if not isinstance(inner, fx.Node) or _shape(inner) != _shape(node):
-            return False
-        node = source(inner)
-    return node is p and _shape(p) is not None and _shape(p) == _shape(dp)
+
+def _source(node):
+    """``node`` through detaches and aliases (the same elements in the same order)."""
+    while isinstance(node, fx.Node) and node.target in _IN_PLACE:
+        node = node.args[0]
+    return node
 
 
 def _shape(node: fx.Node):
