@@ -20,7 +20,16 @@ the saved seed (it is loop-local, [Note: what the backward saves] in
 The op's own implementation, which runs where the op is not inside a kernel (the unfused
 graph a kernel is timed against, the eager remainder, Inductor's call of it), launches a
 Triton kernel printing the same Philox expression (:data:`PHILOX_UNIFORM`), so the same
-seed gives the same numbers in and out of a kernel, on the GPU and in the interpreter.
+seed gives the same numbers in and out of a kernel, on the GPU and in the interpreter;
+on CPU tensors without the interpreter, where no Triton kernel runs, the same Philox
+in PyTorch arithmetic (:func:`philox_uniform`), equal bit for bit.
+
+Every mask is drawn this way, also one that no kernel absorbs (dropout on a transition's
+output, OpenFold's ``DropoutRowwise`` masks): there the op writes its float32 values
+once for Inductor to read, where ``torch.compile`` would draw inside its own kernel. A
+mask must not depend on which graph draws it: OpenFold's checkpointing runs a block as
+an inference graph and again as a training graph, whose kernels may absorb different
+values, and both runs must draw the same masks.
 
 :func:`native_dropout` is the decomposition Flashlight's AOTAutograd table uses for
 ``aten.native_dropout`` in training mode: keep where ``uniform >= p``, scaled by
@@ -62,7 +71,8 @@ def uniform(seed: torch.Tensor, shape: list[int]) -> torch.Tensor:
     if seed.device.type == "cpu" and not _interpreting():
         return philox_uniform(seed, shape)  # no Triton on CPU tensors without the interpreter
     block = 1024
-    _uniform_kernel()[(lead, (trail + block - 1) // block)](seed, out, trail, BLOCK=block)
+    tiles = (trail + block - 1) // block
+    _uniform_kernel()[(lead * tiles,)](seed, out, trail, tiles, BLOCK=block)  # one grid dim: up to 2^31 - 1
     return out
 
 
@@ -111,17 +121,17 @@ _KERNEL = []
 
 
 def _uniform_kernel():
-    """The Triton kernel of :func:`uniform`: program ``(c1, tile)`` fills ``BLOCK`` values
-    of the ``c1``-th ``[..., X, Y]`` slice, at ``c0`` positions ``tile * BLOCK + lane``."""
+    """The Triton kernel of :func:`uniform`: program ``c1 * tiles + tile`` fills ``BLOCK``
+    values of the ``c1``-th ``[..., X, Y]`` slice, at ``c0`` positions ``tile * BLOCK + lane``."""
     if not _KERNEL:
         from flashlight.runtime import load_source
 
         value = PHILOX_UNIFORM.format(seed="tl.load(seed)", c0="c0", c1="c1")
         _KERNEL.append(load_source("flashlight_uniform", (
             "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-            "def flashlight_uniform(seed, out, trail, BLOCK: tl.constexpr):\n"
-            "    c1 = tl.program_id(0)\n"
-            "    c0 = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)\n"
+            "def flashlight_uniform(seed, out, trail, tiles, BLOCK: tl.constexpr):\n"
+            "    c1 = tl.program_id(0) // tiles\n"
+            "    c0 = (tl.program_id(0) % tiles) * BLOCK + tl.arange(0, BLOCK)\n"
             f"    value = {value}\n"
             "    tl.store(out + c1.to(tl.int64) * trail + c0, value, mask=c0 < trail)\n")))
     return _KERNEL[0]
@@ -129,8 +139,8 @@ def _uniform_kernel():
 
 def draw_seeds_first(gm) -> int:
     """Move each seed draw of :func:`native_dropout` (an ``aten.randint`` of no tensor
-    argument feeding ``flashlight.uniform``, and saved for a backward) before the first computing node of ``gm``,
-    keeping their order; returns how many moved."""
+    argument feeding ``flashlight.uniform``, and saved for a backward) before the first
+    computing node of ``gm``, keeping their order; returns how many moved."""
     graph = gm.graph
     seeds = [n for n in graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.randint.low
              and not n.all_input_nodes and n.users
