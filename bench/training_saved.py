@@ -18,7 +18,7 @@ which gives its size at the training sizes (``--residues``, ``--clusters``,
 not a timing or a measured peak (that is ``bench/training_step.py``, on a GPU); the
 allocator's fragmentation and the backward's own temporaries come on top.
 
-    python -m bench.training_saved --out bench/results/training_saved.json
+    TRITON_INTERPRET=1 python -m bench.training_saved --out bench/results/training_saved.json
 """
 from __future__ import annotations
 
