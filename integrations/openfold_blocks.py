@@ -79,14 +79,14 @@ saves] in :mod:`flashlight.partition`), the attention cores' forward and backwar
 Flashlight kernels, the rest of both graphs through Inductor. OpenFold's dropout masks
 are then drawn by Flashlight's counter-based generator from seeds PyTorch's generator
 gives ([Note: dropout inside a kernel] in :mod:`flashlight.random_ops`): the same
-distribution as eager PyTorch's masks, other values. OpenFold checkpoints each block in training (``blocks_per_ckpt``): PyTorch's
-reentrant checkpoint runs the block once without autograd, then again with it during
-the backward pass, from the same generator state. Both runs must draw the same masks,
-so both take the compiled block (an inference graph, then a training graph, which
-draw their seeds in the same order); the rules above never depend on
-whether autograd records the call. (A compiled first run and an eager second one would
-draw different masks, and the backward would differentiate another function than the
-one whose output the model used.)
+distribution as eager PyTorch's masks, other values. OpenFold checkpoints each block in
+training (``blocks_per_ckpt``): PyTorch's reentrant checkpoint runs the block once
+without autograd, then again with it during the backward pass, from the same generator
+state. Both runs must draw the same masks, so both take the compiled block (an inference
+graph, then a training graph, which draw their seeds in the same order); the rules above
+never depend on whether autograd records the call. (A compiled first run and an eager
+second one would draw different masks, and the backward would differentiate another
+function than the one whose output the model used.)
 
 Memory
 ------
