@@ -29,10 +29,9 @@ def _choice(row: dict) -> str:
 
 
 def new_forms_lines(results: pathlib.Path) -> list[str]:
-    path = results / "new_forms.json"
-    if not path.exists():
+    data = _loaded(results, "new_forms.json")
+    if data is None:
         return []
-    data = json.loads(path.read_text())
     meta = data["meta"]
     lines = ["", "## Forms fused whole: talking heads, absorbed latent attention, disentangled scores", "",
              f"`python -m bench.new_forms` on {meta['gpu']}, torch {meta['torch']}, Triton {meta['triton']}, "
@@ -55,10 +54,9 @@ def new_forms_lines(results: pathlib.Path) -> list[str]:
 
 def sdpa_gate_lines(results: pathlib.Path) -> list[str]:
     """The section on SDPA with an additive mask and a sigmoid gate (``bench.sdpa_gate``)."""
-    path = results / "sdpa_gate.json"
-    if not path.exists():
+    data = _loaded(results, "sdpa_gate.json")
+    if data is None:
         return []
-    data = json.loads(path.read_text())
     meta, forms = data["meta"], ("eager", "torch_compile", "flashlight")
     lines = ["", "## SDPA with a mask and a gate, compiled whole", "",
              f"`python -m bench.sdpa_gate --profile` on {meta['gpu']}, torch {meta['torch']}, Triton "
@@ -80,10 +78,9 @@ def sdpa_gate_lines(results: pathlib.Path) -> list[str]:
 
 def dropout_lines(results: pathlib.Path) -> list[str]:
     """The section on attention with dropout on its probabilities (``bench.dropout``)."""
-    path = results / "dropout.json"
-    if not path.exists():
+    data = _loaded(results, "dropout.json")
+    if data is None:
         return []
-    data = json.loads(path.read_text())
     env, forms = data["environment"], ("eager", "torch_compile", "sdpa", "flashlight")
     lines = ["", "## Attention with dropout, forward + backward", "",
              f"`python -m bench.dropout` on {env.get('gpu') or env.get('device')}, torch {env['torch']}, Triton "
@@ -105,4 +102,10 @@ def dropout_lines(results: pathlib.Path) -> list[str]:
         ratio = f"{min(others) / times['flashlight']:.2f}×" if others and "flashlight" in times else "-"
         lines.append(f"| {row['B']}x{row['H']}x{row['L']}x{row['D']} | {' | '.join(cells)} | {ratio} |")
     return lines + [""]
+
+
+def _loaded(results: pathlib.Path, name: str) -> dict | None:
+    """The result file ``name`` under ``results``, parsed, or None where no run wrote it."""
+    path = results / name
+    return json.loads(path.read_text()) if path.exists() else None
 

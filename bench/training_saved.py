@@ -121,7 +121,6 @@ def main(argv=None) -> int:
     parser.add_argument("--extra", type=int, default=1024)
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/training_saved.json"))
     args = parser.parse_args(argv)
-    torch.backends.cuda.matmul.allow_tf32 = True
     results = {}
     for name, (cls, dims, depth) in _blocks().items():
         sequences = getattr(args, depth)

@@ -158,13 +158,18 @@ def draw_seeds_first(gm) -> int:
     return moved
 
 
+def draw_seed(device) -> torch.Tensor:
+    """One seed of :func:`uniform` from PyTorch's generator of ``device`` (the draw each
+    dropout makes)."""
+    return torch.randint(0, SEED_HIGH, (), dtype=torch.int64, device=device)
+
+
 def native_dropout(x: torch.Tensor, p: float, train: bool | None):
     """``aten.native_dropout`` in training mode with a mask :func:`uniform` draws
     ([Note: dropout inside a kernel]); other cases are PyTorch's."""
     if not train or not 0 < p < 1:
         return NotImplemented
-    seed = torch.randint(0, SEED_HIGH, (), dtype=torch.int64, device=x.device)
-    keep = torch.ops.flashlight.uniform(seed, list(x.shape)) >= p
+    keep = torch.ops.flashlight.uniform(draw_seed(x.device), list(x.shape)) >= p
     return x * keep * (1.0 / (1.0 - p)), keep
 
 

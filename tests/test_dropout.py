@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import flashlight
-from flashlight.random_ops import SEED_HIGH
+from flashlight.random_ops import SEED_HIGH, draw_seed
 from flashlight.report import ExplainReport
 
 P = 0.3
@@ -36,8 +36,7 @@ def _inputs(gen, dtype=torch.float32):
 def _mask(state: torch.Tensor, shape) -> torch.Tensor:
     """The mask the compiled graph drew from generator state ``state``."""
     torch.set_rng_state(state)
-    seed = torch.randint(0, SEED_HIGH, (), dtype=torch.int64)
-    return torch.ops.flashlight.uniform(seed, list(shape)) >= P
+    return torch.ops.flashlight.uniform(draw_seed("cpu"), list(shape)) >= P
 
 
 def _reference(args, keep):
