@@ -58,6 +58,7 @@ from flashlight.ir import (
 )
 from flashlight.vocabulary import BOOLEAN_OPS, DIVISION_OPS, OPS
 
+SUM_DOT_WIDTH = 16  # the narrowest tl.dot: a loop sum's ones column and its accumulator
 NARROW_BITS, WIDE_BITS = 32, 64  # INDEX_BITS of a launch ([Note: 64-bit offsets])
 
 
@@ -333,7 +334,12 @@ class _Printer(TileText):
             if self.lazy(k):  # m{k}: the max the sums are relative to; mt{k}: the true max
                 self.pre.append(f"mt{k} = m{k}")
         for k in sums:
-            self.pre.append(f"acc{k} = tl.zeros({self.shape(self.plan.loop_layouts[k])}, tl.float32)")
+            self.pre.append(f"acc{k} = tl.zeros({self.acc_shape(k)}, tl.float32)")
+            dot = self.plan.sum_dot(k)
+            if dot is not None:  # the column [1, 0, ..., 0] ([Note: row sums on the tensor core])
+                dtype = TL_DTYPES[dot.operand_dtype(self.interpret)]
+                column = f"tl.arange(0, {SUM_DOT_WIDTH})[None, :] + tl.zeros([{self.role_size('n')}, 1], tl.int32)"
+                self.pre.append(f"ones{k} = (({column}) == 0).to({dtype})")
         masked = self.emit_loop_step(kernel.loop, full_tiles=False)
         if kernel.unmasked is not None:
             # the same step without masks, for tiles every mask keeps whole
@@ -360,7 +366,8 @@ class _Printer(TileText):
                        for j, power in self.kernel.loop[k].rescaled_by if j in settled]
             scale = "".join(f" * {self.broadcast(f, self.plan.loop_layouts[j], acc_lay)}"
                             for f, (j, _) in zip(factors, [r for r in self.kernel.loop[k].rescaled_by if r[0] in settled]))
-            self.post.append(f"res{k} = acc{k}{scale}")
+            total = f"tl.sum(acc{k}, axis=1)" if self.plan.sum_dot(k) is not None else f"acc{k}"
+            self.post.append(f"res{k} = {total}{scale}")
 
     def emit_loop_step(self, loop, full_tiles: bool) -> list[str]:
         """The lines of one step of an online loop over ``loop``'s reductions. Each step
@@ -386,6 +393,8 @@ class _Printer(TileText):
             acc_lay = self.plan.loop_layouts[k]
             if red.body in self.plan.dots:
                 part, lay = self.emit_dot(red.body, "loop", mask_n=True)
+            elif self.plan.sum_dot(k) is not None:
+                part, lay = self.emit_sum_dot(k, red.body), acc_lay
             elif self.tiling.serial:
                 part, lay = self.emit(red.body, "loop")
             else:
@@ -393,14 +402,35 @@ class _Printer(TileText):
                 var = self.in_loop_range(var, lay, "0.0")
                 part = self.assign("loop", "part", f"tl.sum({var}, axis={lay.index('n')})")
                 lay = tuple(r for r in lay if r != "n")
-            scale = "".join(f" * {self.rescale_factor(j, power, acc_lay)}" for j, power in red.rescaled_by
-                            if not self.lazy(j))
+            scale = "".join(f" * {self.on_acc(k, self.rescale_factor(j, power, acc_lay))}"
+                            for j, power in red.rescaled_by if not self.lazy(j))
             self.loop.append(f"acc{k} = acc{k}{scale} + {self.broadcast(part, lay, acc_lay)}")
         for k in maxes:
             if not self.lazy(k):
                 self.loop.append(f"m{k} = m_new{k}")
         self.full_tiles = False
         return self.loop
+
+    def acc_shape(self, k: int) -> str:
+        """The accumulator of loop sum ``k``: its result's tile, or that tile by a dot's
+        narrowest width for a sum on the tensor core ([Note: row sums on the tensor core])."""
+        shape = self.shape(self.plan.loop_layouts[k])
+        return shape if self.plan.sum_dot(k) is None else f"{shape[:-1]}, {SUM_DOT_WIDTH}]"
+
+    def on_acc(self, k: int, factor: str) -> str:
+        """A factor over loop sum ``k``'s result tile, broadcast over its accumulator."""
+        return factor if self.plan.sum_dot(k) is None else f"({factor})[:, None]"
+
+    def emit_sum_dot(self, k: int, body: Expr) -> str:
+        """One step of loop sum ``k`` on the tensor core: its operand, as the partner dot
+        takes it (the same masks, so the compiler shares the tile), times the column."""
+        dot = self.plan.sum_dot(k)
+        var, lay = self.emit(body, "loop")
+        var = self.pad_to_zero(self.mask_loop(var, lay, body, "0.0"), lay, "n", body)
+        var = f"tl.trans({var})" if lay[0] == "n" else var
+        dtype = TL_DTYPES[dot.operand_dtype(self.interpret)]
+        precision = f', input_precision="{self.fp32_precision}"' if dtype == "tl.float32" else ""
+        return self.assign("loop", "part", f"tl.dot({var}.to({dtype}), ones{k}{precision})")
 
     def emit_lazy_max(self, k: int, block: str, loop) -> None:
         """The step of a lazily rescaled max ([Note: lazy rescaling]): raise the true max;
@@ -416,7 +446,8 @@ class _Printer(TileText):
             for j, power in red.rescaled_by if red.op == "sum" else ():
                 if j == k:
                     factor = f"alpha{k}" if power == 1 else self.exp_text(k, f"m{k} - m_up{k}", power)
-                    step.append(f"acc{s} = acc{s} * {self.broadcast(factor, lay, self.plan.loop_layouts[s])}")
+                    factor = self.on_acc(s, self.broadcast(factor, lay, self.plan.loop_layouts[s]))
+                    step.append(f"acc{s} = acc{s} * {factor}")
         step.append(f"m{k} = mt{k}")
         self.loop.extend("    " + line for line in step)
         self.loop.append(f"m_safe{k} = tl.where(m{k} == float(\"-inf\"), 0.0, m{k})")

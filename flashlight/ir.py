@@ -581,7 +581,10 @@ class TilePlan:
     - ``inputs``: the tensors the kernel loads, in argument order, with their ranks;
     - ``relayouts``: ``(input, axis)``: inputs re-read by many programs whose
       innermost tile axis is strided; the launcher copies them with that axis
-      contiguous first (a one-off copy is far cheaper than strided tiles).
+      contiguous first (a one-off copy is far cheaper than strided tiles);
+    - ``sum_dots``: ``(k, dot)``: loop sums ``k`` of a 16-bit dot's operand over the loop
+      role, computed on the tensor core as that operand times a column of ones, beside
+      ``dot`` ([Note: row sums on the tensor core] in passes/tile_plan.py).
     """
 
     roles: tuple[tuple[Dim, str], ...]
@@ -593,6 +596,11 @@ class TilePlan:
     inputs: tuple[tuple[str, int], ...]
     relayouts: tuple[tuple[str, int], ...]
     extra_store_layouts: tuple[Layout, ...] = ()  # the tile roles of each extra output
+    sum_dots: tuple = ()  # (loop sum index, the DotPlan whose operand it sums)
+
+    def sum_dot(self, k: int) -> DotPlan | None:
+        """The dot beside which loop sum ``k`` runs on the tensor core, if it does."""
+        return dict(self.sum_dots).get(k)
 
     @property
     def store_layouts(self) -> tuple[Layout, ...]:

@@ -33,7 +33,7 @@ from flashlight.ir import (
 from flashlight.ir_check import check_invariants, check_kernel_invariants
 from flashlight.ir_print import format_graph, format_kernel, format_tiled
 from flashlight.lower import Lowered
-from flashlight.passes.base2 import check_base2, to_base2
+from flashlight.passes.base2 import RESCALE_THRESHOLD, check_base2, to_base2
 from flashlight.passes.divisors import hoist_divisors
 from flashlight.passes.fusion import fuse_elementwise, fuse_reductions, producers
 from flashlight.passes.online import NotOnline, make_online, online_kernel
@@ -69,6 +69,11 @@ class Context:
     node: str = ""
     # results the passes keep for the rest of the compile ([Note: inlining again in a search])
     memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+
+def _rescale_threshold() -> float | None:
+    """The lazy rescaling threshold the settings ask for ([Note: lazy rescaling])."""
+    return RESCALE_THRESHOLD if settings.get("lazy_rescale") else None
 
 
 def read_materialized(graph: Graph, context: Context) -> Graph:
@@ -127,7 +132,8 @@ KERNEL_PASSES: tuple[Pass, ...] = (
          "online form of {node}"),
     Pass("find_live_tiles", lambda k, _: find_live_tiles(k), check_kernel_invariants, format_kernel,
          "tile liveness of {node}"),
-    Pass("to_base2", lambda k, _: to_base2(k), check_base2, format_kernel, "base-2 form of {node}"),
+    Pass("to_base2", lambda k, _: to_base2(k, _rescale_threshold()), check_base2, format_kernel,
+         "base-2 form of {node}"),
     Pass("hoist_divisors", lambda k, _: hoist_divisors(k), check_kernel_invariants, format_kernel,
          "broadcast divisors of {node}"),
     Pass("tile", lambda k, _: tile(k), check_plan, format_tiled, "tiling of {node}"),

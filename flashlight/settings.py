@@ -64,6 +64,12 @@ CAPTURE                            overlap (captured while the device runs earli
                                    work, where free memory allows) or drain (the
                                    device idle first, as torch.cuda.graph does;
                                    flashlight.integrations.openfold_graphs)
+FLASHLIGHT_SUM_DOTS    0           1: attention's row sums on the tensor core beside a
+                                   16-bit p @ v (0: summed on the CUDA cores;
+                                   flashlight.passes.tile_plan)
+FLASHLIGHT_LAZY_       0           1: the online loop rescales its sums only when a
+RESCALE                            row's max grew by more than 2 ** 8
+                                   (flashlight.passes.base2)
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
                                    on CPU tensors through the Triton interpreter
 =====================  ==========  ==================================================
@@ -123,6 +129,8 @@ _KNOBS: dict[str, _Knob] = {
     "preload": _Knob("FLASHLIGHT_PRELOAD", True, _bool),
     "compile_processes": _Knob("FLASHLIGHT_COMPILE_PROCESSES", -1, int),
     "graph_capture": _Knob("FLASHLIGHT_GRAPH_CAPTURE", "overlap", _choice("drain", "overlap")),
+    "sum_dots": _Knob("FLASHLIGHT_SUM_DOTS", False, _bool),
+    "lazy_rescale": _Knob("FLASHLIGHT_LAZY_RESCALE", False, _bool),
 }
 
 _overrides: dict[str, Any] = {}

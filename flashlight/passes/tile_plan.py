@@ -10,6 +10,25 @@ code generator then only prints.
 The values are visited in the order the generator prints them (the loop's initial
 values, one loop step, the step on full tiles, the epilogue, then the liveness
 predicates), so "first read" means the same to both.
+
+[Note: row sums on the tensor core]
+Attention's online loop sums each row's probabilities, ``l_i = sum_j p_ij``, beside the
+contraction ``sum_j p_ij v_jc`` whose left operand is the same ``p`` tile. Summed on the
+CUDA cores, that is an add per score and a reduction across the lanes that hold a row,
+in a loop bound by instruction issue, not by the tensor cores (the bf16 Evoformer core
+runs its tensor cores at about a quarter of their rate; bench/results/core_terms). The
+sum is a contraction too: ``l = p @ e`` with ``e`` the column ``[1, 0, ..., 0]`` of a
+``[BLOCK_N, 16]`` tile (a dot's narrowest), accumulated as a ``[BLOCK_M, 16]`` tile whose
+other columns stay 0 and summed over its columns once after the loop, exactly. The
+tensor core then adds ``p`` as the contraction's operand: rounded to the operand's
+16-bit dtype, as the numerator's terms are, so the normalisation divides by the sum of
+the very weights it averaged with (the float32 sum's terms differ from them by the
+rounding of ``p``, up to 2 ** -8 relative in bf16). The plan records it only where
+the partner dot takes 16-bit operands: with float32 ones the products would go through
+TF32 or the CUDA cores' FMA loop, and the float32 path keeps its exact sum. Measured
+on sm_90 builds (Triton's compiler, bf16 core, head width 32): 467 -> 437 instructions
+per key step at 128 x 32 tiles, 781 -> 725 at 128 x 64
+(``bench/results/core_terms/hypotheses/tensor_core_sums.py``).
 """
 from __future__ import annotations
 
@@ -31,6 +50,7 @@ from flashlight.ir import (
     canonical,
     walk,
 )
+from flashlight import settings
 from flashlight.ir_check import InvariantError
 from flashlight.vocabulary import HALF_DTYPES
 
@@ -144,7 +164,35 @@ class _Recorder:
         roles = tuple(self.roles.items())
         store, *extra = (canonical(self.roles[d] for d in out.dims if d in self.roles) for out in kernel.outputs())
         return TilePlan(roles, self.layouts, in_loop, self.dots, tuple(loop_layouts), store,
-                        tuple(self.inputs.items()), tuple(self.relayouts.items()), tuple(extra))
+                        tuple(self.inputs.items()), tuple(self.relayouts.items()), tuple(extra),
+                        self.sum_dots(loop_layouts))
+
+    def sum_dots(self, loop_layouts) -> tuple:
+        """The loop sums that run on the tensor core ([Note: row sums on the tensor core]):
+        a sum over the loop role of a 16-bit dot's operand, in every loop step."""
+        if self.tiling.serial or not settings.get("sum_dots"):
+            return ()
+        loops = [self.kernel.loop] + ([self.kernel.unmasked] if self.kernel.unmasked is not None else [])
+        found = []
+        for k, layout in enumerate(loop_layouts):
+            partners = [self.partner(loop, k, layout) for loop in loops]
+            if all(p is not None for p in partners):
+                found.append((k, partners[0]))
+        return tuple(found)
+
+    def partner(self, loop, k: int, layout):
+        """The 16-bit dot of ``loop`` with ``loop[k]``'s body as the operand that spans
+        the loop role and ``layout``, if ``loop[k]`` is a sum that is not a dot itself."""
+        red = loop[k]
+        if red.op != "sum" or red.body in self.dots or len(layout) != 1:
+            return None
+        if self.layouts.get(red.body) not in (canonical((layout[0], "n")),):
+            return None
+        for other in loop:
+            dot = self.dots.get(other.body) if other.op == "sum" else None
+            if dot is not None and dot.reduced == "n" and dot.dtype in HALF_DTYPES and red.body in other.body.args:
+                return dot
+        return None
 
     def predicate(self, expr: Expr, seen: set) -> None:
         """A liveness predicate: the scan bounds its loads' tiles ([Note: tile skipping])."""
