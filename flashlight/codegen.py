@@ -56,6 +56,7 @@ from flashlight.ir import (
     TiledKernel,
     free_dims,
 )
+from flashlight.passes.tiling import looped_sum
 from flashlight.vocabulary import BOOLEAN_OPS, DIVISION_OPS, OPS
 
 SUM_DOT_WIDTH = 16  # the narrowest tl.dot: a loop sum's ones column and its accumulator
@@ -294,7 +295,10 @@ class _Printer(TileText):
         position, outer, body = self.fresh("u"), self.lines(scope), []
         self.positions[d], self.block = position, body
         try:
-            var, lay = self.emit(expr.body, scope)
+            if expr.body in self.plan.dots:  # [Note: contractions summed by an inner loop]
+                var, lay = self.emit_dot(expr.body, scope, mask_n=True)
+            else:
+                var, lay = self.emit(expr.body, scope)
         finally:
             del self.positions[d]
             self.block = None
@@ -393,6 +397,8 @@ class _Printer(TileText):
             acc_lay = self.plan.loop_layouts[k]
             if red.body in self.plan.dots:
                 part, lay = self.emit_dot(red.body, "loop", mask_n=True)
+            elif looped_sum(red.body, self.tiling.inner_loops) and red.body.body in self.plan.dots:
+                part, lay = self.emit_inner_loop(red.body, "loop")  # a tl.dot per position
             elif self.plan.sum_dot(k) is not None:
                 part, lay = self.emit_sum_dot(k, red.body), acc_lay
             elif self.tiling.serial:

@@ -15,6 +15,7 @@ import flashlight
 from bench.variants import VARIANTS
 from bench.variants_base import as_outputs
 from flashlight.report import ExplainReport
+from tests.helpers import H200_SHARED_MEMORY, shared_memory
 
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 
@@ -328,8 +329,9 @@ def test_grouped_query_attention_with_repeated_heads_trains_in_kernels(gen):
     their gradients sum the repeated heads' gradients over each group ([Note: a finer
     read of a producer] in flashlight/passes/fusion.py, [Note: a small sum inside the
     loop] in flashlight/passes/online.py). The softmax and its backward run in kernels
-    (PyTorch computed them before); what a kernel still cannot do is run the groups'
-    repeats as a loop around its key loop, so the scores' matmul is kept for it."""
+    (PyTorch computed them before). At 13 queries, no longer than the repeats' sum may
+    be (``SMALL_SUM``), the loop runs over the repeats and the scores' matmul stays
+    outside; longer, nothing does (the test below)."""
     def gqa(q, k, v):  # [B, H, L, D], [B, H / 2, L, D] x2
         k2, v2 = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
         return torch.softmax(q @ k2.transpose(-1, -2) * 0.35, -1) @ v2
@@ -347,3 +349,21 @@ def test_grouped_query_attention_with_repeated_heads_trains_in_kernels(gen):
     for k, (g, w) in enumerate(zip(got, want)):
         _assert_close(g, w, torch.float32, f"input {k}")
     assert {op.name for op in report.fallback_ops} <= {"bmm.default"}, str(report)
+
+
+@pytest.mark.parametrize("name", ["gqa", "mqa"])
+def test_shared_keys_train_with_nothing_outside_the_kernels(name, gen):
+    """Past ``SMALL_SUM`` queries the repeats' sum runs inside the query loop, each
+    repeat's contribution to the shared keys' and values' gradients a ``tl.dot`` of its
+    own, with its scores and ``dp`` computed in the kernel ([Note: contractions summed by
+    an inner loop] in flashlight/passes/tiling.py): the catalog's grouped- and
+    multi-query attention train with no operation outside Flashlight's kernels (the
+    scores and ``dp`` were two matmuls of ``rows x keys`` outside), gradients against
+    float64, and the kernel builds for sm_90."""
+    shape = {**_small_shape(name), "L": 37}
+    _, _, _, report = _check_variant(name, gen, shape=shape)
+    assert report.fallback_ops == [], str(report)
+    looped = [k for k in report.kernels if "for u" in k.source and k.source.count("tl.dot(") >= 4]
+    assert looped, str(report)
+    built = looped[0].aot_compile(90, block_m=64, block_n=32, num_warps=4, num_stages=2)
+    assert 0 < shared_memory(built) <= H200_SHARED_MEMORY

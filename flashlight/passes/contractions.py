@@ -64,6 +64,11 @@ def group_dot_operands(kernel: Kernel, roles: dict[Dim, str]) -> Kernel:
             body = in_expr(red.body)
             if red.op == "sum" and red.dim in roles:
                 body = _grouped(body, roles[red.dim], tiles)
+                if isinstance(body, Reduce) and body.op == "sum" and not set(body.dims) & set(roles):
+                    # an inner loop's sum of products over the loop ([Note: contractions
+                    # summed by an inner loop] in passes/tiling)
+                    inner = _grouped(body.body, roles[red.dim], tiles)
+                    body = body if inner is body.body else dataclasses.replace(body, body=inner)
             out.append(red if body is red.body else dataclasses.replace(red, body=body))
         return tuple(out)
 

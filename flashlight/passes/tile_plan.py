@@ -62,6 +62,7 @@ class _Recorder:
         self.of = layouts.of
         self.is_dot = layouts.is_dot
         self.roles = layouts.roles
+        self.looped_dots = layouts.looped_dots
         # a value that reads an inner loop's dim is computed in that loop, in the key loop
         # ([Note: inner loops])
         self.loop_dims = frozenset(red.dim for red in kernel.loop) | frozenset(tiling.inner_loops)
@@ -141,7 +142,11 @@ class _Recorder:
         for red in loop:
             if red.op == "sum":
                 if not self.tiling.serial and self.is_dot(red.body, "n"):
-                    self.dot(red.body, "n")
+                    if red.body in self.looped_dots:  # [Note: contractions summed by an inner loop]
+                        self.layouts[red.body] = self.of(red.body)
+                        self.dot(red.body.body, "n")
+                    else:
+                        self.dot(red.body, "n")
                 else:
                     self.value(red.body)
 

@@ -133,6 +133,10 @@ class Layouts:
         self.serial = serial  # the loop dim indexes like a grid dim ([Note: serial loops])
         self.inner_loops = inner_loops  # so do these, a loop step each ([Note: inner loops])
         self.grid = grid | ({red.dim for red in kernel.loop} if serial else set()) | inner_loops
+        # loop sums whose body is an inner loop's sum of contractions over the loop dim
+        # ([Note: contractions summed by an inner loop])
+        self.looped_dots = frozenset(red.body for red in kernel.loop if red.op == "sum" and not serial
+                                     and looped_sum(red.body, inner_loops))
         self.memo: dict[Expr, Layout] = {}
         self.dots = 0
         self._loop_results: dict[int, Layout] = {}
@@ -155,7 +159,7 @@ class Layouts:
                 raise NotTileable("a running max starts from a value wider than its result")
             return body
         body = self.of(red.body, allow_dot=red.op == "sum", reduced="n")
-        if "n" not in body:
+        if "n" not in body and red.body not in self.looped_dots:
             raise NotTileable("a loop reduction does not depend on the loop dim")
         dot = self.is_dot(red.body, "n")
         result = self._dot_result(red.body, "n") if dot else tuple(r for r in body if r != "n")
@@ -210,6 +214,8 @@ class Layouts:
     def _inner_reduce(self, expr: Reduce) -> Layout:
         if len(expr.dims) != 1:
             raise NotTileable("an inner reduction over several dims")
+        if expr in self.looped_dots and self.is_dot(expr, "n"):  # a tl.dot a step, added up
+            return self._dot_result(expr, "n")
         if expr.dims[0] in self.inner_loops:  # a loop of its own, added up elementwise
             layout = self.of(expr.body)
             if not any(isinstance(node, Reduce) and node.op == "sum" and node.dims[0] in self.roles
@@ -236,6 +242,8 @@ class Layouts:
 
     # -- contractions
     def is_dot(self, body: Expr, reduced: str) -> bool:
+        if body in self.looped_dots:  # ([Note: contractions summed by an inner loop])
+            return reduced == "n" and self.is_dot(body.body, reduced)
         if not (isinstance(body, Pointwise) and body.op == "mul"):
             return False
         a, b = (self.of(x) for x in body.args)
@@ -246,8 +254,30 @@ class Layouts:
         return ok
 
     def _dot_result(self, body: Expr, reduced: str) -> Layout:
+        if body in self.looped_dots:
+            body = body.body
         a, b = (self.of(x) for x in body.args)
         return canonical(r for r in a + b if r != reduced)
+
+
+# [Note: contractions summed by an inner loop]
+# The gradient of keys shared by a group of query heads sums, over the group's repeats
+# ``r``, a contraction over the queries: ``dk[j] = sum_i sum_r ds_r[i, j] q_r[i]`` ([Note:
+# a small sum inside the loop] in passes/online.py puts the repeats inside). The loop runs
+# over the queries; each step's contribution is ``sum_r ds_r^T q_r``, a ``tl.dot`` over
+# the step's query tile for every repeat, added up by a loop over the repeats of its own
+# ([Note: inner loops]) whose other values (``ds_r``: each repeat's scores, probabilities
+# and ``dp`` from ``tl.dot``s of their own) are computed inside it. Without this, the
+# value width went to the grid (a ``[keys, repeats, queries, width]`` product has no
+# two-role tile), every program recomputed the loop, and the back-off kept the scores of
+# every head as a ``rows x keys`` matrix in memory for the kernel to read. Such a sum is
+# the loop sum's whole body: a contraction over the loop's tile is a partial result of
+# the loop, so it cannot sit deeper inside the body.
+def looped_sum(body: Expr, inner_loops) -> bool:
+    """Whether ``body`` (a loop sum's) is an inner loop's sum of one product
+    ([Note: contractions summed by an inner loop])."""
+    return (isinstance(body, Reduce) and body.op == "sum" and len(body.dims) == 1
+            and body.dims[0] in inner_loops and isinstance(body.body, Pointwise) and body.body.op == "mul")
 
 
 def _supported_pow(expr: Pointwise) -> bool:
