@@ -289,23 +289,49 @@ class _Printer(TileText):
         """A sum over a dim without a tile: a loop over its positions adding up its body,
         whose values that read the dim are printed inside the loop ([Note: inner loops]
         in passes/tiling)."""
-        (d,) = expr.dims
-        layout = self.layouts[expr]
-        total = self.assign(scope, "red", f"tl.zeros({self.shape(layout)}, tl.float32)" if layout else "0.0")
+        return self.emit_inner_loops([expr], scope)[0]
+
+    def emit_inner_loops(self, exprs: list[Reduce], scope: str,
+                         into: list[str | None] | None = None) -> list[tuple[str, tuple]]:
+        """Sums over the same dim without a tile in one loop over its positions, each
+        adding up its body (a ``tl.dot`` where the plan says: [Note: contractions summed
+        by an inner loop]) into a new total, or into the accumulator ``into`` names; a
+        value that several bodies read at a position is printed once in it."""
+        (d,) = exprs[0].dims
         position, outer, body = self.fresh("u"), self.lines(scope), []
+        totals = []
+        for expr, acc in zip(exprs, into or [None] * len(exprs)):
+            layout = self.layouts[expr]
+            totals.append(acc or self.assign(
+                scope, "red", f"tl.zeros({self.shape(layout)}, tl.float32)" if layout else "0.0"))
         self.positions[d], self.block = position, body
         try:
-            if expr.body in self.plan.dots:  # [Note: contractions summed by an inner loop]
-                var, lay = self.emit_dot(expr.body, scope, mask_n=True)
-            else:
-                var, lay = self.emit(expr.body, scope)
+            for expr, total in zip(exprs, totals):
+                if expr.body in self.plan.dots:
+                    var, lay = self.emit_dot(expr.body, scope, mask_n=True)
+                else:
+                    var, lay = self.emit(expr.body, scope)
+                body.append(f"{total} = {total} + {self.broadcast(var, lay, self.layouts[expr])}")
         finally:
             del self.positions[d]
             self.block = None
-        body.append(f"{total} = {total} + {self.broadcast(var, lay, layout)}")
         outer.append(f"for {position} in range(0, {int(d.size)}):")
         outer.extend(f"    {line}" for line in body)
-        return total, layout
+        return [(total, self.layouts[expr]) for expr, total in zip(exprs, totals)]
+
+    def emit_looped_dots(self, loop) -> dict[int, tuple[str, tuple]]:
+        """The step's parts of the loop sums that are inner loops of ``tl.dot``s, those
+        over the same dim in one loop ([Note: contractions summed by an inner loop])."""
+        by_dim: dict = {}
+        for k, red in enumerate(loop):
+            if red.op == "sum" and looped_sum(red.body, self.tiling.inner_loops) and red.body.body in self.plan.dots:
+                by_dim.setdefault(red.body.dims[0], []).append(k)
+        parts = {}
+        for ks in by_dim.values():
+            # a sum no max rescales adds each position's dot to its accumulator directly
+            into = [None if any(not self.lazy(j) for j, _ in loop[k].rescaled_by) else f"acc{k}" for k in ks]
+            parts.update(zip(ks, self.emit_inner_loops([loop[k].body for k in ks], "loop", into)))
+        return parts
 
     # ------------------------------------------------------------ the online loop
     def whole_tiles_apart(self) -> bool:
@@ -392,13 +418,16 @@ class _Printer(TileText):
             self.loop.append(f"m_new{k} = tl.maximum(m{k}, {block}, propagate_nan=tl.PropagateNan.ALL)")
             self.loop.append(f"m_safe{k} = tl.where(m_new{k} == float(\"-inf\"), 0.0, m_new{k})")
             self.loop.append(f"alpha{k} = {self.exp_text(k, f'm{k} - m_safe{k}', 1)}")
+        looped = self.emit_looped_dots(loop)
         for k in sums:
             red = loop[k]
             acc_lay = self.plan.loop_layouts[k]
             if red.body in self.plan.dots:
                 part, lay = self.emit_dot(red.body, "loop", mask_n=True)
-            elif looped_sum(red.body, self.tiling.inner_loops) and red.body.body in self.plan.dots:
-                part, lay = self.emit_inner_loop(red.body, "loop")  # a tl.dot per position
+            elif k in looped:
+                part, lay = looped[k]
+                if part == f"acc{k}":
+                    continue  # added up in the inner loop
             elif self.plan.sum_dot(k) is not None:
                 part, lay = self.emit_sum_dot(k, red.body), acc_lay
             elif self.tiling.serial:

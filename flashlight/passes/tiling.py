@@ -270,7 +270,12 @@ class Layouts:
 # and ``dp`` from ``tl.dot``s of their own) are computed inside it. Without this, the
 # value width went to the grid (a ``[keys, repeats, queries, width]`` product has no
 # two-role tile), every program recomputed the loop, and the back-off kept the scores of
-# every head as a ``rows x keys`` matrix in memory for the kernel to read. Such a sum is
+# every head as a ``rows x keys`` matrix in memory for the kernel to read. The sums of
+# one step over the same repeats share one loop (``dk`` and ``dv`` each repeat's
+# probabilities), and a sum that no running max rescales adds each repeat's dot to its
+# accumulator directly (no step total held beside it: sm_90 builds of the bf16 kernel at
+# head width 64 spill 48-416 bytes per thread at 32-key tiles where separate loops with
+# step totals spilled 216-784). Such a sum is
 # the loop sum's whole body: a contraction over the loop's tile is a partial result of
 # the loop, so it cannot sit deeper inside the body.
 def looped_sum(body: Expr, inner_loops) -> bool:
