@@ -25,15 +25,18 @@ tensor core then adds ``p`` as the contraction's operand: rounded to the operand
 the very weights it averaged with (the float32 sum's terms differ from them by the
 rounding of ``p``, up to 2 ** -8 relative in bf16). The plan records it only where
 the partner dot takes 16-bit operands: with float32 ones the products would go through
-TF32 or the CUDA cores' FMA loop, and the float32 path keeps its exact sum. Measured
-on sm_90 builds (Triton's compiler, bf16 core, head width 32): 467 -> 437 instructions
-per key step at 128 x 32 tiles, 781 -> 725 at 128 x 64
-(``bench/results/core_terms/hypotheses/tensor_core_sums.py``).
+TF32 or the CUDA cores' FMA loop, and the float32 path keeps its exact sum. Counted
+in sm_90 builds (Triton's compiler, no GPU) of the generated bf16 Evoformer core, head
+width 32: 479 -> 448 instructions per key step at 128 x 32 tiles, 783 -> 727 at 128 x 64,
+454 -> 430 at 128 x 64 with 8 warps; a hand-written kernel changed in this one place
+alike (``bench/results/core_terms/hypotheses/tensor_core_sums.py``). Off by default
+(``FLASHLIGHT_SUM_DOTS``) until a GPU times it.
 """
 from __future__ import annotations
 
 import torch
 
+from flashlight import settings
 from flashlight.ir import (
     DotPlan,
     Expr,
@@ -50,7 +53,6 @@ from flashlight.ir import (
     canonical,
     walk,
 )
-from flashlight import settings
 from flashlight.ir_check import InvariantError
 from flashlight.vocabulary import HALF_DTYPES
 
@@ -191,7 +193,7 @@ class _Recorder:
         red = loop[k]
         if red.op != "sum" or red.body in self.dots or len(layout) != 1:
             return None
-        if self.layouts.get(red.body) not in (canonical((layout[0], "n")),):
+        if self.layouts.get(red.body) != canonical((layout[0], "n")):
             return None
         for other in loop:
             dot = self.dots.get(other.body) if other.op == "sum" else None
