@@ -275,7 +275,7 @@ class Layouts:
 # probabilities), and a sum that no running max rescales adds each repeat's dot to its
 # accumulator directly (no step total held beside it: sm_90 builds of the bf16 kernel at
 # head width 64 spill 48-416 bytes per thread at 32-key tiles where separate loops with
-# step totals spilled 216-784). Such a sum is the loop sum's whole body: a contraction
+# step totals spilled 296-784). Such a sum is the loop sum's whole body: a contraction
 # over the loop's tile is a partial result of the loop, so it cannot sit deeper inside.
 def looped_sum(body: Expr, inner_loops) -> bool:
     """Whether ``body`` (a loop sum's) is an inner loop's sum of one product
