@@ -97,6 +97,7 @@ PARTS=(
     "kernels-lm-fp32|$K --retry --variants lm --shapes all --dtypes tf32,fp32 --out $R/kernels_lm.json"
     "training-step-block|$PY -m bench.training_step --scope block --out $R/training_step_block.json"
     "dropout|$PY -m bench.dropout --out $R/dropout.json"
+    "training-shared-keys|$PY -m bench.training --dtypes bf16 --cases gqa,mqa --out $R/training_shared_keys.json"
 )
 
 part_name() { echo "${1%%|*}"; }
