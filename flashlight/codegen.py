@@ -240,11 +240,16 @@ class _Printer(SumText):
         a, b = (self.stored_as[v][0] if self.stored_as.get(v, ("", ""))[1] == dtype else v for v in (a, b))
         a = f"tl.trans({a})" if dot.trans_a else a
         b = f"tl.trans({b})" if dot.trans_b else b
-        precision = f', input_precision="{self.fp32_precision}"' if dtype == "tl.float32" else ""
-        var = self.assign(scope, "dot", f"tl.dot({a}.to({dtype}), {b}.to({dtype}){precision})")
+        var = self.assign(scope, "dot", self.dot_call(a, b, dtype))
         if dot.trans_out:
             var = self.assign(scope, "dot", f"tl.trans({var})")
         return var, dot.out
+
+    def dot_call(self, a: str, b: str, dtype: str) -> str:
+        """``tl.dot`` of operand tiles ``a`` and ``b`` taken as ``dtype``; float32 ones with
+        the compile's float32 precision."""
+        precision = f', input_precision="{self.fp32_precision}"' if dtype == "tl.float32" else ""
+        return f"tl.dot({a}.to({dtype}), {b}.to({dtype}){precision})"
 
     def pad_to_zero(self, var: str, layout, reduced: str, operand: Expr) -> str:
         """A contraction over a padded tile dim adds the product of the padding lanes: a
@@ -376,9 +381,9 @@ class _Printer(SumText):
             if red.body in self.plan.dots:
                 part, lay = self.emit_dot(red.body, "loop", mask_n=True)
             elif k in looped:
-                part, lay = looped[k]
-                if part == f"acc{k}":
+                if looped[k] is None:
                     continue  # added up in the inner loop
+                part, lay = looped[k]
             elif self.plan.sum_dot(k) is not None:
                 part, lay = self.emit_sum_dot(k, red.body), acc_lay
             elif self.tiling.serial:

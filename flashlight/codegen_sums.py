@@ -51,9 +51,10 @@ class SumText(TileText):
         outer.extend(f"    {line}" for line in body)
         return [(total, self.layouts[expr]) for expr, total in zip(exprs, totals)]
 
-    def emit_looped_dots(self, loop) -> dict[int, tuple[str, tuple]]:
+    def emit_looped_dots(self, loop) -> dict[int, tuple[str, tuple] | None]:
         """The step's parts of the loop sums that are inner loops of ``tl.dot``s, those
-        over the same dim in one loop ([Note: contractions summed by an inner loop])."""
+        over the same dim in one loop ([Note: contractions summed by an inner loop]);
+        None for a sum the loop adds into its accumulator itself."""
         by_dim: dict = {}
         for k, red in enumerate(loop):
             if red.op == "sum" and looped_sum(red.body, self.tiling.inner_loops) and red.body.body in self.plan.dots:
@@ -62,7 +63,8 @@ class SumText(TileText):
         for ks in by_dim.values():
             # a sum no max rescales adds each position's dot to its accumulator directly
             into = [None if any(not self.lazy(j) for j, _ in loop[k].rescaled_by) else f"acc{k}" for k in ks]
-            parts.update(zip(ks, self.emit_inner_loops([loop[k].body for k in ks], "loop", into)))
+            totals = self.emit_inner_loops([loop[k].body for k in ks], "loop", into)
+            parts.update((k, None if acc else total) for k, acc, total in zip(ks, into, totals))
         return parts
 
     def acc_shape(self, k: int) -> str:
@@ -83,5 +85,4 @@ class SumText(TileText):
         var = self.pad_to_zero(self.mask_loop(var, lay, body, "0.0"), lay, "n", body)
         var = f"tl.trans({var})" if lay[0] == "n" else var
         dtype = TL_DTYPES[dot.operand_dtype(self.interpret)]
-        precision = f', input_precision="{self.fp32_precision}"' if dtype == "tl.float32" else ""
-        return self.assign("loop", "part", f"tl.dot({var}.to({dtype}), ones{k}{precision})")
+        return self.assign("loop", "part", self.dot_call(var, f"ones{k}", dtype))

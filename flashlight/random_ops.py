@@ -64,12 +64,12 @@ def counters(shape) -> tuple[int, int]:
 def uniform(seed: torch.Tensor, shape: list[int]) -> torch.Tensor:
     """Float32 values in [0, 1) of ``shape`` on ``seed``'s device, a function of the
     int64 ``seed`` and each element's position ([Note: dropout inside a kernel])."""
-    out = torch.empty(shape, dtype=torch.float32, device=seed.device)
-    lead, trail = counters(shape)
-    if not out.numel():
-        return out
     if seed.device.type == "cpu" and not _interpreting():
         return philox_uniform(seed, shape)  # no Triton on CPU tensors without the interpreter
+    out = torch.empty(shape, dtype=torch.float32, device=seed.device)
+    if not out.numel():
+        return out
+    lead, trail = counters(shape)
     block = 1024
     tiles = (trail + block - 1) // block
     _uniform_kernel()[(lead * tiles,)](seed, out, trail, tiles, BLOCK=block)  # one grid dim: up to 2^31 - 1
