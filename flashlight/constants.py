@@ -33,7 +33,8 @@ def fold_constants(expr: Expr) -> Const | None:
 
 def rounded(value, dtype: torch.dtype):
     """``value`` as a number of ``dtype``: wrapped into an integer dtype's width, rounded
-    to nearest even into a float dtype's precision."""
+    to nearest even into a float dtype's precision (a 16-bit one through float32, as
+    PyTorch rounds a double)."""
     if dtype == torch.bool:
         return bool(value)
     if not dtype.is_floating_point:
@@ -43,8 +44,8 @@ def rounded(value, dtype: torch.dtype):
     if dtype == torch.float64 or not math.isfinite(value):
         return value
     if dtype == torch.float16:
-        try:
-            return struct.unpack("<e", struct.pack("<e", value))[0]
+        try:  # through float32, as PyTorch converts a double (twice rounded: 111.78125 + 2e-7 -> 111.75)
+            return struct.unpack("<e", struct.pack("<e", _float32(value)))[0]
         except OverflowError:
             return math.copysign(math.inf, value)
     single = _float32(value)
