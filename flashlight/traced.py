@@ -55,7 +55,7 @@ import torch.fx as fx
 from flashlight import launch_plan, settings
 
 log = logging.getLogger("flashlight")
-_FORMAT = 3  # of the on-disk entries; a change makes older files unread
+_FORMAT = 4  # of the on-disk entries; a change makes older files unread
 
 # [Note: preloading kept graphs]
 # In a process whose caches hold a function's graphs, its first call still pays their
@@ -122,8 +122,16 @@ def call_signature(tensors: list[torch.Tensor]) -> tuple:
 
 
 def family_of(tensors: list[torch.Tensor]) -> tuple:
-    """What every entry checks exactly: the device, and each input's dtype and rank."""
-    return (str(tensors[0].device.type), *((t.dtype, t.dim()) for t in tensors))
+    """What every entry checks exactly: the device, each input's dtype and rank, and how
+    float32 products are computed (``torch.backends.cuda.matmul.allow_tf32``, which the
+    generated kernels print into their ``tl.dot`` s: a graph compiled with TF32 must not
+    serve a call made without it, nor the other way round)."""
+    return (str(tensors[0].device.type), *((t.dtype, t.dim()) for t in tensors), _fp32_products())
+
+
+def _fp32_products() -> str:
+    """``"tf32"`` or ``"ieee"``, as the code generator reads it (``backend._fp32_precision``)."""
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
 
 
 class TracedFunction:
@@ -155,7 +163,7 @@ class TracedFunction:
             return self._through_dynamo()(*args, **kwargs)
         tensors = list(args)
         signature = call_signature(tensors)
-        entry = self._by_signature.get(signature)
+        entry = self._by_signature.get((signature, _fp32_products()))
         if entry is None:
             entry = self._entry_for(tensors, signature)
         return entry.call(*tensors)
@@ -190,7 +198,8 @@ class TracedFunction:
             warmed = 0
             for entry in self._entries:
                 signature = entry.signature
-                if signature is None or entry.family[0] not in devices or signature in self._by_signature:
+                key = (signature, entry.family[-1])
+                if signature is None or entry.family[0] not in devices or key in self._by_signature:
                     continue
                 tensors = _zeros_of(signature, max_bytes)
                 if tensors is None:
@@ -202,7 +211,7 @@ class TracedFunction:
                 except Exception as error:  # noqa: BLE001 - only an optimisation: the first call does it
                     log.debug("flashlight: %s not preloaded (%s: %s)", self.__name__, type(error).__name__, error)
                     continue
-                self._by_signature[signature] = entry
+                self._by_signature[key] = entry
                 warmed += 1
             return warmed
 
@@ -218,7 +227,7 @@ class TracedFunction:
                 self._entries.append(entry)
                 if entry.graph is not None:
                     save_entries(self._disk_key(), self._entries)
-            self._by_signature[signature] = entry
+            self._by_signature[(signature, _fp32_products())] = entry
             return entry
 
     def _capture(self, tensors: list[torch.Tensor], signature: tuple, symbolic: bool) -> Entry:

@@ -113,7 +113,7 @@ def test_a_preload_runs_the_kept_static_graphs_before_the_first_call(gen, cache_
     real_zeros = traced_module._zeros_of
     monkeypatch.setattr(traced_module, "_zeros_of", lambda *a: ran.append(1) or real_zeros(*a))
     assert later.preload(devices=("cpu",)) == 1 and ran == [1]
-    assert list(later._by_signature) == [traced_module.call_signature(list(args))]
+    assert list(later._by_signature) == [(traced_module.call_signature(list(args)), traced_module._fp32_products())]
     monkeypatch.setattr(traced_module.TracedFunction, "_entry_for",
                         lambda *a: pytest.fail("a preloaded signature is a dictionary look-up"))
     with torch.no_grad():
@@ -337,3 +337,28 @@ def test_the_preparing_thread_runs_once_and_the_compile_path_waits_for_it(gen, c
     assert prepare._done.is_set() and not first.is_alive()
     assert torch.equal(torch.random.get_rng_state(), rng)  # the caller's seeded numbers stay its own
     assert_matches_float64(cross, out, args)
+
+
+@pytest.fixture
+def restore_tf32():
+    before = torch.backends.cuda.matmul.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def test_a_graph_compiled_with_tf32_never_serves_a_call_without_it(gen, cache_dir, restore_tf32):
+    """Generated kernels print the float32 product precision into their ``tl.dot`` s, so
+    ``allow_tf32`` is part of what an entry serves: flipping it captures again (in this
+    process and from the disk cache of another), flipping it back finds the first graph."""
+    args = gated_inputs(gen, 3, 12)
+    first = flashlight.compile(gated, capture="trace")
+    with torch.no_grad():
+        for allow, captures in [(False, 1), (True, 2), (False, 2), (True, 2)]:
+            torch.backends.cuda.matmul.allow_tf32 = allow
+            assert_matches_float64(gated, first(*args), args)
+            assert first.captures == captures
+    assert sorted(e.family[-1] for e in first._entries) == ["ieee", "tf32"]
+    later = flashlight.compile(gated, capture="trace")
+    with torch.no_grad():
+        later(*args)  # TF32 still on: the kept TF32 graph
+    assert later.captures == 0
