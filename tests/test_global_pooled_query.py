@@ -11,6 +11,9 @@ plan computes a reduction again in every program of its grid or repeats its loop
 not the pooled mean in every head's program, nor the attention in a kernel with a
 program per gated sequence, nor the scores materialized to avoid either (see
 ``_rows_by_keys``, ``_broadcast_loop_cut`` and ``_sharing_cut`` in ``flashlight/backoff.py``).
+The gate, its product with the attention output and the output projection, a
+contraction over the flattened heads, are a second kernel (where the projections are
+matmuls; ``F.linear`` with a bias is ``addmm``, which stays with PyTorch).
 """
 from __future__ import annotations
 
@@ -105,6 +108,13 @@ def test_global_attention_written_whole(fn, gen):
 
     attention = [k for k in report.kernels if computes_softmax(k.aten_ops)]
     assert len(attention) == 1, str(report)
+    # the gate, its product with the attention output and the output projection: one
+    # kernel looping over the flattened heads ([Note: a loop over several dims]), where
+    # the projections are matmuls (F.linear with a bias arrives as addmm, left to PyTorch)
+    if fn is not einsum_spelling:
+        gated = [k for k in report.kernels if "sigmoid.default" in k.aten_ops]
+        assert len(gated) == 1 and gated[0] is not attention[0], str(report)
+        assert not any(op.name.startswith(("sigmoid", "mul")) for op in report.fallback_ops), str(report)
     assert not any(op.name.startswith(("_softmax", "exp", "amax")) for op in report.fallback_ops), str(report)
     assert not set(outside) & {"aten::_softmax", "aten::softmax", "aten::exp", "aten::amax", "aten::max"}, outside
 

@@ -72,6 +72,7 @@ from flashlight.ir import (
 )
 from flashlight.indexing import sizes_equal
 from flashlight.passes.features import features_from_results, over_output_dims
+from flashlight.passes.loop_dims import MergeFailed, merge_loop_dims
 
 
 class NotOnline(Exception):
@@ -375,12 +376,10 @@ def make_online(nest: Nest) -> Kernel:
     body = features_from_results(nest.body, nest.dims)
     body = factor_invariants(split_sums(leave_log_space(absorb_max_floors(body)), out_dims))
     body = small_sums_inside(body)  # [Note: a small sum inside the loop]
+    body = _loops_over_one_dim(body, _loop_reductions(body, out_dims), out_dims)
     loop = _loop_reductions(body, out_dims)
     if not loop:
         raise NotOnline("no reduction to run as a loop")
-    for red in loop:
-        if len(red.dims) != 1:
-            raise NotOnline(f"a loop reduction over {len(red.dims)} dims")
     loop = _over_one_extent(loop)
     extent = loop[0].dims[0].size
 
@@ -389,6 +388,23 @@ def make_online(nest: Nest) -> Kernel:
     reductions = tuple(_shared_dim(_loop_reduction(red, loop, index_of), shared) for red in loop)
     epilogue = replace_nodes(body, lambda n: LoopResult(index_of[n], n.dtype) if n in index_of else None)
     return Kernel(nest.name, nest.axes, nest.dtype, reductions, epilogue, nest.origins)
+
+
+def _loops_over_one_dim(body: Expr, loop: list[Reduce], out_dims: frozenset[Dim]) -> Expr:
+    """``body`` with each loop reduction over several dims rewritten over one
+    ([Note: a loop over several dims] in :mod:`flashlight.passes.loop_dims`), where it
+    is computed per output position; a total over several dims (a weight's sum, the
+    same for every output) is no loop of the output's rows."""
+    merged = {}
+    for red in loop:
+        if len(red.dims) > 1:
+            if not free_dims(red) & out_dims:
+                raise NotOnline(f"a loop reduction over {len(red.dims)} dims, free of the output's")
+            try:
+                merged[red] = merge_loop_dims(red)
+            except MergeFailed as why:
+                raise NotOnline(str(why)) from None
+    return replace_nodes(body, merged.get) if merged else body
 
 
 # [Note: a small sum inside the loop]

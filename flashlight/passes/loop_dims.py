@@ -1,0 +1,113 @@
+"""One loop dim for a loop reduction over several dims.
+
+[Note: a loop over several dims]
+A contraction over a flattened axis reduces over every dim the axis merges: an output
+projection after attention, ``out[s, f] = sum_{h, c} x[s, h, c] W[f, h * c + c]``, is
+``sum[h, c]`` in the IR (the lowering splits the contracted axis into the dims of the
+operand that keeps them apart). The online loop runs over one dim, so such a sum is
+rewritten over one dim ``j`` of size ``|h| |c|`` with ``h = j // |c|`` and
+``c = j mod |c|`` (row-major, as the flattened axis itself counts):
+
+- an index that names the merged dims together, in order, as one axis (``W[f, h * c]``)
+  reads ``W[f, j]``: the same element, and a plain load;
+- an index that names them apart (``x[s, h, c]``) reads at computed positions
+  (a :class:`~flashlight.ir.Gather`, [Note: gathers] in :mod:`flashlight.lower_gather`),
+  ``x[s, j // |c|, j mod |c|]``, any strides (``j`` is never negative, so C's
+  truncating division is the floor);
+- an index (``Iota``) of a merged dim becomes the same arithmetic on ``j``.
+
+Exact: the same terms are summed, in another order (which ``tl.dot`` already changes).
+The dims after the first must have static sizes (the divisors are constants); a sum over
+several dims with a dynamic inner one stays unsupported. So does a sum whose body holds
+a reduction over other dims that depends on some of the merged dims only (an attention's
+row statistics per head ``h``, inside a sum over ``h`` and ``c``): one loop over ``j``
+would compute it again for every ``c``; the back-off then keeps that reduction's
+result separate, and the sum over the rest merges. With it, ``sigmoid(m W_g^T + b)
+* o`` projected by ``W_o`` (OpenFold's gated output of global attention, any gated
+output projection) is a two-contraction chain over the rows like attention's, and one
+kernel: the gate is computed, multiplied and projected tile by tile, never stored.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from flashlight.ir import Axis, Const, Dim, Expr, Gather, Iota, Load, Pointwise, Reduce, Ref, free_dims, rebuild, walk
+
+
+class MergeFailed(Exception):
+    """The reduction's dims cannot be merged (a dynamic inner dim, a computed tensor
+    read with the dims apart)."""
+
+
+def merge_loop_dims(red: Reduce) -> Reduce:
+    """``red`` as a reduction over one dim ([Note: a loop over several dims])."""
+    if len(red.dims) == 1:
+        return red
+    if not all(d.is_static for d in red.dims):
+        raise MergeFailed(f"a loop reduction over {len(red.dims)} dims of dynamic sizes")
+    dims = frozenset(red.dims)
+    for inner in (n for n in walk(red.body) if isinstance(n, Reduce)):
+        if free_dims(inner) & dims not in (frozenset(), dims):
+            raise MergeFailed("a reduction inside the loop depends on some of its dims only, "
+                              "so one loop would compute it again for each of the others")
+    merged = Dim.fresh(math.prod(d.size for d in red.dims))
+    # the stride of each merged dim in the row-major index of ``merged``
+    strides = {d: math.prod(e.size for e in red.dims[k + 1:]) for k, d in enumerate(red.dims)}
+
+    def position(d: Dim) -> Expr:
+        """The index of merged dim ``d`` at ``merged``'s index."""
+        value: Expr = Iota((merged,))
+        dtype = value.dtype
+        if strides[d] != 1:  # indices are never negative: C's division is the floor
+            value = Pointwise("truncdiv", (value, Const(strides[d], dtype)), dtype)
+        if d != red.dims[0]:  # value mod |d|
+            whole = Pointwise("mul", (Pointwise("truncdiv", (value, Const(d.size, dtype)), dtype),
+                                      Const(d.size, dtype)), dtype)
+            value = Pointwise("sub", (value, whole), dtype)
+        return value
+
+    def axis_position(axis: Axis) -> Expr:
+        """The row-major index of ``axis`` as an expression (merged dims computed)."""
+        total: Expr | None = None
+        for k, d in enumerate(axis):
+            term = position(d) if d in strides else Iota((d,))
+            scale = math.prod(e.size for e in axis[k + 1:]) if all(e.is_static for e in axis[k + 1:]) else None
+            if scale is None:
+                raise MergeFailed("a dim of dynamic size after a merged dim in one axis")
+            if scale != 1:
+                term = Pointwise("mul", (term, Const(scale, term.dtype)), term.dtype)
+            total = term if total is None else Pointwise("add", (total, term), term.dtype)
+        return total if total is not None else Const(0, Iota((merged,)).dtype)
+
+    def together(axis: Axis) -> Axis | None:
+        """``axis`` with the merged dims replaced by ``merged``, where it names all of
+        them in order or none; None where it names them apart."""
+        named = [k for k, d in enumerate(axis) if d in strides]
+        if not named:
+            return axis
+        start = named[0]
+        if tuple(axis[start:start + len(red.dims)]) != red.dims:
+            return None
+        return axis[:start] + (merged,) + axis[start + len(red.dims):]
+
+    def rewrite(node: Expr) -> Expr | None:
+        if isinstance(node, (Load, Ref)):
+            axes = [together(a) for a in node.index]
+            if all(a is not None for a in axes):
+                return dataclasses.replace(node, index=tuple(axes))
+            if isinstance(node, Ref):
+                raise MergeFailed("a computed tensor read with the merged dims apart")
+            extents = tuple(math.prod(d.size for d in a) if all(d.is_static for d in a) else None
+                            for a in node.index)
+            return Gather(node.base, tuple(axis_position(a) for a in node.index), extents, node.dtype)
+        if isinstance(node, Iota):
+            axis = together(node.axis)
+            return dataclasses.replace(node, axis=axis) if axis is not None else _cast(axis_position(node.axis), node.dtype)
+        return None
+
+    return Reduce(red.op, rebuild(red.body, rewrite), (merged,), red.dtype)
+
+
+def _cast(expr: Expr, dtype) -> Expr:
+    return expr if expr.dtype == dtype else Pointwise("cast", (expr,), dtype)
