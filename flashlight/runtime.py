@@ -150,14 +150,30 @@ def _out_of_resources(error: BaseException) -> bool:
 
 @dataclasses.dataclass
 class SizeSource:
-    """Where a symbolic size is read at run time: ``inputs[tensor].shape[axis]``."""
+    """Where a symbolic size is read at run time: ``inputs[tensor].shape[axis]``, divided
+    by ``others``, the sizes merged with it in that axis (static, or read directly)."""
 
     tensor: int
     axis: int
+    others: tuple = ()
+
+
+def read_sizes(sources: dict[str, SizeSource], tensors) -> dict[str, int]:
+    """The symbolic sizes' values for a launch on ``tensors``."""
+    values = {text: tensors[s.tensor].shape[s.axis] for text, s in sources.items() if not s.others}
+    for text, s in sources.items():
+        if s.others:
+            rest = math.prod(o if isinstance(o, int) else values[o] for o in s.others)
+            values[text] = tensors[s.tensor].shape[s.axis] // rest if rest else 0
+    return values
 
 
 def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
+    """Where each symbolic size of ``src`` is read: an input axis that is that size alone,
+    else a merged axis whose other sizes are static or read alone (a row dim that only
+    the flattened rows of a projection's input carry)."""
     found: dict[str, SizeSource] = {}
+    merged: list[tuple[int, int, tuple[Dim, ...]]] = []
     for expr in [*kernel.epilogues(), *(e for r in kernel.loop for e in r.exprs())]:
         for node in walk(expr):
             if isinstance(node, Load) and node.base in src.inputs:
@@ -169,6 +185,13 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
             for a, axis in enumerate(axes):
                 if len(axis) == 1 and not axis[0].is_static:
                     found.setdefault(axis[0].size, SizeSource(src.inputs.index(node.base), a))
+                elif len(axis) > 1:
+                    merged.append((src.inputs.index(node.base), a, axis))
+    for tensor, a, axis in merged:
+        unknown = [d for d in axis if not d.is_static and d.size not in found]
+        if len(unknown) == 1 and sum(d.size == unknown[0].size for d in axis) == 1:
+            others = tuple(d.size for d in axis if d != unknown[0])
+            found[unknown[0].size] = SizeSource(tensor, a, others)
     missing = [s for s in src.size_args if s not in found]
     if missing:
         raise ValueError(f"sizes {missing} cannot be read from any kernel input")
@@ -452,7 +475,7 @@ class Launcher:
                 # [..., X, ...] with X strided -> same values, X contiguous
                 tensors[k] = t.movedim(axis, -1).contiguous().movedim(-1, axis)
                 relayouts.append((k, axis))
-        values = {text: tensors[s.tensor].shape[s.axis] for text, s in self.sources.items()}
+        values = read_sizes(self.sources, tensors)
         outs = [torch.empty(self._shape(output.axes, values), dtype=output.dtype, device=tensors[0].device)
                 for output in getattr(self, "outputs", self.kernel.outputs())]
         out = outs[0]
@@ -535,7 +558,7 @@ class Launcher:
         0): what eager PyTorch gives (a sum over no keys is 0, a softmax over them empty)."""
         if self.eager is not None:
             return self.eager(*tensors)
-        values = {text: tensors[s.tensor].shape[s.axis] for text, s in self.sources.items()}
+        values = read_sizes(self.sources, tensors)
         outputs = getattr(self, "outputs", self.kernel.outputs())
         shapes = [self._shape(output.axes, values) for output in outputs]
         if all(math.prod(shape) == 0 for shape in shapes):

@@ -61,17 +61,27 @@ column ``r``, from ``H`` queries to the ``S`` sequences of that column::
     o = softmax(q / sqrt(C) @ k^T + mask_bias, -1) @ v          # [*, R, H, C]
     out = linear_o((o[..., None, :, :] * sigmoid(linear_g(m))).flatten(-2))  # [*, R, S, C_in]
 
-:func:`global_attention` is the middle line only. The pooled query and the projections
-stay with the module's layers (each computed once), and so does the gate: its product
-``[*, R, S, H, C]`` is indexed by the sequence, and fused into the kernel it would make
-the sequence a grid dim, so every program along it would run the whole attention again
-(``flashlight.pipeline.recomputes_across_grid`` says so for that fusion). The kernel
-thus has one program per column and head block, with the sequences as its key loop.
-Measured on an H200 in bfloat16 (256 columns, c_in 64, 8 heads of 8): the patched module
-takes the stock module's time unchunked (0.64 vs 0.62 ms at 1024 sequences, 2.71 vs 2.72
-ms at 5120; its layer norm and gate dominate), and with ``chunk_size=4`` 2.8 ms where
-stock takes 36. With a program per column the kernel is latency-bound (157 us at 5120
-sequences for 42 MB of keys and values): a key loop split across programs would help.
+:func:`global_attention` is the middle line, and :func:`gated_global_attention` the last
+two as well: the pooled query and the key and value projections stay with the module's
+layers (each computed once). Fused whole, the gate's product ``[*, R, S, H, C]`` is
+indexed by the sequence, which would make the sequence a grid dim of the attention, so
+every program along it would run the whole attention again
+(``flashlight.pipeline.recomputes_across_grid`` says so for that fusion); the compiler
+keeps the attention output ``[*, R, H, C]`` (small) separate instead, and compiles two
+kernels: the attention, a program per column and head block with the sequences as its
+key loop, and the gated output projection, a program per column and block of sequences
+whose loop runs over the ``H * C`` gate channels ([Note: a loop over several dims] in
+``flashlight.passes.loop_dims``): the gate is computed, multiplied by the attention
+output and projected tile by tile, never written to memory, where the stock module
+writes and reads it three times (the gate, its sigmoid, the product).
+Measured on an H100 (``bench/results/global_column``; 256 columns, c_in 64, 8 heads of
+8, unchunked): the module 1.28x / 1.20x stock's speed in bfloat16 at 1024 / 5120
+sequences, 1.26x / 1.25x in float32 with TF32, where the attention kernel alone had
+brought it only level with stock (1.04-1.09x; its layer norm and gate dominate); in
+IEEE float32 (TF32 off) an earlier build was 0.93x stock at 5120 sequences, the gated
+kernel's dots on the CUDA cores (not re-measured since). With a
+program per column the attention kernel is latency-bound (157 us at 5120 sequences for
+42 MB of keys and values on an H200): a key loop split across programs would help.
 """
 from __future__ import annotations
 
@@ -151,6 +161,25 @@ def global_attention(q, k, v, bias):
     p = torch.softmax(s, dim=-1)
     # [*, R, H, C]
     return torch.matmul(p, v)
+
+
+def gated_global_attention(q, k, v, bias, m, w_g, b_g, w_o, b_o):
+    """:func:`global_attention` gated per sequence and projected back to the MSA channels:
+    ``linear_o(o * sigmoid(linear_g(m)))``, OpenFold's ``GlobalAttention`` after its
+    projections (see [Note: global column attention]).
+
+    q, k, v, bias: as :func:`global_attention`; m: ``[*, R, S, C_in]`` the layer-normed
+    MSA; ``w_g [H * C, C_in]``, ``b_g [H * C]``, ``w_o [C_in, H * C]``, ``b_o [C_in]``: the
+    gate's and the output's ``nn.Linear`` weights and biases. Returns ``[*, R, S, C_in]``.
+    """
+    # [*, R, H, C]
+    o = global_attention(q, k, v, bias)
+    # [*, R, S, H, C]: the layers' products written as matmuls plus biases, which the
+    # compiler fuses (``F.linear`` with a bias reaches it as ``addmm``, which it leaves)
+    g = torch.sigmoid(torch.matmul(m, w_g.t()) + b_g).unflatten(-1, o.shape[-2:])
+    # [*, R, S, H * C]
+    gated = (o.unsqueeze(-3) * g).flatten(-2)
+    return torch.matmul(gated, w_o.t()) + b_o
 
 
 _CORES: dict[tuple[int, bool], Callable] = {
@@ -265,13 +294,17 @@ def compiled_core(
 
 
 def compiled_global_core(
-    heads: int, width: int, dtype: torch.dtype, compile_options: dict[str, Any] | None = None
+    heads: int, width: int, dtype: torch.dtype, compile_options: dict[str, Any] | None = None,
+    gated: bool = False,
 ) -> Callable:
-    """The Flashlight-compiled :func:`global_attention`, e.g. ``global_attention_h8_c8_float32``."""
-    name = f"global_attention_h{heads}_c{width}_{_dtype_name(dtype)}"
-    key = ("global", int(heads), int(width), dtype)
-    spec = {"kind": "global", "heads": int(heads), "width": int(width), "dtype": _dtype_name(dtype)}
-    return _compiled.get(key, global_attention, name, dict(compile_options or {}), spec)
+    """The Flashlight-compiled :func:`global_attention` (``gated``:
+    :func:`gated_global_attention`), e.g. ``gated_global_attention_h8_c8_float32``."""
+    core = gated_global_attention if gated else global_attention
+    name = f"{core.__name__}_h{heads}_c{width}_{_dtype_name(dtype)}"
+    key = ("global", bool(gated), int(heads), int(width), dtype)
+    spec = {"kind": "global", "gated": bool(gated), "heads": int(heads), "width": int(width),
+            "dtype": _dtype_name(dtype)}
+    return _compiled.get(key, core, name, dict(compile_options or {}), spec)
 
 
 # [Note: preloading the cores]
@@ -336,7 +369,8 @@ def preload_listed(shapes: set[tuple[int, int, torch.dtype]], compile_options: d
             continue
         dtype = getattr(torch, spec["dtype"])
         if spec.get("kind") == "global":
-            fn = compiled_global_core(spec["heads"], spec["width"], dtype, compile_options)
+            fn = compiled_global_core(spec["heads"], spec["width"], dtype, compile_options,
+                                      gated=spec.get("gated", False))
         else:
             fn = compiled_core(spec["n_biases"], spec["gated"], spec["heads"], spec["width"], dtype, compile_options)
         if hasattr(fn, "preload"):  # a traced function

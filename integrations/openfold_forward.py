@@ -500,7 +500,11 @@ def _global_forward(self, m, mask, *args, **kwargs):
     if reason is not None:
         _warn_fallback(reason)
         return _stock_forward(self, m, mask, flags=flags)
-    fn, core_args = global_core_call(self, m, mask, compiled=not tracing)
+    gated = _plain_gate(self)
+    fn, core_args = global_core_call(self, m, mask, compiled=not tracing, gated=gated)
+    if gated:
+        # [*, R, S, C_in]: attention, gate and output projection
+        return fn(*core_args)
     # [*, R, H, C]
     o = fn(*core_args)
     # [*, R, S, H, C]: the gate, per sequence, outside the kernel
@@ -510,13 +514,26 @@ def _global_forward(self, m, mask, *args, **kwargs):
     return self.linear_o(o.reshape(o.shape[:-2] + (-1,)))
 
 
-def global_core_call(attention, m, mask, *, compiled: bool = False):
+def _plain_gate(attention) -> bool:
+    """Whether ``linear_g`` and ``linear_o`` compute ``F.linear`` with a bias (OpenFold's
+    ``Linear``), so that the compiled core can take their weights."""
+    layers = (attention.linear_g, attention.linear_o)
+    return all(isinstance(layer, torch.nn.Linear) and type(layer).forward is torch.nn.Linear.forward
+               and layer.bias is not None and not layer._forward_hooks and not layer._forward_pre_hooks
+               for layer in layers)
+
+
+def global_core_call(attention, m, mask, *, compiled: bool = False, gated: bool = False):
     """:func:`openfold_core.global_attention` for ``attention`` (an OpenFold
-    ``GlobalAttention``) and its arguments ``(q, k, v, mask_bias)``.
+    ``GlobalAttention``) and its arguments ``(q, k, v, mask_bias)``; with ``gated``,
+    :func:`openfold_core.gated_global_attention` and ``(q, k, v, mask_bias, m, w_g, b_g,
+    w_o, b_o)``.
 
     Pools the query (OpenFold's masked mean over the sequences) and runs the module's
-    projections; ``fn(*args)`` is the attention output ``[*, R, H, C]`` before the gate.
-    ``fn`` is the plain function, or with ``compiled=True`` its Flashlight-compiled form.
+    query, key and value projections; ``fn(*args)`` is the attention output
+    ``[*, R, H, C]`` before the gate, or with ``gated`` the module's output
+    ``[*, R, S, C_in]``. ``fn`` is the plain function, or with ``compiled=True`` its
+    Flashlight-compiled form.
     """
     heads = attention.no_heads
     # [*, R, C_in]
@@ -531,10 +548,14 @@ def global_core_call(attention, m, mask, *, compiled: bool = False):
     v = attention.linear_v(m)
     # [*, R, 1, S]
     bias = (attention.inf * (mask - 1))[..., :, None, :]
+    args = (q, k, v, bias)
+    if gated:
+        args += (m, attention.linear_g.weight, attention.linear_g.bias,
+                 attention.linear_o.weight, attention.linear_o.bias)
     if compiled:
         state = getattr(attention, _STATE_ATTR, None)
         options = state.options.compile_options if state is not None else {}
-        fn = openfold_core.compiled_global_core(heads, q.shape[-1], q.dtype, options)
+        fn = openfold_core.compiled_global_core(heads, q.shape[-1], q.dtype, options, gated=gated)
     else:
-        fn = openfold_core.global_attention
-    return fn, (q, k, v, bias)
+        fn = openfold_core.gated_global_attention if gated else openfold_core.global_attention
+    return fn, args

@@ -31,6 +31,7 @@ TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
 FLOOR = {torch.float32: 2e-6, torch.bfloat16: 2e-3}
 C_IN, C_HIDDEN, HEADS = 16, 8, 8  # AF2's extra MSA: c_e 64, c 8, H 8
 H200_SHARED_MEMORY = 227 * 1024
+KERNELS = 2  # the attention; the gate with the output projection
 
 
 pytestmark = pytest.mark.usefixtures("fresh_openfold_warnings")
@@ -85,7 +86,7 @@ def test_matches_stock_with_partial_and_empty_masks(dtype, gen):
     exact = _run(reference, _double(kwargs))
     with oft.count_launches() as launches:
         out = _run(patched, kwargs)
-    assert [launcher.src.name for launcher in launches] and len(launches) == 1
+    assert len(launches) == KERNELS, [launcher.src.name for launcher in launches]
     _check(out, _run(stock, kwargs), exact, dtype)
     # without a mask the owner passes ones: every sequence is pooled
     no_mask = {"m": kwargs["m"]}
@@ -98,7 +99,7 @@ def test_chunked_call_is_one_launch_and_batch_dims(gen):
     with oft.count_launches() as launches:
         out = _run(patched, kwargs, chunk_size=3)
         out_lma = _run(patched, kwargs, chunk_size=3, use_lma=True)
-    assert len(launches) == 2
+    assert len(launches) == 2 * KERNELS
     want = _run(stock, kwargs, chunk_size=3)
     exact = _run(reference, _double(kwargs), chunk_size=3)
     _check(out, want, exact, torch.float32)
@@ -107,25 +108,32 @@ def test_chunked_call_is_one_launch_and_batch_dims(gen):
     _check(_run(patched, batched), _run(stock, batched), _run(reference, _double(batched)), torch.float32)
 
 
-def test_core_is_one_kernel_that_computes_nothing_twice(gen):
-    """The attention over the sequences is one kernel, with a program per column and no
-    reduction repeated along its grid; it builds for sm_90."""
+@pytest.mark.parametrize("n_seq", [7, 37])
+def test_core_is_two_kernels_that_compute_nothing_twice(gen, n_seq):
+    """The attention over the sequences is one kernel, with a program per column, and the
+    gate with the output projection a second (nothing of ``[R, S, H * C]`` written); no
+    reduction repeated along a grid, fewer or more sequences than channels; both build for
+    sm_90."""
     patched, _, _ = _twins(gen)
-    kwargs = _inputs(gen)
+    kwargs = _inputs(gen, n_seq=n_seq)
     m = patched.layer_norm_m(kwargs["m"].transpose(-2, -3))
-    fn, args = ofp.global_core_call(patched.global_attention, m, kwargs["mask"].transpose(-1, -2))
-    assert fn is openfold_core.global_attention
+    mask = kwargs["mask"].transpose(-1, -2)
+    fn, args = ofp.global_core_call(patched.global_attention, m, mask, gated=True)
+    assert fn is openfold_core.gated_global_attention
     report = flashlight.explain(fn, *args)
-    assert len(report.kernels) == 1, str(report)
+    assert len(report.kernels) == KERNELS, str(report)
     assert not [op for op in report.fallback_ops if "view" not in op.name], str(report)
-    shared = getattr(report.kernels[0].aot_compile(90), "shared", None)
-    assert shared is not None and 0 <= shared <= H200_SHARED_MEMORY, shared
-    fn, args = ofp.global_core_call(patched.global_attention, m, kwargs["mask"].transpose(-1, -2), compiled=True)
+    for kernel in report.kernels:
+        shared = getattr(kernel.aot_compile(90), "shared", None)
+        assert shared is not None and 0 <= shared <= H200_SHARED_MEMORY, shared
+    fn, args = ofp.global_core_call(patched.global_attention, m, mask, compiled=True, gated=True)
     with torch.no_grad(), oft.count_launches() as launches:
-        fn(*args)
-    assert len(launches) == 1
-    assert not pipeline.recomputes_across_grid(launches[0].tiled)
-    assert not pipeline.repeats_loop_work(launches[0].tiled)
+        out = fn(*args)
+    assert len(launches) == KERNELS
+    for launch in launches:
+        assert not pipeline.recomputes_across_grid(launch.tiled)
+        assert not pipeline.repeats_loop_work(launch.tiled)
+    torch.testing.assert_close(out, openfold_core.gated_global_attention(*args), rtol=1e-4, atol=1e-5)
 
 
 def test_autograd_runs_the_kernels_and_stock_runs_on_cpu_and_for_float64(gen):
@@ -163,4 +171,36 @@ def test_unpatch_restores_stock_exactly(gen):
     flashlight.patch_openfold(patched, kinds="msa_global_column_attention")
     with oft.count_launches() as launches:
         _run(patched, kwargs, chunk_size=4)
-    assert len(launches) == 1
+    assert len(launches) == KERNELS
+
+
+def test_a_hooked_output_projection_runs_as_a_layer(gen):
+    """A forward hook on ``linear_o`` keeps the gate and the output projection as the
+    module's layers (the hook sees its call); only the attention is a kernel."""
+    patched, stock, reference = _twins(gen)
+    calls = []
+    patched.global_attention.linear_o.register_forward_hook(lambda *_: calls.append(1))
+    kwargs = _inputs(gen)
+    with oft.count_launches() as launches:
+        out = _run(patched, kwargs)
+    assert len(launches) == 1 and calls == [1]
+    _check(out, _run(stock, kwargs), _run(reference, _double(kwargs)), torch.float32)
+
+
+def test_modules_of_another_width_share_the_compiled_core(gen):
+    """Global attentions with the same heads but another MSA width share one compiled
+    core, captured again with symbolic sizes: among them the sequences, which in the
+    gate's kernel only the flattened rows of its projection's input carry (the launch
+    reads them from that axis); both kernels run and match stock."""
+    for c_in, n_seq in ((C_IN, 6), (24, 5)):
+        stock = MSAColumnGlobalAttention(c_in, C_HIDDEN, HEADS).eval()
+        oft.randomize_(stock, gen)
+        reference = copy.deepcopy(stock).double()
+        patched = copy.deepcopy(stock)
+        flashlight.patch_openfold(patched)
+        m = torch.randn(n_seq, 9, c_in, generator=gen)
+        kwargs = {"m": m, "mask": (torch.rand(n_seq, 9, generator=gen) > 0.3).float()}
+        with oft.count_launches() as launches:
+            out = _run(patched, kwargs)
+        assert len(launches) == KERNELS
+        _check(out, _run(stock, kwargs), _run(reference, _double(kwargs)), torch.float32)
