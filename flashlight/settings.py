@@ -66,10 +66,11 @@ CAPTURE                            overlap (captured while the device runs earli
                                    flashlight.integrations.openfold_graphs)
 FLASHLIGHT_SUM_DOTS    0           1: attention's row sums on the tensor core beside a
                                    16-bit p @ v (0: summed on the CUDA cores;
-                                   flashlight.passes.tile_plan)
+                                   flashlight.passes.tile_plan; 1-10% slower on an
+                                   H100: bench/results/core_terms)
 FLASHLIGHT_LAZY_       0           1: the online loop rescales its sums only when a
 RESCALE                            row's max grew by more than 2 ** 8
-                                   (flashlight.passes.base2)
+                                   (flashlight.passes.base2; 5-17% slower on an H100)
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
                                    on CPU tensors through the Triton interpreter
 =====================  ==========  ==================================================

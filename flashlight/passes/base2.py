@@ -115,8 +115,9 @@ from flashlight.passes.online import _constant, _float_cast, _linear_coeff
 LOG2E = 1.4426950408889634  # log2(e)
 # exp2 of the largest exponent a lazily rescaled term reaches: 2 ** 8 = 256 ([Note: lazy rescaling])
 RESCALE_THRESHOLD = 8.0
-# What the pipeline runs: rescaling on every step, until a GPU measurement shows the lazy
-# loop faster (see "On sm_90" in [Note: lazy rescaling]); FLASHLIGHT_LAZY_RESCALE turns it on.
+# What the pipeline runs: rescaling on every step (see "On sm_90" in [Note: lazy
+# rescaling]; timed on an H100 the lazy loop was 5-17% slower on the bf16 Evoformer core,
+# bench/results/core_terms/README.md); FLASHLIGHT_LAZY_RESCALE turns it on.
 DEFAULT_THRESHOLD: float | None = None
 
 Steps = tuple  # tuple[tuple[str, float], ...]: ("mul" | "div", positive constant), innermost first

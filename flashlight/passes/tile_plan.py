@@ -29,8 +29,10 @@ TF32 or the CUDA cores' FMA loop, and the float32 path keeps its exact sum. Coun
 in sm_90 builds (Triton's compiler, no GPU) of the generated bf16 Evoformer core, head
 width 32: 479 -> 448 instructions per key step at 128 x 32 tiles, 783 -> 727 at 128 x 64,
 454 -> 430 at 128 x 64 with 8 warps; a hand-written kernel changed in this one place
-alike (``bench/results/core_terms/hypotheses/tensor_core_sums.py``). Off by default
-(``FLASHLIGHT_SUM_DOTS``) until a GPU times it.
+alike (``bench/results/core_terms/hypotheses/tensor_core_sums.py``). Timed on an H100
+(every tile configuration, ``bench/results/core_terms/README.md``), the fewer
+instructions did not pay: the generated core was 1-10% slower with the extra 16-wide
+dot. Off by default (``FLASHLIGHT_SUM_DOTS``).
 """
 from __future__ import annotations
 
