@@ -32,7 +32,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from flashlight.ir import Axis, Const, Dim, Expr, Gather, Iota, Load, Pointwise, Reduce, Ref, free_dims, rebuild, walk
+from flashlight.ir import (
+    Axis, Const, Dim, Expr, Gather, Iota, Load, Pointwise, Reduce, Ref, free_dims, rebuild, walk,
+)
 
 
 class MergeFailed(Exception):
@@ -72,9 +74,9 @@ def merge_loop_dims(red: Reduce) -> Reduce:
         total: Expr | None = None
         for k, d in enumerate(axis):
             term = position(d) if d in strides else Iota((d,))
-            scale = math.prod(e.size for e in axis[k + 1:]) if all(e.is_static for e in axis[k + 1:]) else None
-            if scale is None:
+            if not all(e.is_static for e in axis[k + 1:]):
                 raise MergeFailed("a dim of dynamic size after a merged dim in one axis")
+            scale = math.prod(e.size for e in axis[k + 1:])
             if scale != 1:
                 term = Pointwise("mul", (term, Const(scale, term.dtype)), term.dtype)
             total = term if total is None else Pointwise("add", (total, term), term.dtype)
@@ -103,7 +105,9 @@ def merge_loop_dims(red: Reduce) -> Reduce:
             return Gather(node.base, tuple(axis_position(a) for a in node.index), extents, node.dtype)
         if isinstance(node, Iota):
             axis = together(node.axis)
-            return dataclasses.replace(node, axis=axis) if axis is not None else _cast(axis_position(node.axis), node.dtype)
+            if axis is not None:
+                return dataclasses.replace(node, axis=axis)
+            return _cast(axis_position(node.axis), node.dtype)
         return None
 
     return Reduce(red.op, rebuild(red.body, rewrite), (merged,), red.dtype)
