@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 
 from flashlight import settings
-from flashlight.codegen import generate
+from flashlight.codegen import fp32_precision, generate
 from flashlight.concatenations import split_concatenations
 from flashlight.shifts import drop_repeated_maxes
 from flashlight.decompositions import decompositions, recompose_softmax
@@ -42,8 +42,6 @@ aten = torch.ops.aten
 VIEW_LIKE = REINDEXING | {aten.slice.Tensor, aten.select.int, aten.as_strided.default}
 
 
-def _fp32_precision() -> str:
-    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
 
 
 def _on_cpu(example_inputs) -> bool:
@@ -112,7 +110,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
     launchers: dict[str, Launcher] = {}
     for node_name, tiled in plan.kernels.items():
         interpret = _on_cpu(example_inputs)
-        src = generate(tiled, None, _fp32_precision(), interpret, settings.get("check_bounds"))
+        src = generate(tiled, None, fp32_precision(), interpret, settings.get("check_bounds"))
         if settings.debug_level() >= 2:
             log.warning("[flashlight] Triton source for %s\n%s", node_name, src.source)
         launchers[node_name] = Launcher(

@@ -570,6 +570,12 @@ def _pow(base: str, exponent) -> str:
     return f"tl.exp({literal(float(exponent))} * tl.log({base}))"
 
 
+def fp32_precision() -> str:
+    """How float32 ``tl.dot`` s are printed: ``"tf32"`` where
+    ``torch.backends.cuda.matmul.allow_tf32`` is on, else ``"ieee"``."""
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+
+
 def generate(tk: TiledKernel, name: str | None = None, fp32_precision: str = "ieee", interpret: bool = False,
              check_bounds: bool = False) -> KernelSource:
     """Print ``tk`` as a Triton kernel named ``name`` (default: ``flashlight_`` and a digest

@@ -53,6 +53,7 @@ import torch
 import torch.fx as fx
 
 from flashlight import launch_plan, settings
+from flashlight.codegen import fp32_precision
 
 log = logging.getLogger("flashlight")
 _FORMAT = 4  # of the on-disk entries; a change makes older files unread
@@ -126,12 +127,7 @@ def family_of(tensors: list[torch.Tensor]) -> tuple:
     float32 products are computed (``torch.backends.cuda.matmul.allow_tf32``, which the
     generated kernels print into their ``tl.dot`` s: a graph compiled with TF32 must not
     serve a call made without it, nor the other way round)."""
-    return (str(tensors[0].device.type), *((t.dtype, t.dim()) for t in tensors), _fp32_products())
-
-
-def _fp32_products() -> str:
-    """``"tf32"`` or ``"ieee"``, as the code generator reads it (``backend._fp32_precision``)."""
-    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    return (str(tensors[0].device.type), *((t.dtype, t.dim()) for t in tensors), fp32_precision())
 
 
 class TracedFunction:
@@ -163,7 +159,7 @@ class TracedFunction:
             return self._through_dynamo()(*args, **kwargs)
         tensors = list(args)
         signature = call_signature(tensors)
-        entry = self._by_signature.get((signature, _fp32_products()))
+        entry = self._by_signature.get((signature, fp32_precision()))
         if entry is None:
             entry = self._entry_for(tensors, signature)
         return entry.call(*tensors)
@@ -227,7 +223,7 @@ class TracedFunction:
                 self._entries.append(entry)
                 if entry.graph is not None:
                     save_entries(self._disk_key(), self._entries)
-            self._by_signature[(signature, _fp32_products())] = entry
+            self._by_signature[(signature, fp32_precision())] = entry
             return entry
 
     def _capture(self, tensors: list[torch.Tensor], signature: tuple, symbolic: bool) -> Entry:

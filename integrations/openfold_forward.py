@@ -458,9 +458,14 @@ def _plain_linears(attention, gated: bool) -> bool:
     adds only initialisers), so that they can be stacked ([Note: fused projections])."""
     names = ("linear_q", "linear_k", "linear_v", "linear_g") if gated else ("linear_q", "linear_k", "linear_v")
     layers = [getattr(attention, name, None) for name in names]
-    return all(isinstance(layer, torch.nn.Linear) and type(layer).forward is torch.nn.Linear.forward
-               and not layer._forward_hooks and not layer._forward_pre_hooks
-               and layer.out_features == layers[0].out_features for layer in layers)
+    return all(_plain_linear(layer) and layer.out_features == layers[0].out_features for layer in layers)
+
+
+def _plain_linear(layer) -> bool:
+    """Whether ``layer`` computes ``F.linear`` with its own parameters and nothing else
+    (no hooks, no overridden forward): its weights can be passed to a compiled core."""
+    return (isinstance(layer, torch.nn.Linear) and type(layer).forward is torch.nn.Linear.forward
+            and not layer._forward_hooks and not layer._forward_pre_hooks)
 
 
 def _fused_projections(attention, projections: FusedProjections, q_x, kv_x, gated: bool):
@@ -517,10 +522,8 @@ def _global_forward(self, m, mask, *args, **kwargs):
 def _plain_gate(attention) -> bool:
     """Whether ``linear_g`` and ``linear_o`` compute ``F.linear`` with a bias (OpenFold's
     ``Linear``), so that the compiled core can take their weights."""
-    layers = (attention.linear_g, attention.linear_o)
-    return all(isinstance(layer, torch.nn.Linear) and type(layer).forward is torch.nn.Linear.forward
-               and layer.bias is not None and not layer._forward_hooks and not layer._forward_pre_hooks
-               for layer in layers)
+    return all(_plain_linear(layer) and layer.bias is not None
+               for layer in (attention.linear_g, attention.linear_o))
 
 
 def global_core_call(attention, m, mask, *, compiled: bool = False, gated: bool = False):

@@ -11,6 +11,7 @@ import torch
 
 import flashlight
 from flashlight import settings
+from flashlight.codegen import fp32_precision
 from flashlight.traced import TracedFunction
 from tests.helpers import aten_outside_kernels
 
@@ -113,7 +114,7 @@ def test_a_preload_runs_the_kept_static_graphs_before_the_first_call(gen, cache_
     real_zeros = traced_module._zeros_of
     monkeypatch.setattr(traced_module, "_zeros_of", lambda *a: ran.append(1) or real_zeros(*a))
     assert later.preload(devices=("cpu",)) == 1 and ran == [1]
-    assert list(later._by_signature) == [(traced_module.call_signature(list(args)), traced_module._fp32_products())]
+    assert list(later._by_signature) == [(traced_module.call_signature(list(args)), fp32_precision())]
     monkeypatch.setattr(traced_module.TracedFunction, "_entry_for",
                         lambda *a: pytest.fail("a preloaded signature is a dictionary look-up"))
     with torch.no_grad():

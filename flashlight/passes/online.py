@@ -376,8 +376,7 @@ def make_online(nest: Nest) -> Kernel:
     body = features_from_results(nest.body, nest.dims)
     body = factor_invariants(split_sums(leave_log_space(absorb_max_floors(body)), out_dims))
     body = small_sums_inside(body)  # [Note: a small sum inside the loop]
-    body = _loops_over_one_dim(body, _loop_reductions(body, out_dims), out_dims)
-    loop = _loop_reductions(body, out_dims)
+    body, loop = _loops_over_one_dim(body, _loop_reductions(body, out_dims), out_dims)
     if not loop:
         raise NotOnline("no reduction to run as a loop")
     loop = _over_one_extent(loop)
@@ -390,8 +389,9 @@ def make_online(nest: Nest) -> Kernel:
     return Kernel(nest.name, nest.axes, nest.dtype, reductions, epilogue, nest.origins)
 
 
-def _loops_over_one_dim(body: Expr, loop: list[Reduce], out_dims: frozenset[Dim]) -> Expr:
-    """``body`` with each loop reduction over several dims rewritten over one
+def _loops_over_one_dim(body: Expr, loop: list[Reduce],
+                        out_dims: frozenset[Dim]) -> tuple[Expr, list[Reduce]]:
+    """``body`` and its loop reductions, each over several dims rewritten over one
     ([Note: a loop over several dims] in :mod:`flashlight.passes.loop_dims`), where it
     is computed per output position; a total over several dims (a weight's sum, the
     same for every output) is no loop of the output's rows."""
@@ -404,7 +404,10 @@ def _loops_over_one_dim(body: Expr, loop: list[Reduce], out_dims: frozenset[Dim]
                 merged[red] = merge_loop_dims(red)
             except MergeFailed as why:
                 raise NotOnline(str(why)) from None
-    return replace_nodes(body, merged.get) if merged else body
+    if not merged:
+        return body, loop
+    body = replace_nodes(body, merged.get)
+    return body, _loop_reductions(body, out_dims)
 
 
 # [Note: a small sum inside the loop]
