@@ -33,6 +33,19 @@ not in the background). The 32-bit build is the one every smaller launch
 runs: adding ``index0`` (a constant zero there) costs nothing, and 64-bit address
 arithmetic, which would cost instructions in every tile's loads, is only paid where
 it is needed.
+
+[Note: bfloat16 rounding under the interpreter]
+A GPU build rounds a float32 value cast to bfloat16 to the nearest even bfloat16, as
+PyTorch does. Triton's interpreter (3.9) casts by dropping the low 16 bits: toward zero,
+up to a whole unit in the last place off and always toward zero, so CPU tests of a
+bfloat16 output measured the interpreter, not the kernel (a fused gate and output
+projection whose every step runs in float32 tested 1.35x stock's error against float64
+on average, its only coarse step being that cast). Under the interpreter the printer
+therefore rounds first, on the bits: adding ``0x7FFF`` plus the lowest kept bit and
+clearing the low half rounds to nearest, ties to even (a carry moves into the exponent
+as it should; NaN is kept as is), after which dropping the bits is exact. A GPU build
+prints the plain cast. Float16 needs nothing: the interpreter casts it with NumPy, which
+rounds to nearest even.
 """
 from __future__ import annotations
 
@@ -215,7 +228,7 @@ class _Printer(SumText):
             if expr.dtype.itemsize == 2 and expr.dtype != expr.args[0].dtype:
                 # a cast to a 16-bit float rounds, as eager's does: a comparison or a
                 # floor after it must see the rounded value (held in float32 again)
-                text = f"({text}).to({TL_DTYPES[expr.dtype]}).to(tl.float32)"
+                text = f"({self.to_float16(scope, text, expr.dtype)}).to(tl.float32)"
         elif op == "cast":
             text = f"({args[0]}).to({TL_DTYPES[expr.dtype]})"
         else:
@@ -244,6 +257,17 @@ class _Printer(SumText):
         if dot.trans_out:
             var = self.assign(scope, "dot", f"tl.trans({var})")
         return var, dot.out
+
+    def to_float16(self, scope: str, text: str, dtype: torch.dtype) -> str:
+        """``text`` (a float32 value) cast to the 16-bit float ``dtype``, rounded to nearest
+        even; under Triton's interpreter through [Note: bfloat16 rounding under the
+        interpreter]."""
+        if not (self.interpret and dtype == torch.bfloat16):
+            return f"({text}).to({TL_DTYPES[dtype]})"
+        x = text if text.isidentifier() else self.assign(scope, "v", text)
+        bits = self.assign(scope, "v", f"{x}.to(tl.uint32, bitcast=True)")
+        kept = self.assign(scope, "v", f"(({bits} + 0x7FFF + (({bits} >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)")
+        return f"tl.where({x} != {x}, {x}, {kept}).to(tl.bfloat16)"
 
     def dot_call(self, a: str, b: str, dtype: str) -> str:
         """``tl.dot`` of operand tiles ``a`` and ``b`` taken as ``dtype``; float32 ones with
@@ -455,7 +479,8 @@ class _Printer(SumText):
         mask = self.mask(output.dims, out_roles) or None
         masked = f", mask={mask}" if mask else ""
         self.assert_in_bounds("post", out, offset, mask, out_roles)  # the same offsets in every program
-        store = f"tl.store({out} + {offset}, ({var}).to({dtype}){masked})"
+        value = self.to_float16(scope="post", text=var, dtype=output.dtype) if dtype != "tl.float32" else f"({var}).to({dtype})"
+        store = f"tl.store({out} + {offset}, {value}{masked})"
         # a scalar condition guards the store rather than joining a block mask with `&`
         # (Triton's interpreter rejects a mask mixing a scalar and a block)
         first = " & ".join(f"({self.grid_var(d)} == 0)" for d in self.tiling.grid if d not in output.dims)

@@ -120,3 +120,40 @@ def test_dtypes_without_a_kernel_type_stay_with_pytorch():
     i = Dim("i", 4)
     nest = Nest("n", ((i,),), Load("x", ((i,),), torch.uint16), torch.float32, ("n",))
     assert "uint16" in inexact_reason(nest)
+
+
+# ------------------------------------------------------------------ 16-bit outputs
+
+
+def _gated_projection(o, m, w_g, w_o):
+    """A gate and an output projection over flattened heads: every step of the kernel
+    runs in float32, only the output is rounded."""
+    g = torch.sigmoid(m @ w_g.t()).unflatten(-1, o.shape[-2:])  # [R, S, H, C]
+    return (o.unsqueeze(-3) * g).flatten(-2) @ w_o.t()  # [R, S, F]
+
+
+def test_bf16_outputs_round_to_nearest_as_on_the_gpu(gen):
+    """A bfloat16 output is the kernel's float32 value rounded to nearest, as a GPU build
+    and PyTorch round it, also under Triton's interpreter, whose own cast drops the low
+    bits ([Note: bfloat16 rounding under the interpreter] in flashlight/codegen.py)."""
+    o = torch.randn(9, 4, 8, generator=gen).bfloat16()
+    m = torch.randn(9, 6, 16, generator=gen).bfloat16()
+    w_g = (torch.randn(32, 16, generator=gen) / 4).bfloat16()
+    w_o = (torch.randn(24, 32, generator=gen) / 4).bfloat16()
+    args = (o, m, w_g, w_o)
+    report = ExplainReport()
+    torch.compiler.reset()
+    with torch.no_grad():
+        out = torch.compile(_gated_projection, backend=make_backend(report=report))(*args)
+    torch.compiler.reset()
+    assert len(report.kernels) == 1 and not report.fallback_ops, str(report)
+    exact = _gated_projection(*(a.double() for a in args))  # [9, 6, 24]
+    # half a unit in the last place of bfloat16 (8 significant bits) at each value,
+    # widened by what float32 arithmetic in another order may move the value
+    half_ulp = torch.exp2(torch.floor(torch.log2(exact.abs())) - 8)
+    err = (out.double() - exact).abs()
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    assert (err <= half_ulp * 1.01 + 1e-6 * exact.abs()).all(), (err / half_ulp).max()
+    # and it is rounded to nearest, not toward zero: errors fall on both sides
+    toward_zero = ((out.double().abs() < exact.abs()) & (err > 0)).float().mean()
+    assert 0.2 < toward_zero < 0.8, toward_zero
