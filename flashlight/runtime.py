@@ -38,7 +38,7 @@ import torch
 
 from flashlight import background, compile_workers, launch_plan, prepare, settings, tuned_configs, tuning
 from flashlight.codegen import WIDE_BITS, KernelSource
-from flashlight.tuning_cache import gpu_name, precompile, recall_choice, remember_choice
+from flashlight.tuning_cache import gpu_capability, gpu_name, precompile, recall_choice, remember_choice
 from flashlight.ir import Dim, Gather, Iota, Kernel, Load, TiledKernel, walk
 
 log = logging.getLogger("flashlight")
@@ -399,7 +399,8 @@ class Launcher:
         chosen, where = recall_choice(self.src, device, sizes), "tuning cache"
         if chosen is None and self.signature is not None and getattr(self, "autotune", True) != "full":
             chosen, where = tuned_configs.lookup(gpu_name(device), tuned_configs.triton_version(),
-                                                 self.signature, self._bucket(sizes)), "shipped"
+                                                 self.signature, self._bucket(sizes),
+                                                 capability=gpu_capability(device)), "shipped"
         if chosen is None or (chosen == EAGER and not eager_ok):
             return None, None
         return chosen, where
@@ -444,7 +445,8 @@ class Launcher:
             return
         chosen = self._chosen[sizes]
         TUNING_EVENTS.append({
-            "kernel": self.src.name, "gpu": gpu_name(device), "triton": tuned_configs.triton_version(),
+            "kernel": self.src.name, "gpu": gpu_name(device), "capability": gpu_capability(device),
+            "triton": tuned_configs.triton_version(),
             "signature": self.signature, "bucket": self._bucket(sizes), "sizes": list(sizes),
             "choice": EAGER if chosen == EAGER else {k: int(chosen[k]) for k in tuned_configs.CONFIG_KEYS},
             "candidates": candidates, "kernel_ms": kernel_ms, "eager_ms": eager_ms,

@@ -12,14 +12,16 @@ schema, a malformed entry) means no hit, and autotuning runs as without it.
 Format::
 
     {"schema": "flashlight-tuned-configs/1",
-     "entries": [{"gpu": "NVIDIA H200", "triton": "3.6",
+     "entries": [{"gpu": "NVIDIA H200", "capability": "9.0", "triton": "3.6",
                   "signature": "out bfloat16 | loads bfloat16 | ...",
                   "bucket": "rows 256 | keys 256 | grid 1024",
                   "choice": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
                   "kernel_ms": 0.31, "eager_ms": 2.9, "measured": "msa_row_pair_bias ..."}]}
 
-``choice`` is a configuration, or ``"eager"`` for the unfused graph; the other fields
-record the measurement and are not read by the lookup.
+``choice`` is a configuration, or ``"eager"`` for the unfused graph; ``capability`` (the
+GPU's compute capability) lets a model without entries take another's configurations
+([Note: a GPU of the same architecture]); the other fields record the measurement and
+are not read by the lookup.
 """
 from __future__ import annotations
 
@@ -69,6 +71,12 @@ def parse_choice(value) -> dict | str | None:
     return {k: value[k] for k in CONFIG_KEYS}
 
 
+def capability_of(entry: dict) -> str:
+    """The compute capability (``major.minor``) of the GPU an entry was measured on, or
+    "" where the entry does not say."""
+    return str(entry.get("capability") or "")
+
+
 def entry_key(entry: dict) -> tuple[str, str, str, str]:
     """What an entry holds for: (GPU model, Triton major.minor, signature, size bucket)."""
     return tuple(str(entry.get(k, "")) for k in ("gpu", "triton", "signature", "bucket"))
@@ -103,27 +111,61 @@ def _index(path: str) -> dict:
     for entry in read_entries(path):
         choice = parse_choice(entry.get("choice"))
         if choice is not None:
-            index[entry_key(entry)] = choice
+            index[entry_key(entry)] = (choice, capability_of(entry))
     _LOADED[path] = (stamp, index)
     return index
 
 
-def lookup(gpu: str, triton: str, signature: str, bucket: str, path: str | None = None) -> dict | str | None:
+def lookup(gpu: str, triton: str, signature: str, bucket: str, path: str | None = None,
+           capability: str = "") -> dict | str | None:
     """The shipped choice for this GPU model, Triton ``major.minor``, kernel signature and
     size bucket: a configuration dict, ``"eager"``, or None (no entry, no file, or the
     lookup switched off). Where no entry has this bucket, the configuration of the
-    nearest one (:func:`nearest_bucket`). ``path`` overrides :func:`data_path`."""
+    nearest one (:func:`nearest_bucket`). Where this GPU model has no entry for the
+    signature at all, the configuration measured on another model of the same compute
+    ``capability`` ([Note: a GPU of the same architecture]). ``path`` overrides
+    :func:`data_path`."""
     path = path or data_path()
     if path is None:
         return None
     index = _index(path)
-    choice = index.get((gpu, triton, signature, bucket))
-    if choice is None:
-        measured = {key[3]: value for key, value in index.items()
-                    if key[:3] == (gpu, triton, signature) and isinstance(value, dict)}
-        near = nearest_bucket(bucket, list(measured))
-        choice = measured[near] if near is not None else None
-    return dict(choice) if isinstance(choice, dict) else choice
+    found = index.get((gpu, triton, signature, bucket))
+    if found is not None:
+        return dict(found[0]) if isinstance(found[0], dict) else found[0]
+    own = [key for key in index if key[:3] == (gpu, triton, signature)]
+    if own:
+        return _nearest_configuration(index, own, bucket)
+    if not capability:
+        return None
+    siblings = [key for key, (_, cap) in index.items()
+                if cap == capability and key[0] != gpu and key[1:3] == (triton, signature)]
+    # one sibling model, the first by name, so that a choice never mixes two GPUs' data
+    models = sorted({key[0] for key in siblings})
+    return _nearest_configuration(index, [k for k in siblings if k[0] == models[0]], bucket) if models else None
+
+
+def _nearest_configuration(index: dict, keys: list[tuple], bucket: str) -> dict | None:
+    """The configuration of the entry among ``keys`` whose bucket is nearest ``bucket``
+    (:func:`nearest_bucket`; the unfused graph's choice is never carried to other sizes)."""
+    measured = {key[3]: index[key][0] for key in keys if isinstance(index[key][0], dict)}
+    near = nearest_bucket(bucket, list(measured))
+    return dict(measured[near]) if near is not None else None
+
+
+# [Note: a GPU of the same architecture]
+# Shipped choices are measured per GPU model, and a model without entries would autotune
+# every kernel at its first launch: a second or more per kernel, which a first fold pays
+# in full and which keeps its kernels from compiling in the background (on an H100 with
+# empty caches, 11.4 s for the first call of a 256-residue fold, against 1.8 s for stock).
+# Models of one compute capability share the streaming multiprocessor's design (the
+# registers, shared memory and tensor-core instructions that decide which tile
+# configurations fit and pipeline), and differ mostly in memory bandwidth and clocks,
+# which move every configuration's time alike. So where this model has no entry for a
+# kernel signature, the configuration measured on a model of the same capability is
+# taken, by the same nearest-bucket rule as for its own entries. Only configurations are
+# carried over: a verdict for the unfused graph weighs the kernel against memory traffic,
+# which the bandwidth changes, so such a kernel is autotuned. A model's own entries, once
+# measured, always win.
 
 
 # [Note: the nearest tuned bucket]
@@ -174,6 +216,8 @@ def entry_from_event(event: dict, **notes) -> dict:
     """A data-file entry from one autotuning outcome (``flashlight.runtime.TUNING_EVENTS``),
     with its measured times and ``notes`` on the measurement (``measured``: what ran)."""
     entry = {k: event[k] for k in ("gpu", "triton", "signature", "bucket", "choice")}
+    if event.get("capability"):
+        entry["capability"] = event["capability"]
     entry.update({k: event.get(k) for k in ("kernel_ms", "eager_ms", "candidates")})
     entry.update(notes)
     return entry

@@ -29,6 +29,14 @@ def gpu_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
+def gpu_capability(device: torch.device) -> str:
+    """The GPU's compute capability as ``major.minor`` (``9.0``), or "" off CUDA."""
+    if device.type != "cuda":
+        return ""
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"{major}.{minor}"
+
+
 def _tuning_key(device: torch.device, sizes: tuple[int, ...]) -> str:
     """What a choice holds for: the GPU model, Triton's version and the size arguments
     (the source, in the file name, fixes everything else: dtypes, static sizes)."""

@@ -341,12 +341,42 @@ def test_the_shipped_lookup_hits_misses_and_survives_bad_files(tmp_path):
         assert tuned_configs.lookup("NVIDIA H200", "3.6", "sig", bucket, path=path) is None
 
 
+def test_a_gpu_without_entries_takes_the_configurations_of_one_of_its_architecture(tmp_path):
+    """[Note: a GPU of the same architecture]: configurations only, the model's own
+    entries first, never another capability's."""
+    path = str(tmp_path / "tuned.json")
+    config = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    bucket = "rows 256 | keys 256 | grid 1024"
+    tuned_configs.write_entries(path, [
+        {**_entry(config), "capability": "9.0"},
+        {**_entry("eager", signature="graph"), "capability": "9.0"},
+        {**_entry({**config, "num_stages": 2}, gpu="NVIDIA A100", signature="ampere"), "capability": "8.0"},
+    ])
+    assert tuned_configs.lookup("NVIDIA H100 80GB HBM3", "3.6", "sig", bucket, path=path, capability="9.0") == config
+    near = "rows 512 | keys 512 | grid 2048"  # the nearest-bucket rule as for its own entries
+    assert tuned_configs.lookup("NVIDIA H100 80GB HBM3", "3.6", "sig", near, path=path, capability="9.0") == config
+    for gpu, signature, capability in (("NVIDIA H100 80GB HBM3", "sig", ""),  # not known
+                                       ("NVIDIA H100 80GB HBM3", "sig", "8.0"),  # another architecture
+                                       ("NVIDIA H100 80GB HBM3", "graph", "9.0"),  # a verdict for the graph
+                                       ("NVIDIA H100 80GB HBM3", "ampere", "9.0")):
+        assert tuned_configs.lookup(gpu, "3.6", signature, bucket, path=path, capability=capability) is None
+    # once the model has an entry for the signature, its own come first, even farther away
+    own = {**config, "BLOCK_N": 32}
+    tuned_configs.write_entries(path, [{**_entry(own, gpu="NVIDIA H100 80GB HBM3", bucket=near), "capability": "9.0"}])
+    assert tuned_configs.lookup("NVIDIA H100 80GB HBM3", "3.6", "sig", bucket, path=path, capability="9.0") == own
+    # what the runtime records carries the capability into an entry
+    event = {"gpu": "NVIDIA H100 80GB HBM3", "capability": "9.0", "triton": "3.6", "signature": "s",
+             "bucket": bucket, "choice": config, "kernel_ms": 0.1, "eager_ms": 0.2, "candidates": 3}
+    assert tuned_configs.entry_from_event(event)["capability"] == "9.0"
+
+
 def test_the_shipped_file_is_of_the_schema_with_valid_entries():
     with open(tuned_configs.SHIPPED) as f:
         shipped = json.load(f)
     assert shipped["schema"] == tuned_configs.SCHEMA and isinstance(shipped["entries"], list)
     assert all(tuned_configs.parse_choice(e.get("choice")) is not None for e in shipped["entries"])
     assert all(tuned_configs._bucket_extents(e["bucket"]) is not None for e in shipped["entries"])
+    assert all(tuned_configs.capability_of(e) for e in shipped["entries"])  # models without entries use them
 
 
 def test_the_nearest_bucket_weighs_rows_keys_and_grid_alike():
