@@ -30,7 +30,10 @@ mkdir -p "$R"
 
 K="$PY -m bench.kernels --max-minutes 9"
 E="$PY -m bench.evoformer --max-minutes 9"
-# name | command. Ordered by what matters most if GPU time runs short: a user's second
+# name | command. Ordered by what matters most if GPU time runs short: the tuned choices
+# shipped for the kernels a fold compiles (its first call compiles them in the background
+# only where a choice is known; the part writes flashlight/data/tuned_configs.json: bring
+# that file back too), a user's second
 # run of a small record (stock, the default command and FLASHLIGHT_PRELOAD=0 in fresh
 # processes with the caches filled), the product path
 # of the fold-speed claims (flashlight-fold --compare, cold and warm caches), the variants
@@ -54,6 +57,7 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # backend: carry .gpuflash/a, then .gpuflash/b, each in a call of its own (gpu_fetch.sh
 # --flash), and run under gpu_run.sh --flash; without it the part says so and stays to do.
 PARTS=(
+    "tune-configs-fold|$PY -m bench.tune_configs --fold-synthetic 256,512 --max-minutes 9"
     "warm-first-fold|$PY -m bench.warm_first_fold structures/examples/synthetic_256.fasta --rounds 2 --out $R/fold_product_runs/warm_first_fold_256_single_fp32.json"
     "warm-first-fold-bf16|$PY -m bench.warm_first_fold structures/examples/synthetic_256.fasta --rounds 2 --fold-args=--dtype=bf16 --out $R/fold_product_runs/warm_first_fold_256_single_bf16.json"
     "new-forms|$PY -m bench.new_forms --out $R/new_forms.json"

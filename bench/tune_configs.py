@@ -4,6 +4,7 @@
                                  [--kernels all|msa_row,triangle_start,...]
                                  [--out flashlight/data/tuned_configs.json] [--max-minutes 9] [--list]
     python -m bench.tune_configs --fold RECORD.fasta [--alignment-dir DIR] [--dtypes fp32,bf16]
+    python -m bench.tune_configs --fold-synthetic 256,512 [--dtypes fp32,bf16]
 
 Each cell (an Evoformer kernel of the catalog, :mod:`bench.variants_evoformer`, at one
 N_res and dtype: ``bf16``; ``tf32``: float32 with TF32 matmuls; ``fp32``: IEEE float32)
@@ -24,9 +25,14 @@ process on the record (with its alignment, at its defaults, once per dtype: ``fp
 the fold's default float32 with TF32, ``bf16`` its ``--dtype bf16``) with the full
 autotuning space, so the entries hold exactly the kernel signatures and size buckets of
 the product path (the OpenFold cores, the global column attention, the template stack).
+``--fold-synthetic`` does so for the synthetic records of those lengths that the fold
+benchmark folds (``bench/fold_product.py``), each with its deep alignment and as a single
+sequence.
 
-Resumable: cells with entries in ``--out`` for this GPU and Triton are skipped; the file
-is written after every cell. Stops before ``--max-minutes`` (exit status 3: run again).
+Resumable: cells with entries in ``--out`` measured on this GPU, Triton and compiler
+(the digest of Flashlight's, its integrations' and the benchmarks' sources, ``compiler``
+in each entry) are skipped, so a compiler change, which can add kernels to a fold or
+change their signatures, measures every cell again; the file is written after every cell. Stops before ``--max-minutes`` (exit status 3: run again).
 Needs a CUDA GPU (exit status 2 without one): nothing is written from the interpreter.
 """
 from __future__ import annotations
@@ -73,6 +79,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="print the cells and exit")
     p.add_argument("--fold", metavar="FASTA", help="measure the kernels of a flashlight-fold run on this record")
     p.add_argument("--alignment-dir", help="the record's alignments (with --fold)")
+    p.add_argument("--fold-synthetic", metavar="LENGTHS",
+                   help="measure the kernels of folds of the fold benchmark's synthetic records of these lengths, "
+                        "comma-separated (deep alignment and single sequence)")
+    p.add_argument("--work-dir", help="where --fold-synthetic writes its records (default: a temporary folder)")
     args = p.parse_args(argv)
     wanted = args.kernels
     args.kernels = list(KERNELS) if wanted == "all" else [k.strip() for k in wanted.split(",") if k.strip()]
@@ -81,7 +91,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"unknown kernels {unknown}; known: {', '.join(KERNELS)}")
     args.n_res = [int(n) for n in args.n_res.split(",") if n.strip()]
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    if args.fold and args.dtypes == ["bf16", "tf32", "fp32"]:
+    args.fold_synthetic = [int(n) for n in (args.fold_synthetic or "").split(",") if n.strip()]
+    if args.fold and args.fold_synthetic:
+        p.error("--fold and --fold-synthetic: one or the other")
+    if (args.fold or args.fold_synthetic) and args.dtypes == ["bf16", "tf32", "fp32"]:
         args.dtypes = ["fp32", "bf16"]
     bad = [d for d in args.dtypes if d not in ("bf16", "tf32", "fp32")]
     if bad:
@@ -113,17 +126,33 @@ def measure_cell(variant_name: str, shape: dict, dtype_name: str, seed: int) -> 
     return runtime.TUNING_EVENTS[start:]
 
 
-def fold_cells(fasta: str, dtypes: list[str]) -> list[tuple[str, str, dict, str]]:
-    """(cell id, record, {}, dtype) for a ``--fold`` run: one cell per dtype."""
+def fold_cells(fasta: str, dtypes: list[str], alignment_dir: str | None) -> list[tuple[str, str, dict, str]]:
+    """(cell id, record, {"alignment_dir": ...}, dtype) for a ``--fold`` run: one cell per dtype."""
     import os
 
     record = os.path.splitext(os.path.basename(fasta))[0]
-    return [(f"fold {record} {dtype}", fasta, {}, dtype) for dtype in dtypes]
+    return [(f"fold {record} {dtype}", fasta, {"alignment_dir": alignment_dir}, dtype) for dtype in dtypes]
 
 
-def measure_fold(fasta: str, alignment_dir: str | None, dtype_name: str) -> list[dict]:
+def synthetic_fold_cells(lengths: list[int], dtypes: list[str], work: str) -> list[tuple[str, str, dict, str]]:
+    """Fold cells for the fold benchmark's synthetic record of each length (written to
+    ``work`` on first use), with its deep alignment (``deep``) and without (``single``)."""
+    import os
+
+    found = []
+    for length in lengths:
+        fasta = os.path.join(work, "inputs", f"synthetic_{length}.fasta")
+        for msa, alignment_dir in (("deep", os.path.dirname(fasta)), ("single", None)):
+            found += [(f"fold synthetic_{length} {msa} {dtype}", fasta, {"alignment_dir": alignment_dir, "length": length},
+                       dtype) for dtype in dtypes]
+    return found
+
+
+def measure_fold(fasta: str, alignment_dir: str | None, dtype_name: str, length: int | None = None) -> list[dict]:
     """Fold ``fasta`` once with ``flashlight-fold`` in this process, with the full autotuning
-    space and no tuning cache; the autotuning outcomes of its kernels."""
+    space and no tuning cache; the autotuning outcomes of its kernels. With ``length``,
+    ``fasta`` is the fold benchmark's synthetic record, written where missing."""
+    import pathlib
     import tempfile
 
     import torch
@@ -133,6 +162,10 @@ def measure_fold(fasta: str, alignment_dir: str | None, dtype_name: str) -> list
 
     if dtype_name == "tf32":
         raise ValueError("a fold's float32 is TF32 already: use fp32")
+    if length is not None:
+        from bench.fold_product import DEEP_DEPTH, make_inputs
+
+        make_inputs(pathlib.Path(fasta).parent.parent, length, DEEP_DEPTH)
     argv = [fasta, "--no-plot", "--quiet", "--dtype", "bf16" if dtype_name == "bf16" else "fp32"]
     if alignment_dir:
         argv += ["--alignment-dir", alignment_dir]
@@ -148,7 +181,16 @@ def measure_fold(fasta: str, alignment_dir: str | None, dtype_name: str) -> list
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    todo = fold_cells(args.fold, args.dtypes) if args.fold else cells(args.kernels, args.n_res, args.dtypes)
+    import tempfile
+
+    from bench.common import source_digest
+
+    if args.fold_synthetic:
+        todo = synthetic_fold_cells(args.fold_synthetic, args.dtypes, args.work_dir or tempfile.mkdtemp(prefix="tune-"))
+    elif args.fold:
+        todo = fold_cells(args.fold, args.dtypes, args.alignment_dir)
+    else:
+        todo = cells(args.kernels, args.n_res, args.dtypes)
     if args.list:
         print("\n".join(cell for cell, *_ in todo))
         return EXIT_COMPLETE
@@ -160,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.tune_configs: needs a CUDA GPU (tuned choices are measured, never interpreted)",
               file=sys.stderr)
         return EXIT_NO_GPU
-    gpu, triton = torch.cuda.get_device_name(), tuned_configs.triton_version()
-    done = {cell for e in tuned_configs.read_entries(args.out) if e.get("gpu") == gpu and e.get("triton") == triton
-            for cell in _cells_of(e)}
+    gpu, triton, compiler = torch.cuda.get_device_name(), tuned_configs.triton_version(), source_digest()
+    done = {cell for e in tuned_configs.read_entries(args.out)
+            if (e.get("gpu"), e.get("triton"), e.get("compiler")) == (gpu, triton, compiler) for cell in _cells_of(e)}
     deadline = time.monotonic() + args.max_minutes * 60
     for cell, variant, shape, dtype in todo:
         if cell in done:
@@ -172,12 +214,12 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INCOMPLETE
         t0 = time.monotonic()
         try:
-            events = (measure_fold(variant, args.alignment_dir, dtype) if args.fold
-                      else measure_cell(variant, shape, dtype, args.seed))
+            events = (measure_fold(variant, shape["alignment_dir"], dtype, shape.get("length"))
+                      if args.fold or args.fold_synthetic else measure_cell(variant, shape, dtype, args.seed))
         except Exception as error:  # noqa: BLE001 - one failed cell does not stop the others
             print(f"{cell}: failed ({type(error).__name__}: {' '.join(str(error).split())[:300]})", file=sys.stderr)
             continue
-        entries = _entries(events, cell, tuned_configs.read_entries(args.out))
+        entries = _entries(events, cell, tuned_configs.read_entries(args.out), compiler)
         if entries:
             tuned_configs.write_entries(args.out, entries)
         for e in entries:
@@ -193,20 +235,21 @@ def _cells_of(entry: dict) -> list[str]:
     return [measured] if isinstance(measured, str) else list(measured)
 
 
-def _entries(events: list[dict], cell: str, existing: list[dict]) -> list[dict]:
-    """Data-file entries for one cell's autotuning outcomes. Cells whose kernels share a
-    key (triangle attention at the starting and ending node, say) share its entry: the
-    latest measurement's choice, and every cell that measured it in ``measured``."""
+def _entries(events: list[dict], cell: str, existing: list[dict], compiler: str) -> list[dict]:
+    """Data-file entries for one cell's autotuning outcomes, by the ``compiler`` sources'
+    digest. Cells whose kernels share a key (triangle attention at the starting and ending
+    node, say) share its entry: the latest measurement's choice, and every cell that
+    measured it with this compiler in ``measured``."""
     from flashlight import tuned_configs
 
-    earlier = {tuned_configs.entry_key(e): _cells_of(e) for e in existing}
+    earlier = {tuned_configs.entry_key(e): _cells_of(e) for e in existing if e.get("compiler") == compiler}
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     entries = []
     for event in events:
         key = tuned_configs.entry_key(event)
         cells_measured = sorted({*earlier.get(key, []), cell})
         entries.append(tuned_configs.entry_from_event(event, measured=cells_measured, kernel=event["kernel"],
-                                                      date=date))
+                                                      date=date, compiler=compiler))
     return entries
 
 

@@ -436,6 +436,26 @@ def test_the_tuning_script_lists_its_cells_and_needs_a_gpu(capsys):
     assert len([c for c in listed if c]) == len(tune_configs.KERNELS) * 2 * 2
     if not torch.cuda.is_available():
         assert tune_configs.main(["--kernels", "triangle_start"]) == tune_configs.EXIT_NO_GPU
+    # the fold benchmark's records: deep alignment and single sequence, a fold's dtypes
+    assert tune_configs.main(["--list", "--fold-synthetic", "256,512"]) == 0
+    listed = [c for c in capsys.readouterr().out.split("\n") if c]
+    assert len(listed) == 8 and "fold synthetic_512 single bf16" in listed and "fold synthetic_256 deep fp32" in listed
+
+
+def test_the_tuning_script_measures_again_after_a_compiler_change():
+    """A cell counts as measured only with the compiler that measured it: a change can
+    add kernels to a fold (its cell would otherwise never measure them)."""
+    from bench import tune_configs
+
+    event = {"gpu": "NVIDIA H200", "capability": "9.0", "triton": "3.6", "signature": "s", "kernel": "k",
+             "bucket": "rows 256 | keys 256 | grid 8", "choice": {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4,
+                                                                   "num_stages": 3}, "kernel_ms": 0.1, "eager_ms": 1.0}
+    (old,) = tune_configs._entries([event], "fold a bf16", [], compiler="old")
+    assert old["compiler"] == "old" and old["measured"] == ["fold a bf16"] and old["capability"] == "9.0"
+    (same,) = tune_configs._entries([event], "fold b bf16", [old], compiler="old")
+    assert same["measured"] == ["fold a bf16", "fold b bf16"]
+    (new,) = tune_configs._entries([event], "fold b bf16", [old], compiler="new")
+    assert new["measured"] == ["fold b bf16"]  # cells of another compiler are not carried
 
 
 # ------------------------------------------------------------------------- launch plans
