@@ -228,7 +228,7 @@ class _Printer(SumText):
             if expr.dtype.itemsize == 2 and expr.dtype != expr.args[0].dtype:
                 # a cast to a 16-bit float rounds, as eager's does: a comparison or a
                 # floor after it must see the rounded value (held in float32 again)
-                text = f"({self.to_float16(scope, text, expr.dtype)}).to(tl.float32)"
+                text = f"({self.cast_to(scope, text, expr.dtype)}).to(tl.float32)"
         elif op == "cast":
             text = f"({args[0]}).to({TL_DTYPES[expr.dtype]})"
         else:
@@ -258,15 +258,16 @@ class _Printer(SumText):
             var = self.assign(scope, "dot", f"tl.trans({var})")
         return var, dot.out
 
-    def to_float16(self, scope: str, text: str, dtype: torch.dtype) -> str:
-        """``text`` (a float32 value) cast to the 16-bit float ``dtype``, rounded to nearest
-        even; under Triton's interpreter through [Note: bfloat16 rounding under the
-        interpreter]."""
+    def cast_to(self, scope: str, text: str, dtype: torch.dtype) -> str:
+        """``text`` (a float32 value) cast to ``dtype``; to bfloat16 rounded to nearest
+        even, under Triton's interpreter too ([Note: bfloat16 rounding under the
+        interpreter])."""
         if not (self.interpret and dtype == torch.bfloat16):
             return f"({text}).to({TL_DTYPES[dtype]})"
         x = text if text.isidentifier() else self.assign(scope, "v", text)
         bits = self.assign(scope, "v", f"{x}.to(tl.uint32, bitcast=True)")
-        kept = self.assign(scope, "v", f"(({bits} + 0x7FFF + (({bits} >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)")
+        rounded = f"({bits} + 0x7FFF + (({bits} >> 16) & 1)) & 0xFFFF0000"
+        kept = self.assign(scope, "v", f"({rounded}).to(tl.float32, bitcast=True)")
         return f"tl.where({x} != {x}, {x}, {kept}).to(tl.bfloat16)"
 
     def dot_call(self, a: str, b: str, dtype: str) -> str:
@@ -473,14 +474,13 @@ class _Printer(SumText):
         if not lay and out_roles:
             var = f"tl.full({self.shape(out_roles)}, {var}, tl.float32)"
         offset = " + ".join(f"({self.index(axis, out_roles)}) * {out}_s{a}" for a, axis in enumerate(output.axes) if axis) or "0"
-        dtype = TL_DTYPES[output.dtype]
+        dtype = output.dtype
         if self.tiling.split:  # this program's float32 partial sum ([Note: split serial loops])
-            offset, dtype = f"pid_s * {out}_split + {offset}", "tl.float32"
+            offset, dtype = f"pid_s * {out}_split + {offset}", torch.float32
         mask = self.mask(output.dims, out_roles) or None
         masked = f", mask={mask}" if mask else ""
         self.assert_in_bounds("post", out, offset, mask, out_roles)  # the same offsets in every program
-        value = self.to_float16(scope="post", text=var, dtype=output.dtype) if dtype != "tl.float32" else f"({var}).to({dtype})"
-        store = f"tl.store({out} + {offset}, {value}{masked})"
+        store = f"tl.store({out} + {offset}, {self.cast_to('post', var, dtype)}{masked})"
         # a scalar condition guards the store rather than joining a block mask with `&`
         # (Triton's interpreter rejects a mask mixing a scalar and a block)
         first = " & ".join(f"({self.grid_var(d)} == 0)" for d in self.tiling.grid if d not in output.dims)
