@@ -17,12 +17,13 @@ the calls after it launch compiled kernels only. Capture (Dynamo and AOTAutograd
 ``make_fx`` for traced capture, and Flashlight's passes) still runs on the caller's
 thread: it holds the GIL, and on another thread it would only slow the caller down.
 
-Where nothing is known yet (autotuning times candidates on the GPU, which other work would
-disturb), where the kernel has no unfused graph, or where that graph's scores would take
-more than :data:`MEMORY_SHARE` of the free GPU memory, the launch compiles in place as
-outside the context. Work that must see compiled kernels (a timing of kernel against
-another implementation) can be deferred to the context's end with
-:meth:`Compiles.after`. The context is meant for a pass whose speed, not its exact
+Where nothing is known yet, the autotuning candidates compile here too and their timing
+on the GPU, which other work would disturb, waits for the context's settle or end ([Note:
+autotuning in the background] in :mod:`flashlight.runtime`). Where the kernel has no
+unfused graph, or where that graph's scores would take more than :data:`MEMORY_SHARE` of
+the free GPU memory, the launch compiles in place as outside the context. Work that
+must see compiled kernels (a timing of kernel against another implementation) can be
+deferred to the context's end with :meth:`Compiles.after`. The context is meant for a pass whose speed, not its exact
 floating-point results, matters: a warm-up.
 """
 from __future__ import annotations

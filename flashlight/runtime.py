@@ -18,7 +18,9 @@ first launch at some sizes takes the first of these that answers:
    backend), and the faster one is kept (:func:`flashlight.tuning.choose`) and recorded
    in the tuning cache (:func:`flashlight.tuning_cache.remember_choice`). The unfused
    graph's choice is the string ``"eager"`` (:data:`EAGER`), in the cache and in
-   :meth:`Launcher.chosen_configs`.
+   :meth:`Launcher.chosen_configs`. Inside :func:`flashlight.background.compiling_in_background`
+   the candidates compile in the background and the timing waits for the context's
+   settle ([Note: autotuning in the background]).
 """
 from __future__ import annotations
 
@@ -48,6 +50,21 @@ COMPILE_EVENTS: list[str] = []  # one entry per generated kernel loaded (tests c
 TUNING_EVENTS: list[dict] = []
 EAGER = tuning.EAGER  # the choice of the unfused graph over the kernel
 _COMPILING = "compiling"  # a launch whose kernel compiles in the background
+_TUNED_AT_SETTLE = "tuned at settle"  # a background job that built every candidate
+
+# [Note: autotuning in the background]
+# A kernel with no known choice (no tuning cache entry, no shipped one for this GPU or its
+# architecture: a new kernel, or a GPU without entries) autotunes at its first launch:
+# its candidates compile (about a second on a thread pool) and are timed on the GPU. In a
+# fold's first pass that stalled the pass for each such kernel (on an H100, the extra-MSA
+# stack's first iteration took 3.6 s of a 4.8 s first call while its global column
+# kernels, without entries, tuned in place). Inside the background context the
+# candidates now compile on the context's pool instead, while the unfused graph answers,
+# and the timing (each candidate, then the best against the unfused graph, recorded as
+# always) is deferred to the context's settle or end (``Compiles.after``), where nothing
+# else runs on the GPU, as autotuning needs; until then the unfused graph answers. A
+# failed tuning is logged, and the next launch outside the context tunes in place. The
+# first call's tensors are kept until then (the timing runs on them).
 
 _GPU_CONFIGS = [  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
     (64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 2),
@@ -233,6 +250,8 @@ class Launcher:
         self._chosen: dict[tuple[int, ...], dict | str] = {}
         self._plans: dict[tuple, launch_plan.LaunchPlan] = {}  # call signature -> its launch ([Note: launch plans])
         self._unfused: set[tuple] = set()  # call signatures whose sizes chose the unfused graph
+        # sizes whose deferred tuning ran ([Note: autotuning in the background])
+        self._tuned_late: set[tuple[int, ...]] = set()
         self.eager = eager  # the PyTorch computation of the kernel's value from its inputs, or None
         self.__name__ = f"flashlight_{src.name}"
 
@@ -336,20 +355,53 @@ class Launcher:
         """Inside :func:`flashlight.background.compiling_in_background`: the known choice
         for ``sizes`` once its background compile is done, :data:`_COMPILING` until then
         (the compile is started on the first call), or None where this launch compiles
-        in place ([Note: compiling in the background])."""
+        in place ([Note: compiling in the background]). Where no choice is known, the
+        candidates compile in the background and are timed when the context settles
+        ([Note: autotuning in the background])."""
         compiles = background.active()
         key = (self.__name__, id(self), sizes)
         job = compiles.job(key)
         if job is None:
             eager_ok = getattr(self, "eager", None) is not None and self._eager_fits(sizes, tensors, device)
             chosen, _ = self._known_choice(device, sizes, eager_ok)
-            if chosen is None or chosen == EAGER or not eager_ok:
+            if chosen == EAGER or not eager_ok:
                 return None
+            if chosen is None:
+                return self._tune_in_background(compiles, key, args, grid, sizes, device, tensors)
             chosen = dict(chosen)
             job = compiles.submit(key, lambda: self._compile(args, grid, chosen, device))
         if not job.done():
             return _COMPILING
-        return job.result() if job.exception() is None else None
+        result = job.result() if job.exception() is None else None
+        if result is _TUNED_AT_SETTLE:
+            # the candidates are built; the deferred tuning chooses (None: it failed)
+            return self._chosen.get(sizes, _COMPILING if sizes not in self._tuned_late else None)
+        return result
+
+    def _tune_in_background(self, compiles, key, args: tuple, grid, sizes: tuple[int, ...],
+                            device: torch.device, tensors: Sequence[torch.Tensor]) -> str:
+        """Compile every autotuning candidate for ``sizes`` on the context's pool, and time
+        them (and the unfused graph) when the context settles ([Note: autotuning in the
+        background]); :data:`_COMPILING`: the unfused graph answers until then."""
+        fn, wide = self._jit(interpret=False), {}
+
+        def build():
+            precompile(self._raw, fn.configs, args, grid, wide)
+            return _TUNED_AT_SETTLE
+
+        def tune():
+            self._tuned_late.add(sizes)
+            if sizes in self._chosen:
+                return
+            try:
+                self._first_launch(fn, args, grid, sizes, device, True, eager_inputs=tensors, wide=wide)
+            except Exception as error:  # noqa: BLE001 - the next launch tunes in place and meets it there
+                log.warning("flashlight: %s: autotuning after the background compile failed (%s: %s)",
+                            self.__name__, type(error).__name__, error)
+
+        compiles.submit(key, build)
+        compiles.after(key, tune)
+        return _COMPILING
 
     def _compile(self, args: tuple, grid, chosen: dict, device: torch.device) -> dict:
         """Compile (do not launch) configuration ``chosen`` for ``args``, and have Triton

@@ -83,13 +83,47 @@ def test_a_launch_answers_through_its_graph_until_its_compile_is_done(launcher_c
     assert compiled == [CHOICE]
 
 
-@pytest.mark.parametrize("case", ["no known choice", "the graph was chosen", "no graph", "failed compile"])
+@pytest.mark.parametrize("tuning_fails", [False, True])
+def test_a_launch_without_a_known_choice_builds_its_candidates_and_tunes_when_the_context_settles(
+        launcher_call, monkeypatch, caplog, tuning_fails):
+    """[Note: autotuning in the background]: the candidates compile on the context's pool
+    while the graph answers; the timing waits for the settle, where nothing else runs; a
+    failed timing is logged and the launch then tunes in place."""
+    launcher, inputs, go, _ = launcher_call
+    monkeypatch.setattr(launcher, "_known_choice", lambda device, sizes, eager_ok: (None, None))
+    built, tuned = [], []
+
+    def precompile(jit_fn, configs, args, grid, extra=None):
+        go.wait(5)
+        built.append(len(configs))
+
+    def first_launch(fn, args, grid, sizes, device, tune, eager_inputs=None, wide=None):
+        tuned.append((sizes, tune, eager_inputs is not None))
+        if tuning_fails:
+            raise RuntimeError("out of resources")
+        launcher._chosen[sizes] = CHOICE
+
+    monkeypatch.setattr(runtime, "precompile", precompile)
+    monkeypatch.setattr(launcher, "_first_launch", first_launch)
+    with caplog.at_level(logging.WARNING, logger="flashlight"):
+        with background.compiling_in_background() as compiles:
+            assert _ask(launcher, inputs) == runtime._COMPILING
+            go.set()
+            next(iter(compiles.jobs().values())).result(timeout=5)
+            assert built and not tuned  # built, not timed: other work may be running
+            assert _ask(launcher, inputs) == runtime._COMPILING
+            compiles.settle()
+            assert tuned == [((7,), True, True)]
+            assert _ask(launcher, inputs) == (None if tuning_fails else CHOICE)
+    assert len(tuned) == 1  # once, at the settle
+    assert ("out of resources" in caplog.text) == tuning_fails
+
+
+@pytest.mark.parametrize("case", ["the graph was chosen", "no graph", "failed compile"])
 def test_a_launch_compiles_in_place_where_the_background_cannot_help(launcher_call, monkeypatch, case):
     launcher, inputs, go, _ = launcher_call
     go.set()
-    if case == "no known choice":
-        monkeypatch.setattr(launcher, "_known_choice", lambda device, sizes, eager_ok: (None, None))
-    elif case == "the graph was chosen":
+    if case == "the graph was chosen":
         monkeypatch.setattr(launcher, "_known_choice", lambda device, sizes, eager_ok: (runtime.EAGER, "shipped"))
     elif case == "no graph":
         monkeypatch.setattr(launcher, "eager", None)
