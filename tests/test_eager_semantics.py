@@ -80,6 +80,18 @@ def _bias_cases():
     }
 
 
+def _one_kernel(fn, args):
+    """``fn(*args)`` compiled by Flashlight, checked to be one kernel with nothing left to
+    PyTorch."""
+    report = ExplainReport()
+    torch.compiler.reset()
+    with torch.no_grad():
+        out = torch.compile(fn, backend=make_backend(report=report))(*args)
+    torch.compiler.reset()
+    assert len(report.kernels) == 1 and not report.fallback_ops, str(report)
+    return out
+
+
 @pytest.mark.parametrize("name", list(_bias_cases()))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_mixed_dtypes_in_scores_promote_as_eager(name, dtype, gen):
@@ -94,12 +106,7 @@ def test_mixed_dtypes_in_scores_promote_as_eager(name, dtype, gen):
     b[0, :3] = torch.tensor(0.1, dtype=torch.float16).float()  # 0.1 in fp16: whether the scalar is rounded decides
     b[1, :3] = 0.09995  # below 0.1 in fp32, 0.1 once rounded to fp16: whether b.half() rounds decides
     args = (q, k, v, m, b)
-    report = ExplainReport()
-    torch.compiler.reset()
-    with torch.no_grad():
-        out = torch.compile(fn, backend=make_backend(report=report))(*args)
-    torch.compiler.reset()
-    assert len(report.kernels) == 1 and not report.fallback_ops, str(report)
+    out = _one_kernel(fn, args)
     want = fn(*args)
     assert out.dtype == want.dtype and out.shape == want.shape
     ref = fn(q.double(), k.double(), v.double(), m, b.double())
@@ -141,12 +148,7 @@ def test_bf16_outputs_round_to_nearest_as_on_the_gpu(gen):
     w_g = (torch.randn(32, 16, generator=gen) / 4).bfloat16()
     w_o = (torch.randn(24, 32, generator=gen) / 4).bfloat16()
     args = (o, m, w_g, w_o)
-    report = ExplainReport()
-    torch.compiler.reset()
-    with torch.no_grad():
-        out = torch.compile(_gated_projection, backend=make_backend(report=report))(*args)
-    torch.compiler.reset()
-    assert len(report.kernels) == 1 and not report.fallback_ops, str(report)
+    out = _one_kernel(_gated_projection, args)
     exact = _gated_projection(*(a.double() for a in args))  # [9, 6, 24]
     # half a unit in the last place of bfloat16 (8 significant bits) at each value,
     # widened by what float32 arithmetic in another order may move the value
