@@ -386,7 +386,9 @@ class Launcher:
         fn, wide = self._jit(interpret=False), {}
 
         def build():
-            precompile(self._raw, fn.configs, args, grid, wide)
+            prepare.wait()  # [Note: a process's one-time costs]: Triton's driver, loaded once
+            with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+                precompile(self._raw, fn.configs, args, grid, wide)  # for this launch's GPU
             return _TUNED_AT_SETTLE
 
         def tune():
