@@ -32,7 +32,8 @@ sequence.
 Resumable: cells with entries in ``--out`` measured on this GPU, Triton and compiler
 (the digest of Flashlight's, its integrations' and the benchmarks' sources, ``compiler``
 in each entry) are skipped, so a compiler change, which can add kernels to a fold or
-change their signatures, measures every cell again; the file is written after every cell. Stops before ``--max-minutes`` (exit status 3: run again).
+change their signatures, measures every cell again; the file is written after every
+cell. Stops before ``--max-minutes`` (exit status 3: run again).
 Needs a CUDA GPU (exit status 2 without one): nothing is written from the interpreter.
 """
 from __future__ import annotations
@@ -143,8 +144,8 @@ def synthetic_fold_cells(lengths: list[int], dtypes: list[str], work: str) -> li
     for length in lengths:
         fasta = os.path.join(work, "inputs", f"synthetic_{length}.fasta")
         for msa, alignment_dir in (("deep", os.path.dirname(fasta)), ("single", None)):
-            found += [(f"fold synthetic_{length} {msa} {dtype}", fasta, {"alignment_dir": alignment_dir, "length": length},
-                       dtype) for dtype in dtypes]
+            where = {"alignment_dir": alignment_dir, "length": length}
+            found += [(f"fold synthetic_{length} {msa} {dtype}", fasta, where, dtype) for dtype in dtypes]
     return found
 
 
