@@ -42,8 +42,6 @@ aten = torch.ops.aten
 VIEW_LIKE = REINDEXING | {aten.slice.Tensor, aten.select.int, aten.as_strided.default}
 
 
-
-
 def _on_cpu(example_inputs) -> bool:
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
     return bool(tensors) and all(t.device.type == "cpu" for t in tensors)

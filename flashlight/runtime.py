@@ -373,22 +373,24 @@ class Launcher:
         if not job.done():
             return _COMPILING
         result = job.result() if job.exception() is None else None
-        if result is _TUNED_AT_SETTLE:
-            # the candidates are built; the deferred tuning chooses (None: it failed)
-            return self._chosen.get(sizes, _COMPILING if sizes not in self._tuned_late else None)
-        return result
+        if result is not _TUNED_AT_SETTLE:
+            return result
+        # the candidates are built: the deferred tuning's choice; in place where it failed
+        if sizes in self._chosen:
+            return self._chosen[sizes]
+        return None if sizes in self._tuned_late else _COMPILING
 
     def _tune_in_background(self, compiles, key, args: tuple, grid, sizes: tuple[int, ...],
                             device: torch.device, tensors: Sequence[torch.Tensor]) -> str:
         """Compile every autotuning candidate for ``sizes`` on the context's pool, and time
         them (and the unfused graph) when the context settles ([Note: autotuning in the
         background]); :data:`_COMPILING`: the unfused graph answers until then."""
-        fn, wide = self._jit(interpret=False), {}
+        fn = self._jit(interpret=False)
 
         def build():
             prepare.wait()  # [Note: a process's one-time costs]: Triton's driver, loaded once
             with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-                precompile(self._raw, fn.configs, args, grid, wide)  # for this launch's GPU
+                precompile(self._raw, fn.configs, args, grid)  # for this launch's GPU
             return _TUNED_AT_SETTLE
 
         def tune():
@@ -396,7 +398,7 @@ class Launcher:
             if sizes in self._chosen:
                 return
             try:
-                self._first_launch(fn, args, grid, sizes, device, True, eager_inputs=tensors, wide=wide)
+                self._first_launch(fn, args, grid, sizes, device, True, eager_inputs=tensors)
             except Exception as error:  # noqa: BLE001 - the next launch tunes in place and meets it there
                 log.warning("flashlight: %s: autotuning after the background compile failed (%s: %s)",
                             self.__name__, type(error).__name__, error)
