@@ -2,7 +2,7 @@
 
     python -m bench.build_times --variants vanilla,causal_tril [--dtype fp32|tf32|bf16]
                                 [--shape '{"D": 64}'] [--configs 64,128,4,2 ...]
-                                [--capability 90] [--out FILE]
+                                [--capability 90] [--backward] [--out FILE]
 
 Needs no GPU: each kernel is compiled ahead of time (``KernelReport.aot_compile``) for
 every configuration of its autotuning space, one after another on one CPU core, at the
@@ -12,6 +12,9 @@ configurations given with ``--configs`` (also ones outside the space). Prints bu
 seconds, registers and spill stack per thread for each (BLOCK_M, BLOCK_N, warps, stages).
 The autotuner builds all candidates before timing them (in parallel, see
 ``flashlight.runtime.precompile``), so the slowest candidate bounds a kernel's first call.
+With ``--backward`` the kernels of a training step (forward and backward) are built: the
+step runs once on the CPU under Triton's interpreter (``TRITON_INTERPRET=1``; minutes at
+head width 128 and a few hundred positions), which compiles the backward.
 """
 from __future__ import annotations
 
@@ -31,22 +34,45 @@ def parse_args(argv=None):
     p.add_argument("--configs", nargs="*", default=None,
                    help="BLOCK_M,BLOCK_N,num_warps,num_stages to build instead of the kernel's space")
     p.add_argument("--capability", type=int, default=90)
+    p.add_argument("--backward", action="store_true",
+                   help="the kernels of forward and backward (runs the step under TRITON_INTERPRET=1)")
     p.add_argument("--out", help="also write the rows as JSON here")
     return p.parse_args(argv)
 
 
+def _training_step_report(variant, inputs):
+    """What Flashlight compiled for ``variant``'s forward and backward on ``inputs``."""
+    import torch
+
+    import flashlight
+    from bench.variants_base import as_outputs
+    from flashlight.report import ExplainReport
+
+    args = [x.detach().requires_grad_() if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs]
+    report = ExplainReport()
+    outs = as_outputs(torch.compile(variant.fn, backend=flashlight.backend.make_backend(report=report))(*args))
+    g = torch.Generator().manual_seed(1)
+    torch.autograd.backward(outs, [torch.randn(o.shape, generator=g).to(o.dtype) for o in outs])
+    return report
+
+
 def build_times(variant, dtype: str, capability: int, sizes: dict | None = None,
-                configs: list[tuple[int, int, int, int]] | None = None) -> list[dict]:
-    """One row per (kernel, configuration) of ``variant`` at its default shape updated with ``sizes``."""
+                configs: list[tuple[int, int, int, int]] | None = None, backward: bool = False) -> list[dict]:
+    """One row per (kernel, configuration) of ``variant`` at its default shape updated with
+    ``sizes``; with ``backward``, of its training step's kernels."""
+    import os
+
     import torch
 
     import flashlight
 
+    if backward and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("--backward runs the step on the CPU: set TRITON_INTERPRET=1")
     try:
         torch_dtype = set_precision(dtype)  # TF32 or IEEE contractions for float32
         shape = {**variant.default_shape, **(sizes or {})}
         inputs = variant.make_inputs(shape, torch_dtype, "cpu", torch.Generator().manual_seed(0))
-        report = flashlight.explain(variant.fn, *inputs)
+        report = _training_step_report(variant, inputs) if backward else flashlight.explain(variant.fn, *inputs)
     finally:
         set_precision("fp32")  # PyTorch's default
         torch.compiler.reset()
@@ -79,9 +105,9 @@ def main(argv=None) -> int:
         return 2
     rows = []
     for name in names:
-        for row in build_times(VARIANTS[name], args.dtype, args.capability, sizes, configs):
+        for row in build_times(VARIANTS[name], args.dtype, args.capability, sizes, configs, args.backward):
             rows.append(row)
-            print(f"{row['variant']:<18} {row['dtype']:<5} {str(tuple(row['config'])):<18} "
+            print(f"{row['variant']:<18} {row['dtype']:<5} {row['kernel']:<24} {str(tuple(row['config'])):<18} "
                   f"{row['build_s']:6.1f} s  regs {row['registers']:>4}  spill {row['spill_bytes']:>6} B",
                   flush=True)
     if args.out:

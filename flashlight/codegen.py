@@ -122,6 +122,8 @@ class _Printer(SumText):
         if target == "pre" and scope == "post":
             target = "post"
         at = self.positions_read(expr)
+        if target == "pre" and at and self.tiling.outer_loop:  # once per pass of the outer loop
+            target = "outer"
         for s in ((target, "pre") if target != "pre" else ("pre",)):
             if (s, expr, at) in self.memo:
                 return self.memo[(s, expr, at)]
@@ -351,6 +353,8 @@ class _Printer(SumText):
                 dtype = TL_DTYPES[dot.operand_dtype(self.interpret)]
                 column = f"tl.arange(0, {SUM_DOT_WIDTH})[None, :] + tl.zeros([{self.role_size('n')}, 1], tl.int32)"
                 self.pre.append(f"ones{k} = (({column}) == 0).to({dtype})")
+        if self.tiling.outer_loop:  # [Note: the repeats outside the key loop]
+            self.positions[self.tiling.inner_loops[0]] = self.fresh("u")
         masked = self.emit_loop_step(kernel.loop, full_tiles=False)
         if kernel.unmasked is not None:
             # the same step without masks, for tiles every mask keeps whole
@@ -542,6 +546,11 @@ class _Printer(SumText):
                 loops = [(first, full_first, self.loop), (full_first, full_end, self.loop_unmasked),
                          (full_end, end, self.loop)]
         body = head + self.pre
+        around = []
+        if self.tiling.outer_loop:  # each pass: its values, then the key loop(s)
+            (d,) = self.tiling.inner_loops
+            body.append(f"for {self.positions.pop(d)} in range(0, {int(d.size)}):")
+            body, around = self.outer, body
         for start, stop, steps in loops:
             if self.tiling.split:
                 first = "pid_s * SPLIT_LEN"
@@ -553,6 +562,8 @@ class _Printer(SumText):
                 body.append(f"for start_n in range({start}, {stop}, BLOCK_N):")
                 body.append("    offs_n = index0 + start_n + tl.arange(0, BLOCK_N)")
             body += ["    " + line for line in steps]
+        if self.tiling.outer_loop:
+            body = around + ["    " + line for line in body]
         body += self.post
         text = f"({', '.join(params)}):\n" + "\n".join("    " + line for line in body) + "\n"
         # unnamed: named by content, so the same kernel compiled again (another module of

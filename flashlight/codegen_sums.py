@@ -59,6 +59,8 @@ class SumText(TileText):
         for k, red in enumerate(loop):
             if red.op == "sum" and looped_sum(red.body, self.tiling.inner_loops) and red.body.body in self.plan.dots:
                 by_dim.setdefault(red.body.dims[0], []).append(k)
+        if self.tiling.outer_loop:  # one repeat per pass: its dot ([Note: the repeats outside the key loop])
+            return {k: self.emit_dot(loop[k].body.body, "loop", mask_n=True) for ks in by_dim.values() for k in ks}
         parts = {}
         for ks in by_dim.values():
             # a sum no max rescales adds each position's dot to its accumulator directly

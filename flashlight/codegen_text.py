@@ -61,6 +61,9 @@ class TileText:
         self.loop: list[str] = []
         self.post: list[str] = []
         self.scan: list[str] = []  # the tile-liveness scan's body (see codegen_live)
+        # before the key loop in each pass of a loop around it ([Note: the repeats outside
+        # the key loop] in flashlight.passes.tiling)
+        self.outer: list[str] = []
         self.full_tiles = False  # printing the step on full tiles: every loop position is in range
         # keys in one tile of the loop dim and their offsets (other in the coarse scan)
         self.n_width, self.n_offs = "BLOCK_N", "offs_n"
@@ -163,7 +166,7 @@ class TileText:
     def lines(self, scope: str) -> list[str]:
         if self.block is not None:
             return self.block
-        return {"pre": self.pre, "loop": self.loop, "post": self.post, "scan": self.scan}[scope]
+        return {"pre": self.pre, "loop": self.loop, "post": self.post, "scan": self.scan, "outer": self.outer}[scope]
 
     def assign(self, scope: str, hint: str, text: str) -> str:
         var = self.fresh(hint)

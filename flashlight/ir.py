@@ -509,6 +509,9 @@ class Tiling:
     store a float32 partial sum, added up after the launch ([Note: split serial loops]).
     ``inner_loops``: small reduction dims inside the loop's body that take no tile: each
     sum runs as a loop of its own in the key loop's body ([Note: inner loops]).
+    ``outer_loop``: the one inner loop runs around the key loop instead, every loop sum
+    summing over it ([Note: the repeats outside the key loop] in
+    :mod:`flashlight.passes.tiling`).
     """
 
     row: Dim | None
@@ -521,6 +524,7 @@ class Tiling:
     column: Dim | None = None
     split: bool = False
     inner_loops: tuple[Dim, ...] = ()
+    outer_loop: bool = False
 
     @property
     def serial(self) -> bool:

@@ -167,7 +167,9 @@ def format_tiled(tiled: TiledKernel) -> str:
     roles = ", ".join(f"{d.name}={r}" + (f"({padded[d]})" if d in padded else "") for d, r in plan.roles)
     lines = [f"tiled {tiled.kernel.name}: {roles}; grid [{', '.join(d.name for d in tiling.grid)}]"
              + (f"; scan {tiling.scan_tiles} tiles" if tiling.scan_tiles > 1 else "")
-             + (f"; serial loop, column {tiling.column.name}" if tiling.serial else "")]
+             + (f"; serial loop, column {tiling.column.name}" if tiling.serial else "")
+             + (f"; inner loop over {', '.join(d.name for d in tiling.inner_loops)}"
+                + (" around the key loop" if tiling.outer_loop else "") if tiling.inner_loops else "")]
     p = Printer(list(plan.dots))
     for body, dot in plan.dots.items():
         a, b = (plan.layouts[x] for x in body.args)

@@ -71,6 +71,10 @@ FLASHLIGHT_SUM_DOTS    0           1: attention's row sums on the tensor core be
 FLASHLIGHT_LAZY_       0           1: the online loop rescales its sums only when a
 RESCALE                            row's max grew by more than 2 ** 8
                                    (flashlight.passes.base2; 5-17% slower on an H100)
+FLASHLIGHT_REPEATS_    1           0: the gradient of keys shared by several query
+OUTSIDE                            heads sums the heads in a loop inside each step of
+                                   the query loop, not around the query loop
+                                   (flashlight.passes.tiling)
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
                                    on CPU tensors through the Triton interpreter
 =====================  ==========  ==================================================
@@ -132,6 +136,7 @@ _KNOBS: dict[str, _Knob] = {
     "graph_capture": _Knob("FLASHLIGHT_GRAPH_CAPTURE", "overlap", _choice("drain", "overlap")),
     "sum_dots": _Knob("FLASHLIGHT_SUM_DOTS", False, _bool),
     "lazy_rescale": _Knob("FLASHLIGHT_LAZY_RESCALE", False, _bool),
+    "repeats_outside": _Knob("FLASHLIGHT_REPEATS_OUTSIDE", True, _bool),
 }
 
 _overrides: dict[str, Any] = {}

@@ -8,10 +8,13 @@ float32 1e-4, bfloat16 2e-2. Kernels run through the Triton interpreter.
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 import flashlight
+from flashlight import settings
 from bench.variants import VARIANTS
 from bench.variants_base import as_outputs
 from flashlight.report import ExplainReport
@@ -230,6 +233,26 @@ def test_a_mask_gradient_leaves_the_scores_in_the_kernels(gen):
     assert not [op for op in report.fallback_ops if op.name.startswith("bmm")], str(report)
 
 
+@pytest.mark.parametrize("name, shape", [
+    ("causal_tril", {"L": 70}),
+    ("sliding_window", {"L": 90}),
+    ("document_mask", {"L": 80, "n_docs": 5}),
+    ("gqa", {"L": 70}),  # the shared keys' gradient: an inner loop over the group's heads
+])
+def test_masked_backward_kernels_skip_the_tiles_their_forward_skips(name, shape, gen):
+    """The backward's loops are zero where the mask removes (``P = 0`` there, so are
+    ``P @ dO`` and ``dS = P * dP - P * delta``: [Note: tile skipping] in
+    flashlight/passes/skipping.py): every kernel of forward and backward runs only the
+    tiles the mask leaves live, and the run of full tiles without masks, at lengths
+    where most of the interpreter's 32 x 16 tiles are dead or full; gradients against
+    float64. Before, only the forward kernels skipped."""
+    _, _, _, report = _check_variant(name, gen, shape={**_small_shape(name), **shape})
+    masked = [k for k in report.kernels if 'float("-inf")' in k.source]  # (not the row term's)
+    assert len(masked) >= 3, str(report)
+    for kernel in masked:
+        assert "tiles_first" in kernel.source and "range(full_first, full_end" in kernel.source, kernel.source
+
+
 def _gradients_of_two_calls(name, shape, gen):
     """The gradients of two calls of variant ``name`` compiled once, same inputs."""
     v = VARIANTS[name]
@@ -351,19 +374,29 @@ def test_grouped_query_attention_with_repeated_heads_trains_in_kernels(gen):
     assert {op.name for op in report.fallback_ops} <= {"bmm.default"}, str(report)
 
 
+@pytest.mark.parametrize("outside", [True, False], ids=["repeats_outside", "repeats_inside"])
 @pytest.mark.parametrize("name", ["gqa", "mqa"])
-def test_shared_keys_train_with_nothing_outside_the_kernels(name, gen):
-    """Past ``SMALL_SUM`` queries the repeats' sum runs inside the query loop, each
-    repeat's contribution to the shared keys' and values' gradients a ``tl.dot`` of its
-    own, with its scores and ``dp`` computed in the kernel ([Note: contractions summed by
-    an inner loop] in flashlight/passes/tiling.py): the catalog's grouped- and
-    multi-query attention train with no operation outside Flashlight's kernels (the
-    scores and ``dp`` were two matmuls of ``rows x keys`` outside), gradients against
-    float64, and the kernel builds for sm_90."""
+def test_shared_keys_train_with_nothing_outside_the_kernels(name, outside, gen):
+    """Past ``SMALL_SUM`` queries the repeats' sum is an inner loop, each repeat's
+    contribution to the shared keys' and values' gradients a ``tl.dot`` of its own, with
+    its scores and ``dp`` computed in the kernel ([Note: contractions summed by an inner
+    loop] in flashlight/passes/tiling.py): the catalog's grouped- and multi-query
+    attention train with no operation outside Flashlight's kernels (the scores and ``dp``
+    were two matmuls of ``rows x keys`` outside), gradients against float64, and the
+    kernel builds for sm_90. By default the repeats' loop runs around the query loop, the
+    repeat's key and value tiles loaded once per pass ([Note: the repeats outside the key
+    loop]); with ``FLASHLIGHT_REPEATS_OUTSIDE=0`` inside each of its steps."""
     shape = {**_small_shape(name), "L": 37}
-    _, _, _, report = _check_variant(name, gen, shape=shape)
+    with settings.override(repeats_outside=outside):
+        _, _, _, report = _check_variant(name, gen, shape=shape)
     assert report.fallback_ops == [], str(report)
     looped = [k for k in report.kernels if "for u" in k.source and k.source.count("tl.dot(") >= 4]
-    assert looped, str(report)
+    assert len(looped) == 1, str(report)
+    source = looped[0].source
+    at_top = re.search(r"\n    for u\d+ in range", source)  # in the body, not in a loop
+    assert bool(at_top) == outside, source
+    if outside:  # the keys' tiles: loaded in the repeats' loop, before the query loop
+        pass_head = source[at_top.end():source.index("for start_n in range(", at_top.end())]
+        assert pass_head.count("tl.load(") == 2 and "offs_m[:, None]" in pass_head, source
     built = looped[0].aot_compile(90, block_m=64, block_n=32, num_warps=4, num_stages=2)
     assert 0 < shared_memory(built) <= H200_SHARED_MEMORY

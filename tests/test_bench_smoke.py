@@ -367,6 +367,17 @@ def test_build_times_builds_the_given_configurations_for_a_gpu(tmp_path):
     assert build_times.main(["--variants", "no_such_variant"]) == 2
 
 
+def test_build_times_builds_the_kernels_of_a_training_step(tmp_path):
+    from bench import build_times
+
+    out = tmp_path / "build.json"
+    assert build_times.main(["--variants", "mqa", "--dtype", "bf16", "--configs", "32,32,4,1", "--backward",
+                             "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert len({row["kernel"] for row in rows}) >= 3  # the forward's, and the backward's
+    assert all(row["shared_bytes"] > 0 for row in rows)
+
+
 def test_an_out_of_memory_from_before_the_chunked_retry_says_so():
     stock = {"scope": "model", "n_res": 1024, "mode": "stock", "status": "ok", "ms": 26000.0, "chunk_size": 4}
     old = {"scope": "model", "n_res": 1024, "mode": "flashlight", "status": "oom"}

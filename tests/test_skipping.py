@@ -10,7 +10,7 @@ import torch
 
 import flashlight
 from bench.variants import VARIANTS
-from flashlight.ir import Const, Dim, Iota, Kernel, LoopReduction, Pointwise, RunningMax, walk
+from flashlight.ir import Const, Dim, Iota, Kernel, Load, LoopReduction, Pointwise, RunningMax, walk
 from flashlight.ir_check import check_kernel_invariants
 from flashlight.lower import lower
 from flashlight.passes.skipping import NEG_INF, ZERO, mask_site, find_live_tiles, symbolic_value
@@ -132,6 +132,14 @@ def test_symbolic_neutral_values():
     assert symbolic_value(Pointwise("mul", (ninf, Const(-1.0, f32)), f32)) is None
     assert symbolic_value(Pointwise("sub", (ninf, ninf), f32)) is None  # NaN, not -inf
     assert symbolic_value(Pointwise("exp", (x,), f32)) is None
+    # a backward's dS = P * dP - P * delta, and P = exp(s - m) / l with l loaded
+    zero = Pointwise("exp", (ninf,), f32)
+    assert symbolic_value(Pointwise("sub", (zero, zero), f32)) == ZERO
+    assert symbolic_value(Pointwise("sub", (zero, x), f32)) is None
+    row_sum = Load("l", (), f32)
+    assert symbolic_value(Pointwise("div", (zero, row_sum), f32)) == ZERO
+    assert symbolic_value(Pointwise("div", (zero, zero), f32)) is None  # 0 / 0
+    assert symbolic_value(Pointwise("div", (zero, Pointwise("add", (zero, x), f32)), f32)) is None
 
 
 @pytest.mark.parametrize("name", ["causal_tril", "causal_index", "prefix_lm", "document_mask", "alibi"])
@@ -223,6 +231,23 @@ def test_a_loop_body_that_is_not_neutral_blocks_skipping():
     assert found.live == keep and found.full == keep
     assert found.unmasked[0].body == Pointwise("exp", (Iota((j,), f32),), f32)  # the kept scores
     check_kernel_invariants(found)
+
+
+def test_full_tiles_drop_every_where_on_a_masks_condition():
+    """On a tile every mask keeps whole, ``where(removed, 0, dS)`` (the gradient of
+    ``masked_fill``) is ``dS``: its condition is a site's, constant there."""
+    j, i = Dim.fresh(8, "j"), Dim.fresh(8, "i")
+    f32 = torch.float32
+    removed = Pointwise("lt", (Iota((i,)), Iota((j,))), torch.bool)
+    score = Pointwise("where", (removed, Const(-math.inf, f32), Iota((j,), f32)), f32)
+    grad = Pointwise("where", (removed, Const(0.0, f32), Iota((i,), f32)), f32)
+    body = Pointwise("mul", (Pointwise("exp", (score,), f32), grad), f32)
+    kernel = dataclass_replace_body(Kernel("k", ((i,),), f32, (LoopReduction("sum", body, j, (), f32),),
+                                           Const(0.0, f32), ()), body)
+    found = find_live_tiles(kernel)
+    assert found.live == Pointwise("not", (removed,), torch.bool)
+    exp = Pointwise("exp", (Iota((j,), f32),), f32)
+    assert found.unmasked[0].body == Pointwise("mul", (exp, Iota((i,), f32)), f32)
 
 
 def dataclass_replace_body(kernel: Kernel, body) -> Kernel:

@@ -13,7 +13,10 @@ knowing what the mask means:
 2. each loop body, with every site replaced by ``-inf``, must evaluate symbolically
    to its reduction's neutral value (``-inf`` for max, ``0`` for sum) using
    ``-inf + x = -inf``, ``-inf * c = -inf`` (``c > 0``), ``exp(-inf) = 0``,
-   ``0 * x = 0`` and ``sum``/``max`` of neutral values;
+   ``0 * x = 0``, ``0 / x = 0`` (``x`` not computed from the masked scores),
+   ``0 +- 0 = 0`` and ``sum``/``max`` of neutral values (so the loops of a backward,
+   whose ``P = exp(s - m) / l`` and ``dS = P * dP - P * delta`` are zero where the
+   mask removes, skip the tiles their forward skips);
 3. then ``live = keep_1 | keep_2 | ...`` is false exactly where the loop does
    nothing, and a tile on which ``live`` can never be true may be skipped.
 4. Conversely, where ``full = keep_1 & keep_2 & ...`` holds, every site selects the
@@ -78,11 +81,26 @@ def find_live_tiles(kernel: Kernel) -> Kernel:
         full = Pointwise("and", (full, cond), torch.bool)
     if not bounded_by_intervals(live):
         return kernel
-    unmasked = tuple(
-        dataclasses.replace(red, body=replace_nodes(red.body, lambda n: sites[n][1] if n in sites else None))
-        for red in kernel.loop
-    )
+    unmasked = tuple(dataclasses.replace(red, body=_without_masks(red.body, sites)) for red in kernel.loop)
     return dataclasses.replace(kernel, live=live, full=full, unmasked=unmasked)
+
+
+def _without_masks(body: Expr, sites: dict[Expr, tuple[Expr, Expr]]) -> Expr:
+    """``body`` on a tile every mask keeps whole: each site is the value it keeps, and so
+    is every other ``where`` on a site's condition (a backward's ``where(masked, 0, dS)``):
+    the condition is constant there."""
+    taken: dict[Expr, int] = {}  # a site's condition -> the branch it takes on full tiles
+    for site in sites:
+        cond, if_true, _ = site.args
+        taken[cond] = 2 if _is_neg_inf(if_true) else 1
+
+    def plain(node: Expr) -> Expr | None:
+        if not (isinstance(node, Pointwise) and node.op == "where" and node.args[0] in taken):
+            return None
+        kept = replace_nodes(node.args[taken[node.args[0]]], plain)
+        return kept if kept.dtype == node.dtype else Pointwise("cast", (kept,), node.dtype)
+
+    return replace_nodes(replace_nodes(body, lambda n: sites[n][1] if n in sites else None), plain)
 
 
 def mask_site(node: Expr, loop_dim) -> tuple[Expr, Expr] | None:
@@ -127,11 +145,13 @@ def symbolic_value(expr: Expr) -> str | None:
         return NEG_INF
     if op == "mul" and ZERO in vals and NEG_INF not in vals:
         return ZERO
+    if op in ("add", "sub") and vals[0] == vals[1] == ZERO:
+        return ZERO
     if op in ("mul", "div") and vals[0] == NEG_INF and _positive_const(expr.args[1]):
         return NEG_INF
     if op == "mul" and vals[1] == NEG_INF and _positive_const(expr.args[0]):
         return NEG_INF
-    if op == "div" and vals[0] == ZERO and _nonzero_const(expr.args[1]):
+    if op == "div" and vals[0] == ZERO and (_nonzero_const(expr.args[1]) or _unmasked(expr.args[1], vals[1])):
         return ZERO
     if op == "exp" and vals[0] == NEG_INF:
         return ZERO
@@ -144,6 +164,13 @@ def symbolic_value(expr: Expr) -> str | None:
     if op == "cast" and expr.dtype.is_floating_point:
         return vals[0]
     return None
+
+
+def _unmasked(divisor: Expr, value: str | None) -> bool:
+    """A divisor read or computed from operands taken finite and non-zero (a row sum
+    saved by the forward, which is at least 1 in every row with a live key), not from
+    the masked scores: those could be 0 exactly where the mask removes."""
+    return value is None and not any(_is_neg_inf(node) for node in walk(divisor))
 
 
 def _positive_const(expr: Expr) -> bool:

@@ -68,8 +68,10 @@ class _Recorder:
         self.roles = layouts.roles
         self.looped_dots = layouts.looped_dots
         # a value that reads an inner loop's dim is computed in that loop, in the key loop
-        # ([Note: inner loops])
-        self.loop_dims = frozenset(red.dim for red in kernel.loop) | frozenset(tiling.inner_loops)
+        # ([Note: inner loops]); one that runs around the key loop changes only between
+        # its passes ([Note: the repeats outside the key loop] in passes/tiling)
+        inner = frozenset() if tiling.outer_loop else frozenset(tiling.inner_loops)
+        self.loop_dims = frozenset(red.dim for red in kernel.loop) | inner
         self.layouts: dict[Expr, tuple] = {}
         self.in_loop: dict[Expr, bool] = {}
         self.dots: dict[Expr, DotPlan] = {}
@@ -237,6 +239,8 @@ def check_plan(tiled: TiledKernel) -> None:
         raise InvariantError(f"{name}: plan roles {roles} differ from the tiling's {expected}")
     if set(tiling.inner_loops) & (set(roles) | set(tiling.grid) | set(kernel.dims)):
         raise InvariantError(f"{name}: an inner loop's dim is also a tile, a grid or an output dim")
+    if tiling.outer_loop and (len(tiling.inner_loops) != 1 or any(red.op != "sum" for red in kernel.loop)):
+        raise InvariantError(f"{name}: a loop around the key loop needs one inner loop and loop sums only")
     if set(tiling.grid) & set(roles) or not set(kernel.dims) <= set(tiling.grid) | set(roles) \
             or (tiling.serial and (tiling.column not in kernel.dims or kernel.loop[0].dim in roles)):
         raise InvariantError(f"{name}: the grid and the tile roles do not partition the output dims")

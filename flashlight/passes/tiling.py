@@ -104,6 +104,7 @@ from flashlight.ir import (
     free_dims,
     walk,
 )
+from flashlight import settings
 from flashlight.indexing import sizes_equal, sym
 from flashlight.passes.contractions import group_dot_operands, splits_as_dot
 from flashlight.passes.tile_plan import record_plan
@@ -135,8 +136,9 @@ class Layouts:
         self.grid = grid | ({red.dim for red in kernel.loop} if serial else set()) | inner_loops
         # loop sums whose body is an inner loop's sum of contractions over the loop dim
         # ([Note: contractions summed by an inner loop])
-        self.looped_dots = frozenset(red.body for red in kernel.loop if red.op == "sum" and not serial
-                                     and looped_sum(red.body, inner_loops))
+        # (and their forms without masks, for the loop over full tiles)
+        self.looped_dots = frozenset(red.body for red in (*kernel.loop, *(kernel.unmasked or ()))
+                                     if red.op == "sum" and not serial and looped_sum(red.body, inner_loops))
         self.memo: dict[Expr, Layout] = {}
         self.dots = 0
         self._loop_results: dict[int, Layout] = {}
@@ -284,6 +286,36 @@ def looped_sum(body: Expr, inner_loops) -> bool:
             and body.dims[0] in inner_loops and isinstance(body.body, Pointwise) and body.body.op == "mul")
 
 
+# [Note: the repeats outside the key loop]
+# When every loop sum is an inner loop's sum of contractions over the same repeats
+# ([Note: contractions summed by an inner loop]; the shared keys' and values' gradients,
+# ``dk[j] = sum_i sum_r ds_r[i, j] q_r[i]``), the two sums can be exchanged back:
+# ``sum_r sum_i``, the repeats a loop around the whole key loop, each repeat's pass
+# plain attention's backward into the shared accumulators. Inside the key loop, a
+# two-step loop was the innermost loop holding the loads, which Triton software-pipelines
+# (its stages peeled around a loop of two: sm_90 builds at head width 128 spilled
+# 1.7-5.3 KB per thread in every configuration), and each step reloaded each repeat's
+# key and value tiles, which do not change along the key loop. Outside, they are loaded
+# once per repeat, before the key loop, and the key loop is the innermost. Exact up to
+# the order of additions, which ``tl.dot`` already changes. Only where no running max
+# rescales a sum (the order of the loop's steps is free) and no liveness predicate
+# reads the repeats (the scan runs once, before the repeats' loop).
+def _repeats_outside(kernel: Kernel, tiling: Tiling, layouts: Layouts) -> bool:
+    """Whether the one inner loop runs around the key loop ([Note: the repeats outside
+    the key loop])."""
+    if len(tiling.inner_loops) != 1 or tiling.serial or not settings.get("repeats_outside"):
+        return False
+    (repeats,) = tiling.inner_loops
+    loops = [*kernel.loop, *(kernel.unmasked or ())]
+    if not all(red.op == "sum" and not red.rescaled_by and red.body in layouts.looped_dots
+               and red.body.dims == (repeats,) for red in loops):
+        return False
+    inside = [node for red in loops for node in walk(red.body.body)]
+    if any(isinstance(node, Reduce) and repeats in node.dims for node in inside):
+        return False
+    return not any(p is not None and repeats in free_dims(p) for p in (kernel.live, kernel.full))
+
+
 def _supported_pow(expr: Pointwise) -> bool:
     """A constant, finite, non-zero exponent (codegen: products for small integers,
     ``exp(c * log(x))`` otherwise, which is NaN for a negative base as in PyTorch)."""
@@ -403,7 +435,8 @@ def _tile(kernel: Kernel, inner: list[Dim], looped: frozenset[Dim]) -> TiledKern
     kernel = best_kernel
     if kernel.unmasked is not None and not _unmasked_loop_tiles_alike(kernel, best_layouts):
         kernel = dataclasses.replace(kernel, full=None, unmasked=None)
-    best = dataclasses.replace(best, scan_tiles=_scan_tiles(kernel, best_layouts))
+    best = dataclasses.replace(best, scan_tiles=_scan_tiles(kernel, best_layouts),
+                               outer_loop=_repeats_outside(kernel, best, best_layouts))
     return TiledKernel(kernel, best, record_plan(kernel, best, best_layouts))
 
 
