@@ -253,11 +253,11 @@ class _Printer(SumText):
         dtype = TL_DTYPES[dot.operand_dtype(self.interpret)]
         # a loaded 16-bit operand goes in as loaded, not converted to float32 and back
         a, b = (self.stored_as[v][0] if self.stored_as.get(v, ("", ""))[1] == dtype else v for v in (a, b))
+        if dot.swap:  # [y, x] = B^T A^T, in canonical order as the dot gives it
+            a, b = b, a
         a = f"tl.trans({a})" if dot.trans_a else a
         b = f"tl.trans({b})" if dot.trans_b else b
         var = self.assign(scope, "dot", self.dot_call(a, b, dtype))
-        if dot.trans_out:
-            var = self.assign(scope, "dot", f"tl.trans({var})")
         return var, dot.out
 
     def cast_to(self, scope: str, text: str, dtype: torch.dtype) -> str:

@@ -552,19 +552,22 @@ class DotPlan:
     """One contraction printed as ``tl.dot(A, B)``: ``A [x, r] @ B [r, y]`` over role ``r``.
 
     The operands are the product's two factors as computed (``trans_a``: transposed to
-    ``[x, r]`` first, ``trans_b``: to ``[r, y]``); the result is transposed once more
-    into canonical order ``out`` when ``trans_out``. On the GPU the operands go in as
-    ``dtype`` (a 16-bit product's own dtype, else float32); the Triton interpreter
-    multiplies 16-bit floats wrongly, so there they are always float32.
+    ``[x, r]`` first, ``trans_b``: to ``[r, y]``), in the product's order, or the other
+    way round when ``swap`` (``A`` the second factor, ``B`` the first), so that the
+    result comes out of the dot in canonical order ``out`` (a transposed result would
+    cost a layout change of the accumulator's size, and the dot could not add into
+    the accumulator in place). On the GPU the operands go in as ``dtype`` (a 16-bit product's own dtype, else
+    float32); the Triton interpreter multiplies 16-bit floats wrongly, so there they are
+    always float32.
     """
 
     reduced: str
     trans_a: bool
     trans_b: bool
     out: Layout
-    trans_out: bool
     dtype: torch.dtype
     interpreter_dtype: torch.dtype = torch.float32
+    swap: bool = False
 
     def operand_dtype(self, interpret: bool) -> torch.dtype:
         return self.interpreter_dtype if interpret else self.dtype

@@ -174,6 +174,8 @@ def format_tiled(tiled: TiledKernel) -> str:
     for body, dot in plan.dots.items():
         a, b = (plan.layouts[x] for x in body.args)
         dtype = str(dot.dtype).replace("torch.", "")
+        if dot.swap:
+            a, b = b, a
         p.line(lines, "  ", lambda: f"dot over {dot.reduced}: {list(a)} x {list(b)} -> {list(dot.out)} "
                                     f"as {dtype}: {p.expr(body)}")
     stores = ", ".join(str(list(lay)) for lay in plan.store_layouts)

@@ -108,9 +108,11 @@ class _Recorder:
         x = [r for r in la if r != reduced][0]
         y = [r for r in lb if r != reduced][0]
         out = canonical((x, y))
-        low = body.dtype in HALF_DTYPES
-        self.dots[body] = DotPlan(reduced, la != (x, reduced), lb != (reduced, y), out, out != (x, y),
-                                  body.dtype if low else torch.float32)
+        dtype = body.dtype if body.dtype in HALF_DTYPES else torch.float32
+        if out == (x, y):
+            self.dots[body] = DotPlan(reduced, la != (x, reduced), lb != (reduced, y), out, dtype)
+        else:  # B^T A^T is the result [y, x] as the dot gives it: no transposed accumulator
+            self.dots[body] = DotPlan(reduced, lb != (y, reduced), la != (reduced, x), out, dtype, swap=True)
 
     def load(self, load: Load, layout) -> None:
         """Register the input, and note which axis should be contiguous for a tile re-read
