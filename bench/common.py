@@ -22,6 +22,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from flashlight import settings
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
@@ -145,6 +147,7 @@ def environment(device: str) -> dict[str, Any]:
         "flashlight_commit": git_commit(),
         "flashlight_source_digest": source_digest(),
         "triton_interpret": os.environ.get("TRITON_INTERPRET", "0"),
+        "flashlight_settings": settings.changed(),  # the Flashlight settings the run set
     }
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)

@@ -28,11 +28,15 @@ CASES = (  # AlphaFold2 training: crop 256, 128 MSA clusters; MSA H 8 c 32, tria
     ("triangle_end", {"B": 1, "N": 256, "H": 4, "c": 32}),
     ("evoformer_core", {"N": 256, "L": 256, "H": 4, "c": 64}),  # the paper's c 64 config
 )
-# opt-in (``--cases``): keys shared by groups of query heads, whose gradients sum the
-# group's repeats ([Note: contractions summed by an inner loop] in flashlight/passes/tiling.py)
-SHARED_KEY_CASES = (
+# opt-in (``--cases``), at language-model sizes: keys shared by groups of query heads,
+# whose gradients sum the group's repeats ([Note: the repeats outside the key loop] in
+# flashlight/passes/tiling.py), and masks whose dead tiles the backward skips too
+# ([Note: tile skipping] in flashlight/passes/skipping.py)
+LM_CASES = (
     ("gqa", {"B": 4, "H": 32, "Hkv": 8, "L": 1024, "D": 128}),
     ("mqa", {"B": 4, "H": 16, "L": 1024, "D": 128}),
+    ("causal_tril", {"B": 4, "H": 16, "L": 2048, "D": 128}),
+    ("document_mask", {"H": 16, "L": 8192, "D": 64, "n_docs": 12}),
 )
 IMPLS = ("eager", "torch_compile", "flex", "flashlight", "cuequivariance", "trifast")
 
@@ -113,11 +117,11 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="bf16")
     parser.add_argument("--impls", default=",".join(IMPLS))
     parser.add_argument("--cases", default=",".join(name for name, _ in CASES),
-                        help="comma list; also " + ", ".join(name for name, _ in SHARED_KEY_CASES))
+                        help="comma list; also " + ", ".join(name for name, _ in LM_CASES))
     args = parser.parse_args(argv)
     cells = []
     for dtype_name in args.dtypes.split(","):
-        for name, shape in CASES + SHARED_KEY_CASES:
+        for name, shape in CASES + LM_CASES:
             if name not in args.cases.split(","):
                 continue
             variant = VARIANTS[name]

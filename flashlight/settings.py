@@ -156,6 +156,12 @@ def get(name: str) -> Any:
         raise ValueError(f"{knob.env}={raw!r}: {error}") from None
 
 
+def changed() -> dict[str, str]:
+    """The environment variables of this module that are set, as set (what a benchmark
+    records beside its results)."""
+    return {knob.env: os.environ[knob.env] for knob in _KNOBS.values() if knob.env in os.environ}
+
+
 @contextlib.contextmanager
 def override(**values: Any) -> Iterator[None]:
     """Temporarily set settings by name, e.g. ``override(debug=2)``."""
