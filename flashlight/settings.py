@@ -156,6 +156,16 @@ def get(name: str) -> Any:
         raise ValueError(f"{knob.env}={raw!r}: {error}") from None
 
 
+# the settings that change what the compiler generates: compiled work kept on disk
+# depends on their values (flashlight.traced)
+_COMPILED = ("check_bounds", "sum_dots", "lazy_rescale", "repeats_outside")
+
+
+def compiled() -> dict[str, Any]:
+    """The current values of the settings that change the generated code."""
+    return {name: get(name) for name in _COMPILED}
+
+
 def changed() -> dict[str, str]:
     """The environment variables of this module that are set, as set (what a benchmark
     records beside its results)."""

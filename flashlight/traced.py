@@ -335,9 +335,10 @@ def _needs_grad(args) -> bool:
 
 
 def _digest(fn: Callable, name: str, options: dict, version: str) -> str:
-    """What an on-disk entry of ``fn`` depends on ([Note: traced capture])."""
+    """What an on-disk entry of ``fn`` depends on ([Note: traced capture]), the settings
+    that change the generated code included (:func:`flashlight.settings.compiled`)."""
     text = [name, getattr(fn, "__qualname__", ""), repr(sorted(options.items())), version,
-            repr(sorted(versions().items())), str(_FORMAT)]
+            repr(sorted(versions().items())), repr(sorted(settings.compiled().items())), str(_FORMAT)]
     try:
         with open(inspect.getsourcefile(inspect.unwrap(fn)), "rb") as f:
             text.append(hashlib.sha1(f.read()).hexdigest())

@@ -347,6 +347,22 @@ def restore_tf32():
     torch.backends.cuda.matmul.allow_tf32 = before
 
 
+def test_a_graph_kept_on_disk_serves_only_the_settings_it_was_compiled_with(gen, cache_dir):
+    """A setting that changes the generated code (bounds checks, here) is part of what a
+    kept graph serves: another process with it set compiles again, one without it
+    loads the kept graph."""
+    args = gated_inputs(gen, 3, 12)
+    with torch.no_grad():
+        flashlight.compile(gated, capture="trace")(*args)
+        with settings.override(check_bounds=True):
+            checked = flashlight.compile(gated, capture="trace")
+            assert_matches_float64(gated, checked(*args), args)
+        assert checked.captures == 1  # not the graph kept without the checks
+        again = flashlight.compile(gated, capture="trace")
+        again(*args)
+    assert again.captures == 0
+
+
 def test_a_graph_compiled_with_tf32_never_serves_a_call_without_it(gen, cache_dir, restore_tf32):
     """Generated kernels print the float32 product precision into their ``tl.dot`` s, so
     ``allow_tf32`` is part of what an entry serves: flipping it captures again (in this

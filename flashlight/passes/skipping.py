@@ -40,10 +40,15 @@ cannot be live can be live); predicates that load along the keys bound every til
 the step at once ([Note: the vector scan] in :mod:`flashlight.codegen_live`).
 
 Rule 2 treats the operands other than the masked scores (``v``, a bias added after
-masking) as finite: as in every FlashAttention kernel, an ``inf`` or ``NaN`` in ``v``
+masking, a divisor such as the backward's saved row sum) as finite, and a divisor as
+non-zero: as in every FlashAttention kernel, an ``inf`` or ``NaN`` in ``v``
 at a position the mask removes reaches eager PyTorch's output (``0 * nan``) but not
 a skipped tile's. Rows whose every position is removed still give ``NaN`` as in eager
-(no tile runs, so ``0 / 0``).
+(no tile runs, so ``0 / 0``). Their gradients differ: eager's ``NaN`` probabilities
+make every key's gradient ``NaN``; a backward that skips reaches such a row only from
+tiles live for another row of its tile (``NaN`` there too), and a tile of rows that are
+all removed adds nothing (its gradients are 0). The forward's output is ``NaN`` in that
+row either way.
 """
 from __future__ import annotations
 
