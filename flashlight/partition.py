@@ -72,10 +72,51 @@ def partition(joint: fx.GraphModule, joint_inputs, *, num_fwd_outputs: int, **kw
     except Exception as error:  # noqa: BLE001 - saving more is slower, never wrong
         log.warning("[flashlight] the backward saves what AOTAutograd chooses: %s", error)
         names = frozenset()
+    names |= _repeats_and_their_views(joint)
     for node in joint.graph.nodes:  # topological order: a view's source is tagged first
         if node.name in names or _view_of_recomputed(node):
             node.meta[RECOMPUTE_TAG] = CheckpointPolicy.MUST_RECOMPUTE
     return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+
+
+# [Note: repeated values are not saved]
+# Keys and values shared by a group of query heads are repeated for the matmuls
+# (``k[:, :, None].expand(...).reshape(...)``, ``repeat_interleave``: a copy of an
+# expand). Saved, the copy costs the group's size times the keys' memory, and the
+# backward's kernels read each query head's copy, as if every head had keys of its own
+# (the shared keys' gradient kernel then loads a key tile per head of the group).
+# Recomputed, the backward reads the copy through to the shared tensor ([Note: a finer
+# read of a producer] in passes/fusion.py), saved once.
+def _repeats_and_their_views(joint: fx.GraphModule) -> frozenset[str]:
+    """The repeats of ``joint`` ([Note: repeated values are not saved]) and the views they
+    copy, back to the tensor viewed (so that tensor is saved, not a view of it whose
+    strides hide the repeat from the backward's kernels)."""
+    found = set()
+    for node in joint.graph.nodes:
+        if _repeats_a_smaller_value(node):
+            found.add(node.name)
+            source = node.args[0]
+            while isinstance(source, fx.Node) and _is_view(source):
+                found.add(source.name)
+                source = source.args[0]
+    return frozenset(found)
+
+
+def _is_view(node: fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    return bool(schema is not None and node.args and schema.arguments
+                and schema.arguments[0].alias_info is not None and not schema.arguments[0].alias_info.is_write)
+
+
+def _repeats_a_smaller_value(node: fx.Node) -> bool:
+    """Whether ``node`` copies an expand of a smaller tensor (a repeat)."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.clone.default:
+        return False
+    source = node.args[0]
+    if not (isinstance(source, fx.Node) and source.target is torch.ops.aten.expand.default):
+        return False
+    small, big = (n.meta.get("val") for n in (source.args[0], node))
+    return isinstance(small, torch.Tensor) and isinstance(big, torch.Tensor) and small.numel() < big.numel()
 
 
 def _view_of_recomputed(node: fx.Node) -> bool:

@@ -374,6 +374,20 @@ def test_grouped_query_attention_with_repeated_heads_trains_in_kernels(gen):
     assert {op.name for op in report.fallback_ops} <= {"bmm.default"}, str(report)
 
 
+@pytest.mark.parametrize("name", ["gqa", "mqa"])
+def test_keys_shared_by_a_group_of_heads_are_saved_once(name, gen):
+    """The forward saves the shared keys and values, not the repeat of them per query head
+    that its matmuls read ([Note: repeated values are not saved] in flashlight/partition.py):
+    what autograd keeps is the inputs, the output and two numbers per query row. Before,
+    the repeated keys and values (the group's size times larger) were saved."""
+    shape = {**_small_shape(name), "L": 21}
+    args, out, saved, _ = _check_variant(name, gen, shape=shape)
+    q, k, v = args[:3]
+    rows = q.numel() // q.shape[-1]
+    assert k.shape[1] < q.shape[1]  # heads share keys
+    assert sum(saved) <= q.numel() + k.numel() + v.numel() + out.numel() + 2 * rows, saved
+
+
 @pytest.mark.parametrize("outside", [True, False], ids=["repeats_outside", "repeats_inside"])
 @pytest.mark.parametrize("name", ["gqa", "mqa"])
 def test_shared_keys_train_with_nothing_outside_the_kernels(name, outside, gen):
@@ -383,9 +397,11 @@ def test_shared_keys_train_with_nothing_outside_the_kernels(name, outside, gen):
     loop] in flashlight/passes/tiling.py): the catalog's grouped- and multi-query
     attention train with no operation outside Flashlight's kernels (the scores and ``dp``
     were two matmuls of ``rows x keys`` outside), gradients against float64, and the
-    kernel builds for sm_90. By default the repeats' loop runs around the query loop, the
-    repeat's key and value tiles loaded once per pass ([Note: the repeats outside the key
-    loop]); with ``FLASHLIGHT_REPEATS_OUTSIDE=0`` inside each of its steps."""
+    kernel builds for sm_90. By default the repeats' loop runs around the query loop
+    ([Note: the repeats outside the key loop]); with ``FLASHLIGHT_REPEATS_OUTSIDE=0``
+    inside each of its steps. The backward reads the shared keys and values, not each
+    head's repeat of them ([Note: repeated values are not saved] in
+    flashlight/partition.py): their tiles are loaded once, before any loop."""
     shape = {**_small_shape(name), "L": 37}
     with settings.override(repeats_outside=outside):
         _, _, _, report = _check_variant(name, gen, shape=shape)
@@ -395,8 +411,10 @@ def test_shared_keys_train_with_nothing_outside_the_kernels(name, outside, gen):
     source = looped[0].source
     at_top = re.search(r"\n    for u\d+ in range", source)  # in the body, not in a loop
     assert bool(at_top) == outside, source
-    if outside:  # the keys' tiles: loaded in the repeats' loop, before the query loop
+    if outside:  # each pass starts with the query loop: nothing of its own to load
         pass_head = source[at_top.end():source.index("for start_n in range(", at_top.end())]
-        assert pass_head.count("tl.load(") == 2 and "offs_m[:, None]" in pass_head, source
+        assert "tl.load(" not in pass_head, source
+    prologue = source[:source.index("for ")]
+    assert prologue.count("tl.load(") == 2 and "offs_m[:, None]" in prologue, source  # k and v tiles
     built = looped[0].aot_compile(90, block_m=64, block_n=32, num_warps=4, num_stages=2)
     assert 0 < shared_memory(built) <= H200_SHARED_MEMORY
