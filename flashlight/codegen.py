@@ -258,6 +258,8 @@ class _Printer(SumText):
         a = f"tl.trans({a})" if dot.trans_a else a
         b = f"tl.trans({b})" if dot.trans_b else b
         var = self.assign(scope, "dot", self.dot_call(a, b, dtype))
+        if dot.trans_out:
+            var = self.assign(scope, "dot", f"tl.trans({var})")
         return var, dot.out
 
     def cast_to(self, scope: str, text: str, dtype: torch.dtype) -> str:

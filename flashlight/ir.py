@@ -554,17 +554,20 @@ class DotPlan:
     The operands are the product's two factors as computed (``trans_a``: transposed to
     ``[x, r]`` first, ``trans_b``: to ``[r, y]``), in the product's order, or the other
     way round when ``swap`` (``A`` the second factor, ``B`` the first), so that the
-    result comes out of the dot in canonical order ``out`` (a transposed result would
-    cost a layout change of the accumulator's size, and the dot could not add into
-    the accumulator in place). On the GPU the operands go in as ``dtype`` (a 16-bit product's own dtype, else
-    float32); the Triton interpreter multiplies 16-bit floats wrongly, so there they are
-    always float32.
+    result comes out of the dot in canonical order ``out`` (a transposed result costs a
+    layout change of the accumulator's size, and the dot cannot add into the
+    accumulator in place); where not, the result is transposed into ``out`` when
+    ``trans_out`` ([Note: the order of a dot's operands] in passes/tile_plan). On the
+    GPU the operands go in as ``dtype`` (a 16-bit product's own dtype, else float32);
+    the Triton interpreter multiplies 16-bit floats wrongly, so there they are always
+    float32.
     """
 
     reduced: str
     trans_a: bool
     trans_b: bool
     out: Layout
+    trans_out: bool
     dtype: torch.dtype
     interpreter_dtype: torch.dtype = torch.float32
     swap: bool = False

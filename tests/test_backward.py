@@ -374,6 +374,23 @@ def test_grouped_query_attention_with_repeated_heads_trains_in_kernels(gen):
     assert {op.name for op in report.fallback_ops} <= {"bmm.default"}, str(report)
 
 
+def test_a_kernel_swaps_the_factors_of_all_its_transposed_dots_or_of_none(gen):
+    """[Note: the order of a dot's operands] (flashlight/passes/tile_plan.py): causal
+    attention's keys' and values' gradient kernel runs its scores, ``dp`` and ``dk`` as
+    dots whose results come out in the order the kernel uses (FlashAttention-2's
+    ``k q^T``, ``v dO^T``, ``dS q``), not transposed after; the Evoformer's mask bias
+    gradient, whose scores' first factor is computed in the kernel, keeps every result
+    transposed. Gradients against float64 both."""
+    _, _, _, report = _check_variant("causal_tril", gen, shape={**_small_shape("causal_tril"), "L": 37})
+    backward = [k for k in report.kernels if k.source.count("tl.dot(") >= 4]  # and the forward's
+    assert backward and not any("= tl.trans(dot" in k.source for k in backward), str(report)
+    shape = {**_small_shape("msa_row_pair_bias"), "H": 8, "S": 2, "L": 64}  # heads in an inner loop
+    _, _, _, report = _check_variant("msa_row_pair_bias", gen, shape=shape)
+    looped = [k for k in report.kernels if "for u" in k.source and "tl.dot(" in k.source]
+    assert looped and all(k.source.count("= tl.trans(dot") == k.source.count("tl.dot(") for k in looped), \
+        str(report)
+
+
 @pytest.mark.parametrize("name", ["gqa", "mqa"])
 def test_keys_shared_by_a_group_of_heads_are_saved_once(name, gen):
     """The forward saves the shared keys and values, not the repeat of them per query head

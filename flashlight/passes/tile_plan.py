@@ -75,6 +75,7 @@ class _Recorder:
         self.layouts: dict[Expr, tuple] = {}
         self.in_loop: dict[Expr, bool] = {}
         self.dots: dict[Expr, DotPlan] = {}
+        self.transposed: dict[Expr, DotPlan] = {}  # dots whose result is transposed, as written
         self.inputs: dict[str, int] = {}  # name -> rank, in first-read order
         self.relayouts: dict[str, int] = {}
 
@@ -109,10 +110,19 @@ class _Recorder:
         y = [r for r in lb if r != reduced][0]
         out = canonical((x, y))
         dtype = body.dtype if body.dtype in HALF_DTYPES else torch.float32
-        if out == (x, y):
-            self.dots[body] = DotPlan(reduced, la != (x, reduced), lb != (reduced, y), out, dtype)
-        else:  # B^T A^T is the result [y, x] as the dot gives it: no transposed accumulator
-            self.dots[body] = DotPlan(reduced, lb != (y, reduced), la != (reduced, x), out, dtype, swap=True)
+        as_written = DotPlan(reduced, la != (x, reduced), lb != (reduced, y), out, out != (x, y), dtype)
+        self.dots[body] = as_written
+        if out != (x, y):  # [Note: the order of a dot's operands]
+            self.transposed[body] = as_written
+            if _swappable(*body.args):
+                self.dots[body] = DotPlan(reduced, lb != (y, reduced), la != (reduced, x), out, False, dtype,
+                                          swap=True)
+
+    def swapped_or_transposed(self) -> None:
+        """Every dot whose result is transposed swaps its factors instead, or none does
+        ([Note: the order of a dot's operands])."""
+        if not all(self.dots[body].swap for body in self.transposed):
+            self.dots.update(self.transposed)
 
     def load(self, load: Load, layout) -> None:
         """Register the input, and note which axis should be contiguous for a tile re-read
@@ -173,6 +183,7 @@ class _Recorder:
                 self.predicate(predicate, set())
         for expr in list(self.layouts):
             self.loop_value(expr)
+        self.swapped_or_transposed()
         in_loop = frozenset(e for e, yes in self.in_loop.items() if yes)
         roles = tuple(self.roles.items())
         store, *extra = (canonical(self.roles[d] for d in out.dims if d in self.roles) for out in kernel.outputs())
@@ -218,6 +229,36 @@ class _Recorder:
         for child in expr.children():
             self.predicate(child, seen)
         self.loop_value(expr)
+
+
+# [Note: the order of a dot's operands]
+# ``tl.dot(A, B)`` gives ``[x, y]``; where the result's canonical tile order is ``[y, x]``
+# (the backward's ``dk = dS q``, written ``q * dS`` summed over the queries), the dot can
+# run as ``B^T A^T`` and give ``[y, x]`` itself, or as written and be transposed after:
+# a layout change of the result's size every step, through shared memory, and an
+# accumulator the dot cannot add into in place. Swapping moves the first factor into
+# the place of ``B``, which Hopper's tensor-core instruction reads from shared memory
+# (``A`` may come from registers): a loaded tile goes there as loaded, a computed one
+# must be written there first. And a transpose is free where every result it meets is
+# transposed too (a layout, not a move); a kernel mixing both forms converts one.
+# So a kernel swaps the factors of all its transposed dots when none of them moves a
+# computed value into ``B`` where a loaded one was, and of none otherwise. sm_90 builds,
+# bf16: the causal backward's ``dk``/``dv`` kernel at head width 128 (scores, ``dp`` and
+# ``dk`` transposed, all swappable) spills 8 / 352 / 232 B per thread swapped against
+# 80 / 944 / 1,384 transposed, at 64x32x4x3 / 64x64x4x2 / 128x64x8x2; the Evoformer
+# mask bias gradient (its scores' first factor computed) 336 / 0 transposed, 1,056 /
+# 144 with only its ``dp`` swapped, at 64x64x4x2 / 128x64x8x2.
+def _swappable(first: Expr, second: Expr) -> bool:
+    """Whether a dot of ``first * second`` may take ``second`` as ``A`` and ``first`` as
+    ``B`` ([Note: the order of a dot's operands])."""
+    return _loaded(first) or not _loaded(second)
+
+
+def _loaded(expr: Expr) -> bool:
+    """A tile as loaded from memory (possibly converted), not computed in the kernel."""
+    while isinstance(expr, Pointwise) and expr.op == "cast":
+        expr = expr.args[0]
+    return isinstance(expr, Load)
 
 
 def record_plan(kernel: Kernel, tiling: Tiling, layouts) -> TilePlan:

@@ -296,7 +296,9 @@ def looped_sum(body: Expr, inner_loops) -> bool:
 # (its stages peeled around a loop of two: sm_90 builds at head width 128 spilled
 # 1.7-5.3 KB per thread in every configuration), and each step reloaded each repeat's
 # key and value tiles, which do not change along the key loop. Outside, they are loaded
-# once per repeat, before the key loop, and the key loop is the innermost. Exact up to
+# once per repeat, before the key loop (once in all where the repeats read one shared
+# tile: [Note: repeated values are not saved] in flashlight/partition.py), and the key
+# loop is the innermost (bench/results/build_times/README.md: 0.3-1.4 KB). Exact up to
 # the order of additions, which ``tl.dot`` already changes. Only where no running max
 # rescales a sum (the order of the loop's steps is free) and no liveness predicate
 # reads the repeats (the scan runs once, before the repeats' loop).
