@@ -96,10 +96,17 @@ def _repeats_and_their_views(joint: fx.GraphModule) -> frozenset[str]:
         if _repeats_a_smaller_value(node):
             found.add(node.name)
             source = node.args[0]
-            while isinstance(source, fx.Node) and _is_view(source):
+            # through views that keep or repeat their source's elements (unsqueeze,
+            # expand, view), not through one that selects some of them (a slice)
+            while isinstance(source, fx.Node) and _is_view(source) and _known(_numel(source.args[0]) <= _numel(source)):
                 found.add(source.name)
                 source = source.args[0]
     return frozenset(found)
+
+
+def _numel(node) -> float:
+    value = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return value.numel() if isinstance(value, torch.Tensor) else float("inf")
 
 
 def _is_view(node: fx.Node) -> bool:
@@ -116,7 +123,15 @@ def _repeats_a_smaller_value(node: fx.Node) -> bool:
     if not (isinstance(source, fx.Node) and source.target is torch.ops.aten.expand.default):
         return False
     small, big = (n.meta.get("val") for n in (source.args[0], node))
-    return isinstance(small, torch.Tensor) and isinstance(big, torch.Tensor) and small.numel() < big.numel()
+    return isinstance(small, torch.Tensor) and isinstance(big, torch.Tensor) and _known(small.numel() < big.numel())
+
+
+def _known(claim) -> bool:
+    """Whether ``claim`` (about sizes, possibly symbolic) holds for every size, without
+    adding a guard on them."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return bool(statically_known_true(claim))
 
 
 def _view_of_recomputed(node: fx.Node) -> bool:
