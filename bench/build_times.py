@@ -45,10 +45,12 @@ def _training_step_report(variant, inputs):
     import torch
 
     import flashlight
+    from bench.training import learned
     from bench.variants_base import as_outputs
     from flashlight.report import ExplainReport
 
-    args = [x.detach().requires_grad_() if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs]
+    positions = learned(variant, inputs)  # the inputs bench.training differentiates
+    args = [x.detach().requires_grad_() if k in positions else x for k, x in enumerate(inputs)]
     report = ExplainReport()
     outs = as_outputs(torch.compile(variant.fn, backend=flashlight.backend.make_backend(report=report))(*args))
     g = torch.Generator().manual_seed(1)

@@ -23,8 +23,8 @@ autotuning in the background] in :mod:`flashlight.runtime`). Where the kernel ha
 unfused graph, or where that graph's scores would take more than :data:`MEMORY_SHARE` of
 the free GPU memory, the launch compiles in place as outside the context. Work that
 must see compiled kernels (a timing of kernel against another implementation) can be
-deferred to the context's end with :meth:`Compiles.after`. The context is meant for a pass whose speed, not its exact
-floating-point results, matters: a warm-up.
+deferred to the context's end with :meth:`Compiles.after`. The context is meant for a
+pass whose speed, not its exact floating-point results, matters: a warm-up.
 """
 from __future__ import annotations
 

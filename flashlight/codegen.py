@@ -547,12 +547,7 @@ class _Printer(SumText):
                 # masked tiles before the run of full tiles, the run unmasked, masked after
                 loops = [(first, full_first, self.loop), (full_first, full_end, self.loop_unmasked),
                          (full_end, end, self.loop)]
-        body = head + self.pre
-        around = []
-        if self.tiling.outer_loop:  # each pass: its values, then the key loop(s)
-            (d,) = self.tiling.inner_loops
-            body.append(f"for {self.positions.pop(d)} in range(0, {int(d.size)}):")
-            body, around = self.outer, body
+        body = []  # the key loop(s)
         for start, stop, steps in loops:
             if self.tiling.split:
                 first = "pid_s * SPLIT_LEN"
@@ -564,9 +559,11 @@ class _Printer(SumText):
                 body.append(f"for start_n in range({start}, {stop}, BLOCK_N):")
                 body.append("    offs_n = index0 + start_n + tl.arange(0, BLOCK_N)")
             body += ["    " + line for line in steps]
-        if self.tiling.outer_loop:
-            body = around + ["    " + line for line in body]
-        body += self.post
+        if self.tiling.outer_loop:  # each pass: its own values, then the key loop(s)
+            (d,) = self.tiling.inner_loops
+            body = [f"for {self.positions.pop(d)} in range(0, {int(d.size)}):"] + [
+                "    " + line for line in self.outer + body]
+        body = head + self.pre + body + self.post
         text = f"({', '.join(params)}):\n" + "\n".join("    " + line for line in body) + "\n"
         # unnamed: named by content, so the same kernel compiled again (another module of
         # the same shape, a recompile, a new process) has the same source, and Triton's

@@ -29,10 +29,16 @@ returns no compiled kernel) the JIT function launches as before.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Sequence
 
 import torch
+
+
+def on_device(device: torch.device):
+    """A context making ``device`` the current CUDA device (nothing for another device)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def signature(tensors: Sequence[torch.Tensor]) -> tuple:

@@ -110,6 +110,7 @@ def _numel(node) -> float:
 
 
 def _is_view(node: fx.Node) -> bool:
+    """Whether ``node`` returns a view of its first argument."""
     schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
     return bool(schema is not None and node.args and schema.arguments
                 and schema.arguments[0].alias_info is not None and not schema.arguments[0].alias_info.is_write)
@@ -140,9 +141,7 @@ def _view_of_recomputed(node: fx.Node) -> bool:
     from torch._functorch.partitioners import must_recompute
 
     source = node.args[0] if node.op == "call_function" and node.args else None
-    schema = getattr(node.target, "_schema", None)
-    reindexes = schema is not None and (node.target in _COPIES or any(
-        a.alias_info is not None and not a.alias_info.is_write for a in schema.arguments[:1]))
+    reindexes = node.target in _COPIES or _is_view(node)
     return reindexes and isinstance(source, fx.Node) and must_recompute(source)
 
 

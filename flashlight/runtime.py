@@ -389,7 +389,7 @@ class Launcher:
 
         def build():
             prepare.wait()  # [Note: a process's one-time costs]: Triton's driver, loaded once
-            with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            with launch_plan.on_device(device):
                 precompile(self._raw, fn.configs, args, grid)  # for this launch's GPU
             return _TUNED_AT_SETTLE
 
@@ -416,7 +416,7 @@ class Launcher:
         with phase("prepare_wait_s"):  # [Note: a process's one-time costs]
             # the worker needs the launch's specialization only, not Triton's digest
             prepare.wait(prepare.DRIVER)
-        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        with launch_plan.on_device(device):
             # into Triton's disk cache from another process, where workers run ([Note:
             # compiling in other processes]); the compile below then only loads it
             elsewhere = compile_workers.compile_elsewhere(self._raw, args, grid, chosen)

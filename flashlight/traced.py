@@ -37,7 +37,6 @@ call goes through ``torch.compile`` (AOTAutograd derives the backward), as witho
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -201,7 +200,7 @@ class TracedFunction:
                 if tensors is None:
                     continue
                 try:
-                    with torch.no_grad(), runtime.known_choices_only(), _on_device(tensors[0].device):
+                    with torch.no_grad(), runtime.known_choices_only(), launch_plan.on_device(tensors[0].device):
                         for _ in range(2):  # the second launch of a kernel makes its launch plan
                             entry.call(*tensors)
                 except Exception as error:  # noqa: BLE001 - only an optimisation: the first call does it
@@ -324,10 +323,6 @@ def _zeros_of(signature: tuple, max_bytes: int) -> list[torch.Tensor] | None:
         return None
     return [torch.zeros(n, dtype=dtype, device=device).as_strided(shape, stride, offset)
             for n, (shape, stride, dtype), offset in zip(extents, layouts, offsets)]
-
-
-def _on_device(device: torch.device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _needs_grad(args) -> bool:
