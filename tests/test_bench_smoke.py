@@ -330,7 +330,8 @@ def test_run_all_runs_named_parts_in_the_order_given(tmp_path):
     shutil.copy(pathlib.Path(__file__).parents[1] / "bench" / "run_all.sh", root / "bench" / "run_all.sh")
     log = tmp_path / "calls.log"
     fake_python = tmp_path / "python"
-    fake_python.write_text('#!/usr/bin/env bash\necho "$*" >> "$CALLS_LOG"\n')
+    fake_python.write_text('#!/usr/bin/env bash\n'
+                           'echo "$*${FLASHLIGHT_REPEATS_OUTSIDE:+ [repeats outside: $FLASHLIGHT_REPEATS_OUTSIDE]}" >> "$CALLS_LOG"\n')
     fake_python.chmod(0o755)
     env = {**os.environ, "PYTHON": str(fake_python), "CALLS_LOG": str(log)}
 
@@ -349,6 +350,15 @@ def test_run_all_runs_named_parts_in_the_order_given(tmp_path):
 
     done, calls = run("evoformer-256")
     assert done.returncode == 0 and calls == []  # already done
+
+    # a part that sets a variable for its command runs it with the variable set
+    done, calls = run("training-lm-repeats-inside")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls[0].startswith("-m bench.training") and calls[0].endswith("[repeats outside: 0]")
+    listed = subprocess.run(["bash", "bench/run_all.sh", "--list"], cwd=root, env=env,
+                            capture_output=True, text=True).stdout.splitlines()
+    commands = [line.split(None, 2)[2] for line in listed]
+    assert commands and all("=" not in command.split()[0] for command in commands)  # no VAR=value prefix
 
     done, calls = run("evoformer-256", "no-such-part")
     assert done.returncode == 2 and "no-such-part" in done.stderr and calls == []
