@@ -377,6 +377,7 @@ def _kernel_report(launcher: Launcher) -> KernelReport:
 
     def aot(capability: int = 90, **kw):
         dtypes = [out.dtype for out in kernel.outputs()]
+        kw.setdefault("specialize", launcher.first_arguments)  # as the JIT built its first launch
         return aot_compile(gpu_source(), list(launcher.input_dtypes), dtypes, capability, **kw)
 
     gpu_configs = config_space(launcher.src, fma_dots=launcher.tiled.plan.fma_dots(precision))

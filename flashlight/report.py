@@ -31,7 +31,10 @@ class KernelReport:
     def aot_compile(self, capability: int = 90, **config: int):
         """Compile this kernel ahead of time for an NVIDIA GPU of ``capability`` (no GPU needed).
 
-        ``config``: ``block_m``, ``block_n``, ``num_warps``, ``num_stages``. Returns a
+        ``config``: ``block_m``, ``block_n``, ``num_warps``, ``num_stages``; the build is
+        specialized on the kernel's first launch as Triton's JIT specializes it (strides of 1
+        constant, multiples of 16 marked; ``specialize=None``: nothing assumed, as before
+        any launch). Returns a
         ``flashlight.aot.AotResult``: shared memory, and registers and spill stack
         per thread where Triton's ``cuobjdump`` is installed.
         """

@@ -215,6 +215,18 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
     return found
 
 
+def _integer_arguments(size_args, tensors, outs, split_args) -> dict[str, int]:
+    """A launch's integer arguments by name (``size0``, ``in1_s2``, ``out_s0``, ...)."""
+    named = {f"size{k}": int(v) for k, v in enumerate(size_args)}
+    named.update({f"in{k}_s{a}": int(st) for k, t in enumerate(tensors) for a, st in enumerate(t.stride())})
+    if split_args:  # the partial sums' buffer: its strides past the split, then the split's
+        named.update({f"out_s{a}": int(st) for a, st in enumerate(outs[0].stride()[1:])})
+        named["out_split"] = int(split_args[2])
+    else:
+        named.update({f"out{k or ''}_s{a}": int(st) for k, o in enumerate(outs) for a, st in enumerate(o.stride())})
+    return named
+
+
 class Launcher:
     """Calls a generated kernel on real tensors; the FX graph calls this object.
 
@@ -252,6 +264,9 @@ class Launcher:
         self._unfused: set[tuple] = set()  # call signatures whose sizes chose the unfused graph
         # sizes whose deferred tuning ran ([Note: autotuning in the background])
         self._tuned_late: set[tuple[int, ...]] = set()
+        # the integer arguments (sizes, strides) of the first launch, by name: what Triton's
+        # JIT specializes on, so an ahead-of-time build can do the same (flashlight.aot)
+        self.first_arguments: dict[str, int] | None = None
         self.eager = eager  # the PyTorch computation of the kernel's value from its inputs, or None
         self.__name__ = f"flashlight_{src.name}"
 
@@ -564,6 +579,8 @@ class Launcher:
             errors = torch.zeros(len(tensors) + len(outs), dtype=torch.int32, device=out.device)
             checks = [_span(t) for t in (*tensors, *outs)] + [errors]
         args = (*tensors, *outs, *size_args, *strides, *out_strides, *split_args, *checks)
+        if self.first_arguments is None:
+            self.first_arguments = _integer_arguments(size_args, tensors, outs, split_args)
         sizes = tuple(size_args)
         chosen = self._chosen.get(sizes)
         tune = not interpret and bool(self.autotune)

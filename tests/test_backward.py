@@ -406,8 +406,8 @@ def test_keys_shared_by_a_group_of_heads_are_saved_once(name, gen):
 
 
 @pytest.mark.parametrize("outside", [True, False], ids=["repeats_outside", "repeats_inside"])
-@pytest.mark.parametrize("name", ["gqa", "mqa"])
-def test_shared_keys_train_with_nothing_outside_the_kernels(name, outside, gen):
+@pytest.mark.parametrize("name, causal", [("gqa", True), ("mqa", False)])
+def test_shared_keys_train_with_nothing_outside_the_kernels(name, causal, outside, gen):
     """Past ``SMALL_SUM`` queries the repeats' sum is an inner loop, each repeat's
     contribution to the shared keys' and values' gradients a ``tl.dot`` of its own, with
     its scores and ``dp`` computed in the kernel ([Note: contractions summed by an inner
@@ -415,8 +415,9 @@ def test_shared_keys_train_with_nothing_outside_the_kernels(name, outside, gen):
     attention train with no operation outside Flashlight's kernels (the scores and ``dp``
     were two matmuls of ``rows x keys`` outside), gradients against float64, and the
     kernel builds for sm_90. By default the repeats' loop runs around the query loop
-    ([Note: the repeats outside the key loop]); with ``FLASHLIGHT_REPEATS_OUTSIDE=0``
-    inside each of its steps. The backward reads the shared keys and values, not each
+    where that loop is one loop ([Note: the repeats outside the key loop]), inside each
+    of its steps where tile skipping splits it (causal attention) or with
+    ``FLASHLIGHT_REPEATS_OUTSIDE=0``. The backward reads the shared keys and values, not each
     head's repeat of them ([Note: repeated values are not saved] in
     flashlight/partition.py): their tiles are loaded once, before any loop."""
     shape = {**_small_shape(name), "L": 37}
@@ -427,8 +428,9 @@ def test_shared_keys_train_with_nothing_outside_the_kernels(name, outside, gen):
     assert len(looped) == 1, str(report)
     source = looped[0].source
     at_top = re.search(r"\n    for u\d+ in range", source)  # in the body, not in a loop
-    assert bool(at_top) == outside, source
-    if outside:  # each pass starts with the query loop: nothing of its own to load
+    assert ("for start_n in range(full_first, full_end" in source) == causal, source  # tile skipping
+    assert bool(at_top) == (outside and not causal), source
+    if at_top:  # each pass starts with the query loop: nothing of its own to load
         pass_head = source[at_top.end():source.index("for start_n in range(", at_top.end())]
         assert "tl.load(" not in pass_head, source
     prologue = source[:source.index("for ")]

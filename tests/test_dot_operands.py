@@ -294,7 +294,8 @@ def test_heads_mixed_before_the_softmax_build_for_hopper_in_the_registers_of_two
         q, k, v = (torch.randn(1, heads, 64, 64, generator=gen).bfloat16() for _ in range(3))
         report = flashlight.explain(talking_heads, q, k, v, _mixing(heads, gen).bfloat16())
         assert len(report.kernels) == 1 and report.fallback_ops == [], str(report)
-        builds.append(report.kernels[0].aot_compile(90))
+        # nothing assumed of either launch's sizes and strides, so only the head count differs
+        builds.append(report.kernels[0].aot_compile(90, specialize=None))
     assert 0 < shared_memory(builds[1]) == shared_memory(builds[0]) <= H200_SHARED_MEMORY
     regs = [getattr(build, "n_regs", None) for build in builds]
     assert None in regs or regs[0] == regs[1], regs

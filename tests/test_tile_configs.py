@@ -91,3 +91,20 @@ def test_tiles_that_do_not_fit_in_shared_memory_are_left_out():
     assert _built_shared(launcher, src, inputs, config) > H200_SHARED_MEMORY
     fits = tuning.fitting(launcher.tiled, runtime.config_space(src), budget=1)  # none fits: all stay
     assert fits == runtime.config_space(src)
+
+
+def test_a_reported_kernel_builds_as_the_jit_built_its_first_launch():
+    """``KernelReport.aot_compile`` specializes the build on the kernel's first launch
+    (strides of 1 constant, as Triton's JIT does): the key loop's tiles, known contiguous,
+    are copied to shared memory ahead of use (software pipelining: more shared memory),
+    where a build that assumes nothing of the strides loads them element by element."""
+    import flashlight
+
+    variant = VARIANTS["evoformer_core"]
+    inputs = variant.make_inputs({"N": 2, "L": 128, "H": 2, "c": 32}, torch.bfloat16, "cpu",
+                                 torch.Generator().manual_seed(0))
+    (kernel,) = flashlight.explain(variant.fn, *inputs).kernels
+    config = {"block_m": 64, "block_n": 32, "num_warps": 4, "num_stages": 3}
+    as_launched = kernel.aot_compile(90, **config)
+    assuming_nothing = kernel.aot_compile(90, specialize=None, **config)
+    assert as_launched.shared > assuming_nothing.shared > 0, (as_launched, assuming_nothing)
