@@ -37,11 +37,15 @@ class Results:
         self.index = {cell_key(c["variant"], c["shape"], c["dtype"], c["impl"]): i
                       for i, c in enumerate(self.data["cells"])}
 
-    def done(self, key: tuple, retry: bool) -> bool:
+    def done(self, key: tuple, retry: bool, gpu: str | None = None) -> bool:
+        """Whether the cell ``key`` is in the file, measured on ``gpu`` (a cell measured on
+        another GPU model is measured again: one table, one GPU)."""
         if key not in self.index:
             return False
-        status = self.data["cells"][self.index[key]]["status"]
-        return not (retry and status in ("error", "timeout", "oom"))
+        cell = self.data["cells"][self.index[key]]
+        if gpu_of(self.data, cell) != gpu:
+            return False
+        return not (retry and cell["status"] in ("error", "timeout", "oom"))
 
     def add_run(self, meta: dict) -> int:
         meta = {"id": len(self.data["runs"]), **meta}
@@ -83,9 +87,16 @@ def describe(rec: dict) -> str:
     return ", ".join(parts)
 
 
-def print_table(data: dict, variants, dtypes, impl_order) -> None:
+def gpu_of(data: dict, cell: dict) -> str | None:
+    """The GPU model of the run that measured ``cell`` (None: a CPU run, or unknown)."""
+    runs = data.get("runs", [])
+    run = cell.get("run")
+    return runs[run].get("gpu") if isinstance(run, int) and 0 <= run < len(runs) else None
+
+
+def print_table(data: dict, variants, dtypes, impl_order, gpu: str | None = None) -> None:
     """Median ms per implementation (in ``impl_order``) for the selected variants (the
-    latest of each cell)."""
+    latest of each cell); a cell measured on a GPU other than ``gpu`` reads "other GPU"."""
     names = {v.name for v in variants}
     rows: dict[tuple, dict] = {}
     for c in data["cells"]:
@@ -103,6 +114,8 @@ def print_table(data: dict, variants, dtypes, impl_order) -> None:
             c = r.get(i)
             if c is None:
                 cells.append(f"{'-':>11s}")
+            elif gpu_of(data, c) != gpu:
+                cells.append(f"{'other GPU':>11s}")
             elif c["status"] == "ok":
                 cells.append(f"{c['ms']:11.4f}")
             else:

@@ -391,13 +391,14 @@ def _main(argv: list[str] | None) -> int:
     deadline = Deadline(budget_from_env(args.max_minutes))
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
 
-    # what is left to do
+    # what is left to do: cells not yet measured on this GPU model
+    gpu = environment(device).get("gpu") if device == "cuda" else None
     plan = []
     for v in variants:
         for dtype_name in dtypes:
             for shape in _shapes(v, shapes_spec):
                 todo = [i for i in impls if applicable(v, i)
-                        and not results.done(cell_key(v.name, shape, dtype_name, i), args.retry)]
+                        and not results.done(cell_key(v.name, shape, dtype_name, i), args.retry, gpu)]
                 if todo:
                     plan.append((v, dtype_name, shape, todo))
     n_cells = sum(len(t) for *_, t in plan)
@@ -513,7 +514,7 @@ def _main(argv: list[str] | None) -> int:
         status = EXIT_COMPLETE
         say(f"bench.kernels: done, {measured} cells measured in {deadline.elapsed():.0f} s")
     if not args.quiet:
-        print_table(results.data, variants, dtypes, IMPLS)
+        print_table(results.data, variants, dtypes, IMPLS, gpu)
     return status
 
 

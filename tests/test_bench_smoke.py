@@ -507,3 +507,24 @@ def test_new_forms_time_every_implementation_against_float64(tmp_path):
         assert ("flex" in row) == bool(flex)
         for impl in ("eager", "torch_compile", "flashlight", *flex):
             assert row[impl]["ms"] > 0 and row[impl]["max_rel_err"] < 1e-5, (row["form"], impl, row[impl])
+
+
+def test_kernel_cells_of_another_gpu_are_measured_again_and_not_tabled_as_this_ones(tmp_path, capsys):
+    """A result file resumed on another GPU model measures its cells again (a row never
+    mixes two GPUs' times), and the table marks a cell it keeps from another GPU."""
+    from bench.kernel_results import Results, cell_key, print_table
+    from bench.variants import VARIANTS
+
+    results = Results(tmp_path / "kernels_x.json")
+    run = results.add_run({"gpu": "GPU A"})
+    shape = {"B": 1, "H": 2, "L": 64, "D": 16}
+    results.put({"variant": "vanilla", "shape": shape, "dtype": "bf16", "impl": "flex", "run": run,
+                 "status": "ok", "ms": 1.25})
+    key = cell_key("vanilla", shape, "bf16", "flex")
+    assert results.done(key, retry=False, gpu="GPU A")
+    assert not results.done(key, retry=False, gpu="GPU B")
+    print_table(results.data, [VARIANTS["vanilla"]], ["bf16"], ["flex"], "GPU A")
+    assert "1.2500" in capsys.readouterr().out
+    print_table(results.data, [VARIANTS["vanilla"]], ["bf16"], ["flex"], "GPU B")
+    out = capsys.readouterr().out
+    assert "other GPU" in out and "1.2500" not in out
