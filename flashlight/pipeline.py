@@ -35,6 +35,7 @@ from flashlight.ir_print import format_graph, format_kernel, format_tiled
 from flashlight.lower import Lowered
 from flashlight.passes.base2 import RESCALE_THRESHOLD, check_base2, to_base2
 from flashlight.passes.divisors import hoist_divisors
+from flashlight.passes.exponentials import exps_in_base2
 from flashlight.passes.fusion import fuse_elementwise, fuse_reductions, producers
 from flashlight.passes.online import NotOnline, make_online, online_kernel
 from flashlight.passes.outputs import merge_outputs
@@ -136,6 +137,8 @@ KERNEL_PASSES: tuple[Pass, ...] = (
          "base-2 form of {node}"),
     Pass("hoist_divisors", lambda k, _: hoist_divisors(k), check_kernel_invariants, format_kernel,
          "broadcast divisors of {node}"),
+    Pass("exps_in_base2", lambda k, _: exps_in_base2(k), check_kernel_invariants, format_kernel,
+         "other exponentials of {node} in base 2"),
     Pass("tile", lambda k, _: tile(k), check_plan, format_tiled, "tiling of {node}"),
 )
 

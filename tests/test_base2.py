@@ -289,3 +289,40 @@ def test_the_lazy_loop_builds_for_hopper(gen):
     built = aot_compile(src, [t.dtype for t in tensors], tiled.kernel.dtype, 90, block_m=128, block_n=64,
                         num_warps=8, num_stages=3)
     assert built.shared > 0 and built.num_warps == 8
+
+
+def test_recomputed_probabilities_fold_log2e_into_the_scale_and_the_saved_max(gen):
+    """[Note: recomputed probabilities in base 2] (``passes/exponentials.py``): outside an
+    online loop, ``exp(where(mask, -inf, s / c) - m)`` becomes ``exp2`` of the scores times
+    ``log2(e) / c`` minus ``m * log2(e)``, the mask still ``-inf``; an exponent with no
+    constant to absorb ``log2(e)`` is left as ``exp``."""
+    from flashlight.ir import Dim, Iota, Load
+    from flashlight.passes.exponentials import _base2_form
+
+    i, j = Dim.fresh(8, "d"), Dim.fresh(8, "j")
+    f32 = torch.float32
+    s = Load("s", ((i,), (j,)), f32)
+    m = Load("m", ((i,),), f32)
+    masked = Pointwise("gt", (Iota((j,), torch.int64), Iota((i,), torch.int64)), torch.bool)
+    scores = Pointwise("where", (masked, Const(float("-inf"), f32), Pointwise("div", (s, Const(8.0, f32)), f32)), f32)
+    out = _base2_form(Pointwise("exp", (Pointwise("sub", (scores, m), f32),), f32))
+    assert out.op == "exp2"
+    diff = out.args[0]
+    assert diff.op == "sub" and diff.args[1] == Pointwise("mul", (m, Const(LOG2E, f32)), f32)
+    where = diff.args[0]
+    assert where.op == "where" and where.args[1] == Const(float("-inf"), f32)
+    assert where.args[2] == Pointwise("mul", (s, Const(LOG2E / 8.0, f32)), f32)
+    assert _base2_form(Pointwise("exp", (Pointwise("sub", (s, m), f32),), f32)) is None
+
+
+def test_a_causal_backward_recomputes_its_probabilities_with_exp2(gen):
+    """The backward kernels of causal attention recompute the probabilities from the saved
+    statistics with ``exp2`` and the scale folded ([Note: recomputed probabilities in base
+    2]); the gradients match float64 eager."""
+    from tests.test_backward import _check_variant, _small_shape
+
+    _, _, _, report = _check_variant("causal_tril", gen, shape={**_small_shape("causal_tril"), "L": 37})
+    backward = [k for k in report.kernels if k.source.count("tl.dot(") >= 3]
+    assert backward, str(report)
+    for kernel in backward:
+        assert "tl.exp2(" in kernel.source and "tl.exp(" not in kernel.source, kernel.source

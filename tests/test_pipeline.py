@@ -36,7 +36,7 @@ def test_pass_lists_are_named_with_checkers():
     passes = pipeline.GRAPH_PASSES + pipeline.KERNEL_PASSES
     names = [p.name for p in passes]
     assert names == ["fuse_elementwise", "fuse_reductions", "read_materialized",
-                     "make_online", "find_live_tiles", "to_base2", "hoist_divisors", "tile"]
+                     "make_online", "find_live_tiles", "to_base2", "hoist_divisors", "exps_in_base2", "tile"]
     assert all(callable(p.check) and callable(p.show) for p in passes)
 
 

@@ -1,0 +1,97 @@
+"""The loop's other exponentials in base 2, their constant factors folded.
+
+[Note: recomputed probabilities in base 2]
+The base-2 pass ([Note: base-2 online softmax] in :mod:`flashlight.passes.base2`) rewrites
+the exponentials that read an online loop's running max. A backward kernel has none: it
+recomputes the probabilities from the forward's saved row statistics,
+``p = exp(s / sqrt(d) - m) * (1 / l)``, a loaded ``m`` and ``l`` per query row
+([Note: broadcast divisors] in :mod:`flashlight.passes.divisors` made ``/ l`` a multiply).
+Printed as written, every score costs a division by the constant (``div.full.f32``: a
+reciprocal and a multiply), a subtraction, ``tl.exp``'s own multiply by ``log2(e)`` and
+the ``ex2``. With ``L = log2(e)`` distributed over the exponent's sums and differences
+and folded into its constant factors,
+
+    exp(s / c - m) = exp2(s * (L / c) - m * L)
+
+a score costs one multiply-add (``ptxas`` contracts it) and the ``ex2``; ``m * L`` is one
+value per row, computed at the row vector's shape. Distributing goes through ``+``, ``-``,
+negation, float casts and a ``where`` with a constant branch (``k * where(p, -inf, a) =
+where(p, -inf, k * a)`` for ``k > 0``; with two computed branches it would cost a second
+multiply), folds into multiplications and divisions by constants and into constants,
+and stops anywhere else (a multiply by ``L`` there). An exponential is rewritten only
+where a constant absorbed ``L``: a constant factor of the scores saves its multiply; a
+constant term, or a term's constant factor, takes ``L`` off the sum, so that ``x * L``
+and the next addition contract into one multiply-add (otherwise ``exp2(x * L)`` is what
+``tl.exp`` prints already). Counted per score in the loop, not over a kernel's whole
+instruction stream: a term that does not change along the loop is multiplied once,
+before it.
+
+*Exactness.* ``fl(s * fl(L / c))`` against ``fl(fl(s / c) * L)`` inside ``tl.exp``: the
+exponent's rounding is of the order of ``|s / c| * eps`` either way, as in [Note: base-2
+online softmax]; special values keep their meaning (``-inf`` scores give ``exp2(-inf) =
+0``, NaN stays NaN, a row whose saved max is ``-inf`` gives ``+inf`` as before).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from flashlight.ir import Const, Expr, Kernel, LoopReduction, Pointwise, replace_nodes
+from flashlight.passes.base2 import LOG2E
+from flashlight.passes.online import _constant, _float_cast
+
+
+def exps_in_base2(kernel: Kernel) -> Kernel:
+    """``kernel`` with each loop-body ``exp`` whose exponent has a constant factor (or a
+    constant term) written as ``exp2`` with ``log2(e)`` folded in ([Note: recomputed
+    probabilities in base 2])."""
+    loop = tuple(_rewrite(red) for red in kernel.loop)
+    unmasked = tuple(_rewrite(red) for red in kernel.unmasked) if kernel.unmasked is not None else None
+    if loop == kernel.loop and unmasked == kernel.unmasked:
+        return kernel
+    return dataclasses.replace(kernel, loop=loop, unmasked=unmasked)
+
+
+def _rewrite(red: LoopReduction) -> LoopReduction:
+    body = replace_nodes(red.body, _base2_form)
+    return red if body == red.body else dataclasses.replace(red, body=body)
+
+
+def _base2_form(node: Expr) -> Expr | None:
+    if not (isinstance(node, Pointwise) and node.op == "exp" and node.dtype.is_floating_point):
+        return None
+    arg = replace_nodes(node.args[0], _base2_form)
+    scaled, folded = _times(arg, LOG2E)
+    if not folded:
+        return None if arg == node.args[0] else Pointwise("exp", (arg,), node.dtype)
+    return Pointwise("exp2", (scaled,), node.dtype)
+
+
+def _times(expr: Expr, k: float) -> tuple[Expr, bool]:
+    """``k * expr`` distributed over sums, differences, negations, float casts and
+    selections with a constant branch, and folded into constant factors and constants;
+    whether a constant absorbed ``k`` (an operation per score saved: a folded factor, or a
+    multiply-add where a multiply and an add were)."""
+    value = _constant(expr)
+    if value is not None and expr.dtype.is_floating_point:
+        return Const(k * value, expr.dtype), True
+    if isinstance(expr, Pointwise):
+        op, args, dtype = expr.op, expr.args, expr.dtype
+        if op in ("add", "sub"):
+            (a, fa), (b, fb) = _times(args[0], k), _times(args[1], k)
+            return Pointwise(op, (a, b), dtype), fa or fb
+        if op == "neg":
+            return _times(args[0], -k)[0], True
+        if _float_cast(expr):  # computed in float32 either way, as base2 treats casts
+            inner, folded = _times(args[0], k)
+            return Pointwise("cast", (inner,), dtype), folded
+        if op == "where" and any(_constant(a) is not None for a in args[1:]):  # else two multiplies
+            (a, fa), (b, fb) = _times(args[1], k), _times(args[2], k)
+            return Pointwise("where", (args[0], a, b), dtype), fa or fb
+        if op in ("mul", "div"):
+            pairs = [(args[0], args[1])] + ([(args[1], args[0])] if op == "mul" else [])
+            for x, factor in pairs:
+                c = _constant(factor)
+                if c is not None and math.isfinite(c) and c != 0:
+                    return _times(x, k * c if op == "mul" else k / c)[0], True
+    return Pointwise("mul", (expr, Const(k, expr.dtype)), expr.dtype), False
