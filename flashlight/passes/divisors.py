@@ -23,26 +23,16 @@ element, not per step).
 """
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
-from flashlight.ir import Const, Expr, Kernel, LoopReduction, Pointwise, free_dims, replace_nodes
+from flashlight.ir import Const, Expr, Kernel, Pointwise, free_dims, replace_nodes
+from flashlight.passes import rewrite_loop_bodies
 
 
 def hoist_divisors(kernel: Kernel) -> Kernel:
     """``kernel`` with each loop-body division by a value of fewer dims written as a
     multiply by its reciprocal ([Note: broadcast divisors])."""
-    loop = tuple(_rewrite(red) for red in kernel.loop)
-    unmasked = tuple(_rewrite(red) for red in kernel.unmasked) if kernel.unmasked is not None else None
-    if loop == kernel.loop and unmasked == kernel.unmasked:
-        return kernel
-    return dataclasses.replace(kernel, loop=loop, unmasked=unmasked)
-
-
-def _rewrite(red: LoopReduction) -> LoopReduction:
-    body = replace_nodes(red.body, _reciprocal_form)
-    return red if body == red.body else dataclasses.replace(red, body=body)
+    return rewrite_loop_bodies(kernel, _reciprocal_form)
 
 
 def _reciprocal_form(node: Expr) -> Expr | None:

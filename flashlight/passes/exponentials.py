@@ -33,10 +33,10 @@ online softmax]; special values keep their meaning (``-inf`` scores give ``exp2(
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
-from flashlight.ir import Const, Expr, Kernel, LoopReduction, Pointwise, replace_nodes
+from flashlight.ir import Const, Expr, Kernel, Pointwise, replace_nodes
+from flashlight.passes import rewrite_loop_bodies
 from flashlight.passes.base2 import LOG2E
 from flashlight.passes.online import _constant, _float_cast
 
@@ -45,16 +45,7 @@ def exps_in_base2(kernel: Kernel) -> Kernel:
     """``kernel`` with each loop-body ``exp`` whose exponent has a constant factor (or a
     constant term) written as ``exp2`` with ``log2(e)`` folded in ([Note: recomputed
     probabilities in base 2])."""
-    loop = tuple(_rewrite(red) for red in kernel.loop)
-    unmasked = tuple(_rewrite(red) for red in kernel.unmasked) if kernel.unmasked is not None else None
-    if loop == kernel.loop and unmasked == kernel.unmasked:
-        return kernel
-    return dataclasses.replace(kernel, loop=loop, unmasked=unmasked)
-
-
-def _rewrite(red: LoopReduction) -> LoopReduction:
-    body = replace_nodes(red.body, _base2_form)
-    return red if body == red.body else dataclasses.replace(red, body=body)
+    return rewrite_loop_bodies(kernel, _base2_form)
 
 
 def _base2_form(node: Expr) -> Expr | None:
