@@ -103,7 +103,7 @@ PARTS=(
     "dropout|$PY -m bench.dropout --out $R/dropout.json"
     "training-shared-keys|$PY -m bench.training --dtypes bf16 --cases gqa,mqa --out $R/training_shared_keys.json"
     "training-lm|$PY -m bench.training --dtypes bf16 --cases gqa,mqa,causal_tril,document_mask --out $R/training_lm.json"
-    "training-lm-repeats-inside|env FLASHLIGHT_REPEATS_OUTSIDE=0 $PY -m bench.training --dtypes bf16 --cases gqa,mqa --impls flashlight --out $R/training_lm_repeats_inside.json"
+    "training-lm-repeats-inside|env FLASHLIGHT_REPEATS_OUTSIDE=0 $PY -m bench.training --dtypes bf16 --cases mqa --impls flashlight --out $R/training_lm_repeats_inside.json"
 )
 
 part_name() { echo "${1%%|*}"; }

@@ -73,8 +73,9 @@ RESCALE                            row's max grew by more than 2 ** 8
                                    (flashlight.passes.base2; 5-17% slower on an H100)
 FLASHLIGHT_REPEATS_    1           0: the gradient of keys shared by several query
 OUTSIDE                            heads sums the heads in a loop inside each step of
-                                   the query loop, not around the query loop
-                                   (flashlight.passes.tiling)
+                                   the query loop, never around it (by default around
+                                   it where tile skipping does not split it;
+                                   flashlight.passes.tiling)
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
                                    on CPU tensors through the Triton interpreter
 =====================  ==========  ==================================================
