@@ -223,7 +223,8 @@ def _integer_arguments(size_args, tensors, outs, split_args) -> dict[str, int]:
         named.update({f"out_s{a}": int(st) for a, st in enumerate(outs[0].stride()[1:])})
         named["out_split"] = int(split_args[2])
     else:
-        named.update({f"out{k or ''}_s{a}": int(st) for k, o in enumerate(outs) for a, st in enumerate(o.stride())})
+        named.update({f"out{k or ''}_s{a}": int(st)
+                      for k, o in enumerate(outs) for a, st in enumerate(o.stride())})
     return named
 
 

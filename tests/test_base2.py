@@ -304,7 +304,8 @@ def test_recomputed_probabilities_fold_log2e_into_the_scale_and_the_saved_max(ge
     s = Load("s", ((i,), (j,)), f32)
     m = Load("m", ((i,),), f32)
     masked = Pointwise("gt", (Iota((j,), torch.int64), Iota((i,), torch.int64)), torch.bool)
-    scores = Pointwise("where", (masked, Const(float("-inf"), f32), Pointwise("div", (s, Const(8.0, f32)), f32)), f32)
+    scaled = Pointwise("div", (s, Const(8.0, f32)), f32)
+    scores = Pointwise("where", (masked, Const(float("-inf"), f32), scaled), f32)
     out = _base2_form(Pointwise("exp", (Pointwise("sub", (scores, m), f32),), f32))
     assert out.op == "exp2"
     diff = out.args[0]

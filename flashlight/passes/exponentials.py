@@ -76,9 +76,12 @@ def _times(expr: Expr, k: float) -> tuple[Expr, bool]:
         if _float_cast(expr):  # computed in float32 either way, as base2 treats casts
             inner, folded = _times(args[0], k)
             return Pointwise("cast", (inner,), dtype), folded
-        if op == "where" and any(_constant(a) is not None for a in args[1:]):  # else two multiplies
+        constant = [_constant(a) is not None for a in args[1:]] if op == "where" else []
+        if any(constant):  # a where with a constant branch (two computed: two multiplies)
             (a, fa), (b, fb) = _times(args[1], k), _times(args[2], k)
-            return Pointwise("where", (args[0], a, b), dtype), fa or fb
+            # the constant branch saves nothing per score; the computed one may
+            folded = (fa and not constant[0]) or (fb and not constant[1])
+            return Pointwise("where", (args[0], a, b), dtype), folded
         if op in ("mul", "div"):
             pairs = [(args[0], args[1])] + ([(args[1], args[0])] if op == "mul" else [])
             for x, factor in pairs:

@@ -301,7 +301,7 @@ def looped_sum(body: Expr, inner_loops) -> bool:
 # prologue, and inside a loop over the repeats their buffers and bounds stay live across
 # it. Measured (H100, bf16, head width 128, shared keys' gradient kernel; builds specialized
 # on the launch as Triton's JIT does): causal, 4 heads per key head, outside 540 us against
-# 300 inside, its sm_90 builds spilling 360-3,080 B per thread against 0-1,816 inside;
+# 300 inside, its sm_90 builds spilling 360-3,080 B per thread against 32-1,816 inside;
 # unmasked, 16 heads per key head, outside 360 us against 420, both with candidates that
 # do not spill (bench/results/training_runs/README.md).
 def _repeats_outside(kernel: Kernel, tiling: Tiling, layouts: Layouts) -> bool:
