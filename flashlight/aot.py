@@ -18,6 +18,7 @@ import torch
 
 from flashlight import settings
 from flashlight.runtime import Launcher, load_module
+from flashlight.runtime import integer_arguments as runtime_integer_arguments
 from flashlight.codegen import NARROW_BITS, KernelSource
 
 
@@ -135,14 +136,15 @@ def integer_arguments(launcher: Launcher, tensors: Sequence[torch.Tensor]) -> di
         if tensors[k].stride(axis) != 1 and tensors[k].shape[axis] > 1:
             tensors[k] = tensors[k].movedim(axis, -1).contiguous().movedim(-1, axis)
     values = {text: tensors[s.tensor].shape[s.axis] for text, s in launcher.sources.items()}
-    args = {f"size{k}": int(values[text]) for k, text in enumerate(launcher.src.size_args)}
-    args.update({f"in{k}_s{a}": int(st) for k, t in enumerate(tensors) for a, st in enumerate(t.stride())})
-    for k, output in enumerate(launcher.kernel.outputs()):  # out, out1, ...: each contiguous
-        shape = [math.prod(launcher._size(d, values) for d in axis) for axis in output.axes]
-        args.update({f"out{k or ''}_s{a}": math.prod(shape[a + 1:]) for a in range(len(shape))})
-        if k == 0 and getattr(launcher.src, "split", False):  # the partial sums' buffer, contiguous
-            args["out_split"] = math.prod(shape)
-    return args
+    size_args = [int(values[text]) for text in launcher.src.size_args]
+    shapes = [[math.prod(launcher._size(d, values) for d in axis) for axis in output.axes]
+              for output in launcher.kernel.outputs()]
+    outs = [torch.empty(shape, device="meta") for shape in shapes]  # each contiguous
+    split_args: tuple = ()
+    if getattr(launcher.src, "split", False):  # the partial sums' buffer, contiguous
+        outs = [torch.empty((1, *shapes[0]), device="meta")]
+        split_args = (1, 0, outs[0].stride(0))
+    return runtime_integer_arguments(size_args, tensors, outs, split_args)
 
 
 def _sig(dtype: torch.dtype) -> str:

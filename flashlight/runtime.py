@@ -215,7 +215,7 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
     return found
 
 
-def _integer_arguments(size_args, tensors, outs, split_args) -> dict[str, int]:
+def integer_arguments(size_args, tensors, outs, split_args) -> dict[str, int]:
     """A launch's integer arguments by name (``size0``, ``in1_s2``, ``out_s0``, ...)."""
     named = {f"size{k}": int(v) for k, v in enumerate(size_args)}
     named.update({f"in{k}_s{a}": int(st) for k, t in enumerate(tensors) for a, st in enumerate(t.stride())})
@@ -581,7 +581,7 @@ class Launcher:
             checks = [_span(t) for t in (*tensors, *outs)] + [errors]
         args = (*tensors, *outs, *size_args, *strides, *out_strides, *split_args, *checks)
         if self.first_arguments is None:
-            self.first_arguments = _integer_arguments(size_args, tensors, outs, split_args)
+            self.first_arguments = integer_arguments(size_args, tensors, outs, split_args)
         sizes = tuple(size_args)
         chosen = self._chosen.get(sizes)
         tune = not interpret and bool(self.autotune)

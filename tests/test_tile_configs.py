@@ -108,3 +108,12 @@ def test_a_reported_kernel_builds_as_the_jit_built_its_first_launch():
     as_launched = kernel.aot_compile(90, **config)
     assuming_nothing = kernel.aot_compile(90, specialize=None, **config)
     assert as_launched.shared > assuming_nothing.shared > 0, (as_launched, assuming_nothing)
+
+
+def test_the_integer_arguments_predicted_for_a_launch_are_those_it_passes():
+    """``aot.integer_arguments`` (sizes and strides, without launching) names and values
+    the arguments the launch itself records (``Launcher.first_arguments``)."""
+    launcher, _, tensors = _core(torch.float32, 32, L=64)
+    predicted = aot.integer_arguments(launcher, tensors)
+    launcher(*tensors)
+    assert launcher.first_arguments == predicted
