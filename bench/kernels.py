@@ -392,7 +392,8 @@ def _main(argv: list[str] | None) -> int:
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
 
     # what is left to do: cells not yet measured on this GPU model
-    gpu = environment(device).get("gpu") if device == "cuda" else None
+    meta = environment(device)
+    gpu = meta.get("gpu")  # None on a CPU
     plan = []
     for v in variants:
         for dtype_name in dtypes:
@@ -412,7 +413,6 @@ def _main(argv: list[str] | None) -> int:
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, value)
 
-    meta = environment(device)
     t0 = time.monotonic()
     meta["roofline"] = measure_roofline(device, small=device != "cuda")
     meta["roofline_s"] = round(time.monotonic() - t0, 1)

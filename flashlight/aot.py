@@ -17,8 +17,7 @@ from typing import Sequence
 import torch
 
 from flashlight import settings
-from flashlight.runtime import Launcher, load_module
-from flashlight.runtime import integer_arguments as runtime_integer_arguments
+from flashlight.runtime import Launcher, load_module, integer_arguments as runtime_integer_arguments
 from flashlight.codegen import NARROW_BITS, KernelSource
 
 
