@@ -32,6 +32,9 @@ def parse_args(argv):
     p.add_argument("--out", default="bench/results/first_call")
     p.add_argument("--label", default="run", help="prefix of the files written")
     p.add_argument("--top", type=int, default=45)
+    p.add_argument("--sample", action="store_true",
+                   help="sample the main thread's stack instead of cProfile: per pass, where its "
+                        "wall time goes (bench.stack_sampler); writes LABEL.samples.txt and .folded")
     args, rest = p.parse_known_args(argv)
     args.fold_args = [a for a in rest if a != "--"]  # more flashlight-fold options
     return args
@@ -54,6 +57,25 @@ def _compile_times() -> str:
         return f"(torch.compile's phase times unavailable: {type(error).__name__})"
 
 
+def _sampled(fold_main, fold: list[str], prefix: str, top: int) -> int:
+    """``fold_main(fold)`` with its thread's stack sampled; each model pass (a
+    ``run_within`` window) summarised into ``prefix.samples.txt`` and its folded stacks
+    into ``prefix.folded`` (one ``# pass N`` header per pass)."""
+    from bench import stack_sampler
+
+    with stack_sampler.StackSampler() as sampler:
+        status = fold_main(fold)
+    windows = stack_sampler.passes(sampler.samples, "run_within")
+    with open(prefix + ".samples.txt", "w") as text, open(prefix + ".folded", "w") as stacks:
+        text.write(f"flashlight-fold {' '.join(fold)}\nexit status {status}\n"
+                   f"main thread sampled every {sampler.interval * 1e3:.0f} ms; {len(windows)} passes\n")
+        for i, window in enumerate(windows):
+            text.write(f"\n# pass {i}: " + stack_sampler.summary(window, top, sampler.interval) + "\n")
+            stacks.write(f"# pass {i}\n" + stack_sampler.folded(window) + "\n")
+    print(open(prefix + ".samples.txt").read()[:6000])
+    return status
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from flashlight.structures import cli
@@ -63,14 +85,17 @@ def main(argv=None) -> int:
     fold = [args.fasta, "--out-dir", work, "--no-plot", "--quiet", *args.fold_args]
     if args.alignment_dir:
         fold += ["--alignment-dir", args.alignment_dir]
-    profile = cProfile.Profile()
-    status = profile.runcall(cli.main, fold)
     prefix = os.path.join(args.out, args.label)
-    profile.dump_stats(prefix + ".pstats")
-    with open(prefix + ".txt", "w") as f:
-        f.write(f"flashlight-fold {' '.join(fold)}\nexit status {status}\n\n")
-        f.write("torch.compile phases:\n" + _compile_times() + "\n\n")
-        f.write(_stats_text(profile, args.top))
+    if args.sample:
+        status = _sampled(cli.main, fold, prefix, args.top)
+    else:
+        profile = cProfile.Profile()
+        status = profile.runcall(cli.main, fold)
+        profile.dump_stats(prefix + ".pstats")
+        with open(prefix + ".txt", "w") as f:
+            f.write(f"flashlight-fold {' '.join(fold)}\nexit status {status}\n\n")
+            f.write("torch.compile phases:\n" + _compile_times() + "\n\n")
+            f.write(_stats_text(profile, args.top))
     latency = [os.path.join(root, name) for root, _, names in os.walk(work) for name in names
                if name == "latency.json"]
     if latency:
