@@ -28,8 +28,7 @@ from flashlight.shifts import drop_repeated_maxes
 from flashlight.decompositions import decompositions, recompose_softmax
 from flashlight.ir import Reduce, TiledKernel, walk
 from flashlight.lower import REINDEXING, lower
-from flashlight.passes.tiling import MAX_TILE
-from flashlight.pipeline import Plan, compile_graph, tile_sizes_to_fix
+from flashlight.pipeline import Plan, compile_graph, fix_tile_sizes, tile_sizes_to_fix
 from flashlight.random_ops import draw_seeds_first
 from flashlight.report import ExplainReport, FallbackOp, KernelReport
 from flashlight.aot import aot_compile
@@ -99,7 +98,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
     shifted = drop_repeated_maxes(gm)  # [Note: a softmax of scores less their row max]
     draw_seeds_first(gm)  # [Note: dropout inside a kernel]
     lowered = lower_and_log(gm)
-    if _fix_sizes(gm, example_inputs, tile_sizes_to_fix(lowered)):
+    if fix_tile_sizes(gm, example_inputs, tile_sizes_to_fix(lowered)):
         lowered = lower_and_log(gm)  # those sizes now read as numbers
     plan = compile_graph(lowered)
     if inductor_remainder:
@@ -169,33 +168,6 @@ def _chains_in_loop(tiled: TiledKernel) -> bool:
     """Whether ``tiled``'s loop has an online max or reduces values that are reductions."""
     return any(red.op == "max" or any(isinstance(node, Reduce) for e in red.exprs() for node in walk(e))
                for red in tiled.kernel.loop)
-
-
-def _fix_sizes(gm: fx.GraphModule, example_inputs, texts: frozenset[str]) -> bool:
-    """Fix the symbolic sizes named by ``texts`` whose value in this call fits one tile
-    to that value, with a guard: a later call with another value compiles again
-    ([Note: sizes a tile must know] in :mod:`flashlight.passes.tiling`). Returns
-    whether one was fixed; the graph's sizes then read as numbers."""
-    fixed = False
-    for size in _symbolic_sizes(gm, example_inputs):
-        expr = size.node.expr
-        if expr.is_symbol and str(expr) in texts:
-            hint = size.node.hint
-            if isinstance(hint, int) and 1 < hint <= MAX_TILE:
-                int(size)  # guards the size to its value in this call
-                fixed = True
-    return fixed
-
-
-def _symbolic_sizes(gm: fx.GraphModule, example_inputs) -> list[torch.SymInt]:
-    """The symbolic sizes of the graph's tensors and its size arguments."""
-    found: list[torch.SymInt] = []
-    for value in [*example_inputs, *(n.meta.get("val") for n in gm.graph.nodes)]:
-        if isinstance(value, torch.SymInt):
-            found.append(value)
-        elif isinstance(value, torch.Tensor):
-            found.extend(s for s in value.shape if isinstance(s, torch.SymInt))
-    return found
 
 
 def lower_and_log(gm: fx.GraphModule):

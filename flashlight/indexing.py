@@ -46,9 +46,44 @@ def size_of(value: Any) -> int | str:
     if isinstance(value, int):
         return value
     if isinstance(value, torch.SymInt):
-        expr = value.node.expr
+        expr = _exact_divisions(value.node.expr, value.node.shape_env)
         return int(expr) if expr.is_number else str(expr)
     raise Unsupported(f"size {value!r}")
+
+
+def _exact_divisions(expr: sympy.Expr, shape_env) -> sympy.Expr:
+    """``expr`` with the exact divisions its shape environment knows of made explicit
+    ([Note: sizes divisible by a guard])."""
+    from torch.utils._sympy.functions import FloorDiv, Mod
+
+    exact = getattr(shape_env, "divisible", None)
+    if not exact or not expr.free_symbols:
+        return expr
+    quotients = {}
+    for fact in exact:
+        if isinstance(fact, Mod) and all(isinstance(a, sympy.Symbol) for a in fact.args):
+            a, b = fact.args
+            quotients[(a, b)] = sympy.Symbol(f"{a.name}_over_{b.name}", integer=True, positive=True)
+    if not quotients:
+        return expr
+    expr = expr.replace(lambda e: isinstance(e, FloorDiv) and tuple(e.args) in quotients,
+                        lambda e: quotients[tuple(e.args)])
+    return sympy.expand(expr.xreplace({a: b * q for (a, b), q in quotients.items()}))
+
+
+# [Note: sizes divisible by a guard]
+# Dynamo's shape environment records facts its guards established; one of them matters to
+# the lowering: that a size divides another (``Mod(H, h) == 0``), as grouped-query
+# attention implies where it repeats ``h`` key heads ``H // h`` times to meet ``H`` query
+# heads. Sizes reach the IR as expressions of the environment's symbols, without the
+# environment, and ``h * (H // h)`` is ``H`` only by that fact: the repeated keys' heads
+# would not line up with the queries' and the reshapes around them would not factor.
+# So a size is written in a basis where the fact is built in: for every recorded
+# ``Mod(a, b) == 0`` of two symbols, ``a`` becomes ``b * q`` with ``q`` a new positive
+# integer symbol ``a_over_b`` (and ``a // b`` becomes ``q``). Every size of the graph
+# goes through this, so equal sizes stay equal, ``H`` factors into ``h`` and ``H // h``
+# as a static ``8`` factors into ``2 * 4``, and at run time ``q`` is read as ``a``'s axis
+# divided by ``b`` (a merged axis, :func:`flashlight.runtime.size_sources`).
 
 
 def sym(size: int | str) -> sympy.Expr:

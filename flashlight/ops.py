@@ -22,7 +22,7 @@ from typing import Sequence
 
 import torch
 
-from flashlight.runtime import Launcher
+from flashlight.runtime import Launcher, read_sizes
 
 _REGISTRY: dict[str, Launcher] = {}  # key -> the launcher of that kernel
 
@@ -58,7 +58,7 @@ def launcher_of(kernel: str) -> Launcher:
 def output_shape(launcher: Launcher, inputs: Sequence[torch.Tensor], k: int = 0) -> list:
     """The shape of the ``k``-th output ``launcher`` returns for ``inputs`` (SymInts
     where the inputs' sizes are)."""
-    values = {text: inputs[s.tensor].shape[s.axis] for text, s in launcher.sources.items()}
+    values = read_sizes(launcher.sources, inputs)
     return [math.prod((int(d.size) if d.is_static else values[d.size]) for d in axis)
             for axis in launcher.kernel.outputs()[k].axes]
 

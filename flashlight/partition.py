@@ -40,7 +40,7 @@ import torch.fx as fx
 
 from flashlight.ir import Graph, Reduce, Ref
 from flashlight.lower import lower
-from flashlight.pipeline import compile_graph
+from flashlight.pipeline import compile_graph, fix_tile_sizes, tile_sizes_to_fix
 
 log = logging.getLogger("flashlight")
 
@@ -98,10 +98,19 @@ def _repeats_and_their_views(joint: fx.GraphModule) -> frozenset[str]:
             source = node.args[0]
             # through views that keep or repeat their source's elements (unsqueeze,
             # expand, view), not through one that selects some of them (a slice)
-            while isinstance(source, fx.Node) and _is_view(source) and _known(_numel(source.args[0]) <= _numel(source)):
+            while isinstance(source, fx.Node) and _is_view(source) and _keeps_every_element(source):
                 found.add(source.name)
                 source = source.args[0]
     return frozenset(found)
+
+
+def _keeps_every_element(view: fx.Node) -> bool:
+    """Whether the view ``view`` holds every element of its source (as many, or repeated)."""
+    source = view.args[0]
+    if _known(_numel(source) <= _numel(view)):
+        return True
+    small, big = (n.meta.get("val") if isinstance(n, fx.Node) else None for n in (source, view))
+    return isinstance(small, torch.Tensor) and isinstance(big, torch.Tensor) and _broadcasts(small.shape, big.shape)
 
 
 def _numel(node) -> float:
@@ -124,7 +133,18 @@ def _repeats_a_smaller_value(node: fx.Node) -> bool:
     if not (isinstance(source, fx.Node) and source.target is torch.ops.aten.expand.default):
         return False
     small, big = (n.meta.get("val") for n in (source.args[0], node))
-    return isinstance(small, torch.Tensor) and isinstance(big, torch.Tensor) and _known(small.numel() < big.numel())
+    return isinstance(small, torch.Tensor) and isinstance(big, torch.Tensor) and _broadcasts(small.shape, big.shape)
+
+
+def _broadcasts(small, big) -> bool:
+    """Whether expanding ``small`` to ``big`` repeats its elements: a dim of size 1 (or a
+    new leading dim) that becomes one known to be larger. Asked dim by dim, so that a
+    symbolic repeat count ``H // h`` known above 1 by a guard is seen as such (the whole
+    tensors' sizes, ``c * h * L`` against ``c * h * L * (H // h)``, are not compared so by
+    the shape environment)."""
+    offset = len(big) - len(small)
+    return any(_known(size > 1) for size, within in
+               ((size, k - offset) for k, size in enumerate(big)) if within < 0 or small[within] == 1)
 
 
 def _known(claim) -> bool:
@@ -170,8 +190,12 @@ def _forward_module(joint: fx.GraphModule, num_fwd_outputs: int) -> fx.GraphModu
 
 def recomputed_nodes(forward: fx.GraphModule) -> frozenset[str]:
     """The FX nodes of ``forward`` that Flashlight's kernels compute inside their loops
-    and do not store: what the backward computes again."""
+    and do not store: what the backward computes again. Sizes the kernels must know
+    are fixed first, as the forward's compile will fix them (a head width left symbolic
+    would keep the scores' matmul out of the kernel here, and the scores saved)."""
     lowered = lower(forward)
+    if fix_tile_sizes(forward, (), tile_sizes_to_fix(lowered)):
+        lowered = lower(forward)
     plan = compile_graph(lowered)
     local = loop_local_nests(lowered.graph)
     stored = {name for node in plan.kernels for name in plan.nodes_of(node)}

@@ -19,6 +19,9 @@ import dataclasses
 import logging
 from typing import Any, Callable
 
+import torch
+import torch.fx as fx
+
 from flashlight import settings
 from flashlight.backoff import Plan, recomputes_across_grid, repeats_loop_work, search
 from flashlight.ir import (
@@ -41,10 +44,10 @@ from flashlight.passes.online import NotOnline, make_online, online_kernel
 from flashlight.passes.outputs import merge_outputs
 from flashlight.passes.skipping import find_live_tiles
 from flashlight.passes.tile_plan import check_plan
-from flashlight.passes.tiling import length_symbols, sizes_to_fix, tile
+from flashlight.passes.tiling import MAX_TILE, length_symbols, sizes_to_fix, tile
 
 __all__ = ["GRAPH_PASSES", "KERNEL_PASSES", "Plan", "compile_graph", "recomputes_across_grid",
-           "repeats_loop_work", "tile_sizes_to_fix"]
+           "fix_tile_sizes", "repeats_loop_work", "tile_sizes_to_fix"]
 
 log = logging.getLogger("flashlight")
 
@@ -241,3 +244,31 @@ def tile_sizes_to_fix(lowered: Lowered) -> frozenset[str]:
             wanted |= sizes_to_fix(kernel)
             lengths |= length_symbols(kernel)
     return frozenset(wanted - lengths)
+
+
+def fix_tile_sizes(gm: fx.GraphModule, example_inputs, texts: frozenset[str]) -> bool:
+    """Fix the symbolic sizes named by ``texts`` (:func:`tile_sizes_to_fix`) whose value
+    in this call fits one tile to that value, with a guard: a later call with another
+    value compiles again ([Note: sizes a tile must know] in
+    :mod:`flashlight.passes.tiling`). Returns whether one was fixed; the graph's sizes
+    then read as numbers (lower it again)."""
+    fixed = False
+    for size in _symbolic_sizes(gm, example_inputs):
+        expr = size.node.expr
+        if expr.is_symbol and str(expr) in texts:
+            hint = size.node.hint
+            if isinstance(hint, int) and 1 < hint <= MAX_TILE:
+                int(size)  # guards the size to its value in this call
+                fixed = True
+    return fixed
+
+
+def _symbolic_sizes(gm: fx.GraphModule, example_inputs) -> list[torch.SymInt]:
+    """The symbolic sizes of the graph's tensors and its size arguments."""
+    found: list[torch.SymInt] = []
+    for value in [*example_inputs, *(n.meta.get("val") for n in gm.graph.nodes)]:
+        if isinstance(value, torch.SymInt):
+            found.append(value)
+        elif isinstance(value, torch.Tensor):
+            found.extend(s for s in value.shape if isinstance(s, torch.SymInt))
+    return found

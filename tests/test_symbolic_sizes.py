@@ -212,3 +212,30 @@ def test_a_second_head_width_runs_one_kernel(gen):
         assert len(launches) == 1, width
         ref = _scaled_by_width(q.double(), k.double(), v.double())
         torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_query_training_with_every_size_symbolic_saves_no_scores(gen):
+    """Under ``dynamic=True`` grouped-query attention's repeated key heads ``h * (H // h)``
+    equal the query heads ``H`` only by a guard's fact (``h`` divides ``H``: [Note: sizes
+    divisible by a guard] in ``flashlight/indexing.py``), and the head width is symbolic
+    until the forward's compile fixes it. With both handled, the forward saves neither
+    the scores nor the repeated keys (its largest saved tensor is the queries) and the
+    gradients match float64 at two shapes (another head grouping, another length)."""
+    from bench.variants_lm import gqa
+
+    compiled = torch.compile(gqa, backend=make_backend(), dynamic=True)
+    for batch, heads, kv_heads, length, width in ((1, 4, 2, 13, 8), (2, 6, 3, 11, 8)):
+        q = torch.randn(batch, heads, length, width, generator=gen, requires_grad=True)
+        k, v = (torch.randn(batch, kv_heads, length, width, generator=gen, requires_grad=True) for _ in range(2))
+        saved: list[int] = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+            out = compiled(q, k, v)
+        grad_out = torch.randn(out.shape, generator=gen)
+        grads = torch.autograd.grad(out, (q, k, v), grad_out)
+        exact = [t.detach().double().requires_grad_() for t in (q, k, v)]
+        want = gqa(*exact)
+        want_grads = torch.autograd.grad(want, exact, grad_out.double())
+        assert max(saved) <= q.numel() < batch * heads * length * length, saved
+        for got, ref in zip((out, *grads), (want, *want_grads)):
+            assert torch.isfinite(got).all()
+            torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4 * ref.abs().max().item())
