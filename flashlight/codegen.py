@@ -561,7 +561,7 @@ class _Printer(SumText):
             body += ["    " + line for line in steps]
         if self.tiling.outer_loop:  # each pass: its own values, then the key loop(s)
             (d,) = self.tiling.inner_loops
-            body = [f"for {self.positions.pop(d)} in range(0, {int(d.size)}):"] + [
+            body = [f"for {self.positions.pop(d)} in range(0, {self.size(d)}):"] + [
                 "    " + line for line in self.outer + body]
         body = head + self.pre + body + self.post
         text = f"({', '.join(params)}):\n" + "\n".join("    " + line for line in body) + "\n"

@@ -47,7 +47,7 @@ class SumText(TileText):
         finally:
             del self.positions[d]
             self.block = None
-        outer.append(f"for {position} in range(0, {int(d.size)}):")
+        outer.append(f"for {position} in range(0, {self.size(d)}):")
         outer.extend(f"    {line}" for line in body)
         return [(total, self.layouts[expr]) for expr, total in zip(exprs, totals)]
 

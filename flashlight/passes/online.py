@@ -420,19 +420,26 @@ def _loops_over_one_dim(body: Expr, loop: list[Reduce],
 # already changes) where the outer one is a static dim of at most ``SMALL_SUM``
 # positions and the inner one is not: the loop then runs over the queries, and the sum
 # over the repeats is a small sum inside it ([Note: inner loops] in passes/tiling.py).
+# Where both sums run over symbolic sizes (``dynamic=True``: the repeats ``H // h`` and
+# the length), they are exchanged too: a symbolic inner sum cannot be a tile, so the
+# other order has no tiling, and this one is exact all the same.
 SMALL_SUM = 16
 
 
 def small_sums_inside(body: Expr) -> Expr:
-    """``body`` with each small static sum around a longer sum moved inside it
-    ([Note: a small sum inside the loop])."""
+    """``body`` with each small static sum around a longer sum moved inside it, and each
+    symbolic sum around another symbolic one ([Note: a small sum inside the loop])."""
     def small(dims) -> bool:
         return all(d.is_static for d in dims) and math.prod(d.size for d in dims) <= SMALL_SUM
 
+    def symbolic(dims) -> bool:
+        return any(not d.is_static for d in dims)
+
     def swap(node: Expr) -> Expr | None:
         inner = node.body if isinstance(node, Reduce) else None
-        if (isinstance(inner, Reduce) and node.op == inner.op == "sum" and small(node.dims)
-                and not small(inner.dims)):
+        if (isinstance(inner, Reduce) and node.op == inner.op == "sum"
+                and (small(node.dims) and not small(inner.dims)
+                     or len(node.dims) == 1 and symbolic(node.dims) and symbolic(inner.dims))):
             return Reduce("sum", Reduce("sum", inner.body, node.dims, inner.dtype), inner.dims, node.dtype)
         return None
 

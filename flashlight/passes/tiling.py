@@ -380,25 +380,28 @@ def _rank(d: Dim | None) -> tuple[int, int]:
 def tile(kernel: Kernel) -> TiledKernel:
     """Choose the tiling of ``kernel``; raise :class:`NotTileable` if none is legal."""
     inner = _inner_reduce_dims(kernel)
-    for d in inner:
-        if not d.is_static or d.size > MAX_TILE:
+    looped = _inner_loop_dims(kernel)  # [Note: inner loops]
+    wide = [d for d in inner if not d.is_static or d.size > MAX_TILE]
+    for d in wide:
+        if d not in looped:
             raise NotTileable(f"contracted dim of size {d.size} does not fit one tile")
-    try:
-        return _tile(kernel, inner, frozenset())
-    except NotTileable:
-        looped = _inner_loop_dims(kernel)  # [Note: inner loops]
-        if not looped:
-            raise
-        return _tile(kernel, [d for d in inner if d not in looped], looped)
+    if not wide:
+        try:
+            return _tile(kernel, inner, frozenset())
+        except NotTileable:
+            if not looped:
+                raise
+    return _tile(kernel, [d for d in inner if d not in looped], looped)
 
 
 def _inner_loop_dims(kernel: Kernel) -> frozenset[Dim]:
     """The dims of the loop body's inner sums that may run as loops of their own ([Note:
-    inner loops]): static, at most ``MAX_INNER_LOOP`` positions, summing a value that holds a
-    contraction of its own."""
+    inner loops]): at most ``MAX_INNER_LOOP`` positions where static (a symbolic count,
+    such as grouped-query attention's repeats under ``dynamic=True``, is read at launch),
+    summing a value that holds a contraction of its own."""
     return frozenset(node.dims[0] for red in kernel.loop for node in walk(red.body)
                      if isinstance(node, Reduce) and node.op == "sum" and len(node.dims) == 1
-                     and node.dims[0].is_static and node.dims[0].size <= MAX_INNER_LOOP
+                     and (not node.dims[0].is_static or node.dims[0].size <= MAX_INNER_LOOP)
                      and any(isinstance(inner, Reduce) for inner in walk(node.body)))
 
 
