@@ -59,11 +59,12 @@ def _exact_divisions(expr: sympy.Expr, shape_env) -> sympy.Expr:
     exact = getattr(shape_env, "divisible", None)
     if not exact or not expr.free_symbols:
         return expr
-    quotients = {}
-    for fact in exact:
-        if isinstance(fact, Mod) and all(isinstance(a, sympy.Symbol) for a in fact.args):
-            a, b = fact.args
-            quotients[(a, b)] = sympy.Symbol(f"{a.name}_over_{b.name}", integer=True, positive=True)
+    pairs = [tuple(fact.args) for fact in exact
+             if isinstance(fact, Mod) and all(isinstance(a, sympy.Symbol) for a in fact.args)]
+    numerators = [a for a, _ in pairs]
+    # one rewrite per symbol, none of a symbol rewritten itself: the bases stay consistent
+    quotients = {(a, b): sympy.Symbol(f"{a.name}_over_{b.name}", integer=True, positive=True)
+                 for a, b in pairs if numerators.count(a) == 1 and b not in numerators}
     if not quotients:
         return expr
     expr = expr.replace(lambda e: isinstance(e, FloorDiv) and tuple(e.args) in quotients,
