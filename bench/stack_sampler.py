@@ -24,7 +24,8 @@ import threading
 import time
 
 Frame = str  # "file.py:function"
-Sample = tuple[float, tuple[Frame, ...]]  # (seconds since start, stack: outermost first)
+Sample = tuple[float, tuple[Frame, ...], tuple[int, ...]]  # (seconds since start, stack
+# outermost first, each frame's id: two calls of one function are told apart by it)
 
 
 def _frame_name(frame) -> Frame:
@@ -58,27 +59,27 @@ class StackSampler:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             frame = sys._current_frames().get(self.ident)
-            stack = []
+            stack, ids = [], []
             while frame is not None:
                 stack.append(_frame_name(frame))
+                ids.append(id(frame))
                 frame = frame.f_back
-            self.samples.append((time.perf_counter() - self._start, tuple(reversed(stack))))
+            self.samples.append((time.perf_counter() - self._start, tuple(reversed(stack)), tuple(reversed(ids))))
 
 
-def passes(samples: list[Sample], marker: str, gap: float = 0.05) -> list[list[Sample]]:
-    """The runs of consecutive samples whose stack holds a frame named ``marker`` (a
-    function name), split where no such sample came for ``gap`` seconds; each stack
-    trimmed to the frames below the marker's."""
+def passes(samples: list[Sample], marker: str) -> list[list[Sample]]:
+    """The samples taken inside each call of the function named ``marker``, one list per
+    call (told apart by the call's frame), each stack trimmed to the frames below it."""
     windows: list[list[Sample]] = []
     last = None
-    for t, stack in samples:
+    for t, stack, ids in samples:
         at = next((i for i, frame in enumerate(stack) if frame.endswith(":" + marker)), None)
         if at is None:
             continue
-        if last is None or t - last > gap:
+        if ids[at] != last:
             windows.append([])
-        windows[-1].append((t, stack[at + 1:] or stack[at:]))
-        last = t
+            last = ids[at]
+        windows[-1].append((t, stack[at + 1:] or stack[at:], ids[at + 1:] or ids[at:]))
     return windows
 
 
@@ -89,7 +90,7 @@ def summary(window: list[Sample], top: int = 30, interval: float | None = None) 
     n = len(window)
     inclusive: collections.Counter = collections.Counter()
     own: collections.Counter = collections.Counter()
-    for _, stack in window:
+    for _, stack, _ in window:
         inclusive.update(set(stack))
         own[stack[-1]] += 1
     span = window[-1][0] - window[0][0]
@@ -103,5 +104,5 @@ def summary(window: list[Sample], top: int = 30, interval: float | None = None) 
 
 def folded(window: list[Sample]) -> str:
     """The window as folded stacks (``a;b;c count`` lines, for flame-graph tools)."""
-    counts = collections.Counter(";".join(stack) for _, stack in window)
+    counts = collections.Counter(";".join(stack) for _, stack, _ in window)
     return "\n".join(f"{stack} {count}" for stack, count in sorted(counts.items()))

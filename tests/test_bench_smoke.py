@@ -528,3 +528,27 @@ def test_kernel_cells_of_another_gpu_are_measured_again_and_not_tabled_as_this_o
     print_table(results.data, [VARIANTS["vanilla"]], ["bf16"], ["flex"], "GPU B")
     out = capsys.readouterr().out
     assert "other GPU" in out and "1.2500" not in out
+
+
+def test_the_stack_sampler_splits_calls_of_the_marker_and_attributes_their_time():
+    """Two back-to-back calls of the marker are two windows (no gap between them), each
+    holding the samples of its own call, with the busy function on top."""
+    from bench import stack_sampler
+
+    def busy(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    def run_within(seconds):
+        busy(seconds)
+
+    with stack_sampler.StackSampler(interval=0.002) as sampler:
+        run_within(0.15)
+        run_within(0.3)
+    windows = stack_sampler.passes(sampler.samples, "run_within")
+    assert len(windows) == 2
+    spans = [w[-1][0] - w[0][0] for w in windows]
+    assert 0.08 < spans[0] < 0.25 and 0.2 < spans[1] < 0.45, spans
+    share, top = stack_sampler.summary(windows[1]).split("own:")[1].splitlines()[1].split("%")
+    assert top.strip().endswith(":busy") and float(share) >= 90, (share, top)
