@@ -1,0 +1,128 @@
+"""Does a polynomial ``exp2`` for part of the scores speed attention up at head width 32?
+
+    python -m bench.exp2_probe [--out bench/results/exp2_probe.json]
+
+At head width 32 an attention forward does 128 flops of ``tl.dot`` per score and one
+``ex2`` on the multi-function units, which run at a sixteenth of the FMA rate: on an H100
+the exponentials alone take about a third of the bf16 core's time (#23). FlashAttention-4
+computes part of them as a polynomial on the FMA pipes instead. Before the compiler does
+that, this probe asks whether Triton can express it cheaply: one hand-written forward
+kernel (bf16, no mask or bias, online softmax in base 2), its score tile's columns split
+in halves or quarters (``tl.reshape`` + ``tl.split``, joined back after), one part through
+a degree-3 polynomial (``2^x = 2^j * p(f)``: ``j`` rounded by the 1.5 * 2^23 trick, ``p``
+a minimax fit on [-0.5, 0.5], ``2^j`` added to the exponent bits), the rest through
+``exp2``. The variants run the same tiles and configurations, best of a few; errors are
+against float64. The numbers answer a question; they are not a product benchmark.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from bench.common import atomic_write_json, environment
+
+SHAPES = {"msa_row N512 L256 H8 c32": (512 * 8, 256, 32), "triangle N1024 H4 c32": (1024 * 4, 1024, 32)}
+VARIANTS = {"exp2": 0, "half polynomial": 1, "quarter polynomial": 2, "all polynomial": 3}
+CONFIGS = [(128, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)]  # BLOCK_M, BLOCK_N, warps, stages
+
+
+@triton.jit
+def _exp2_poly(x):
+    """2^x for x <= 0 in FMA and integer operations (relative error below 1e-4)."""
+    x = tl.maximum(x, -126.0)
+    t = x + 12582912.0  # 1.5 * 2^23: rounds x to an integer in the low mantissa bits
+    j = t - 12582912.0
+    f = x - j  # in [-0.5, 0.5]
+    p = 0.9999289 + f * (0.69327628 + f * (0.24260466 + f * 0.05508877))  # fit to 2^f, 8e-5
+    shift = (t.to(tl.int32, bitcast=True) - 0x4B400000) << 23
+    return (p.to(tl.int32, bitcast=True) + shift).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _exps(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY: tl.constexpr):
+    if POLY == 0:
+        return tl.math.exp2(x)
+    elif POLY == 3:
+        return _exp2_poly(x)
+    elif POLY == 1:
+        a, b = tl.split(tl.reshape(x, [BLOCK_M, BLOCK_N // 2, 2]))
+        return tl.reshape(tl.join(tl.math.exp2(a), _exp2_poly(b)), [BLOCK_M, BLOCK_N])
+    else:
+        a, b = tl.split(tl.reshape(x, [BLOCK_M, BLOCK_N // 2, 2]))
+        a0, a1 = tl.split(tl.reshape(a, [BLOCK_M, BLOCK_N // 4, 2]))
+        a = tl.reshape(tl.join(tl.math.exp2(a0), _exp2_poly(a1)), [BLOCK_M, BLOCK_N // 2])
+        return tl.reshape(tl.join(a, tl.math.exp2(b)), [BLOCK_M, BLOCK_N])
+
+
+@triton.jit
+def _forward(Q, K, V, O, scale_log2, L, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+             POLY: tl.constexpr):
+    start_m = tl.program_id(0) * BLOCK_M
+    base = tl.program_id(1).to(tl.int64) * L * D
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    q = tl.load(Q + base + offs_m[:, None] * D + offs_d[None, :])
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    for start_n in range(0, L, BLOCK_N):
+        rows = start_n + offs_n
+        k = tl.load(K + base + rows[:, None] * D + offs_d[None, :])
+        v = tl.load(V + base + rows[:, None] * D + offs_d[None, :])
+        s = tl.dot(q, tl.trans(k)) * scale_log2
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = _exps(s - m_new[:, None], BLOCK_M, BLOCK_N, POLY)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    tl.store(O + base + offs_m[:, None] * D + offs_d[None, :], (acc / l_i[:, None]).to(O.dtype.element_ty))
+
+
+def attention(q, k, v, poly: int, config) -> torch.Tensor:
+    """``softmax(q k^T / sqrt(D)) v`` for ``[B, L, D]`` contiguous inputs (L a multiple of
+    the tiles)."""
+    block_m, block_n, warps, stages = config
+    batch, length, width = q.shape
+    out = torch.empty_like(q)
+    grid = (triton.cdiv(length, block_m), batch)
+    _forward[grid](q, k, v, out, math.log2(math.e) / math.sqrt(width), length, D=width, BLOCK_M=block_m,
+                   BLOCK_N=block_n, POLY=poly, num_warps=warps, num_stages=stages)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.exp2_probe", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="bench/results/exp2_probe.json")
+    args = parser.parse_args(argv)
+    rows = []
+    for name, (batch, length, width) in SHAPES.items():
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        q, k, v = (torch.randn(batch, length, width, device="cuda", dtype=torch.bfloat16, generator=gen)
+                   for _ in range(3))
+        want = torch.softmax(q.double() @ k.double().transpose(1, 2) / math.sqrt(width), -1) @ v.double()
+        for variant, poly in VARIANTS.items():
+            times = {}
+            for config in CONFIGS:
+                try:
+                    times[config] = triton.testing.do_bench(lambda: attention(q, k, v, poly, config), rep=200)
+                except Exception as error:  # noqa: BLE001 - a configuration that does not build
+                    times[config] = f"{type(error).__name__}: {str(error)[:120]}"
+            best = min((t, c) for c, t in times.items() if isinstance(t, float))
+            got = attention(q, k, v, poly, best[1])
+            error = ((got.double() - want).abs().max() / want.abs().max()).item()
+            rows.append({"shape": name, "variant": variant, "ms": round(best[0], 4), "config": best[1],
+                         "rel_error": error, "all": {str(c): t for c, t in times.items()}})
+            print(f"{name:28s} {variant:20s} {best[0]:.4f} ms  {best[1]}  rel err {error:.1e}", flush=True)
+    atomic_write_json(args.out, {"environment": environment(), "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
