@@ -17,8 +17,8 @@ against float64. The numbers answer a question; they are not a product benchmark
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import pathlib
 
 import torch
 import triton
@@ -120,7 +120,10 @@ def main(argv=None) -> int:
             rows.append({"shape": name, "variant": variant, "ms": round(best[0], 4), "config": best[1],
                          "rel_error": error, "all": {str(c): t for c, t in times.items()}})
             print(f"{name:28s} {variant:20s} {best[0]:.4f} ms  {best[1]}  rel err {error:.1e}", flush=True)
-    atomic_write_json(args.out, {"environment": environment(), "rows": rows})
+    atomic_write_json(pathlib.Path(args.out), {"environment": environment("cuda"), "rows": rows})
+    for row in rows:  # the table last, for a short log tail
+        print(f"{row['shape']:28s} {row['variant']:20s} {row['ms']:.4f} ms  {row['config']}  "
+              f"rel err {row['rel_error']:.1e}")
     return 0
 
 
