@@ -26,7 +26,7 @@ import triton.language as tl
 
 from bench.common import atomic_write_json, environment
 
-SHAPES = {"msa_row N512 L256 H8 c32": (512 * 8, 256, 32), "triangle N1024 H4 c32": (1024 * 4, 1024, 32)}
+SHAPES = {"msa_row N512 L256 H8 c32": (512, 8, 256, 32), "triangle N1024 H4 c32": (1024, 4, 1024, 32)}
 VARIANTS = {"exp2": 0, "half polynomial": 1, "quarter polynomial": 2, "all polynomial": 3}
 CONFIGS = [(128, 64, 4, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)]  # BLOCK_M, BLOCK_N, warps, stages
 
@@ -60,9 +60,10 @@ def _exps(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY: tl.constexpr):
 
 
 @triton.jit
-def _forward(Q, K, V, O, scale_log2, L, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             POLY: tl.constexpr):
+def _forward(Q, K, V, O, MASK, PAIR, scale_log2, L, H, D: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr, POLY: tl.constexpr, BIAS: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
+    head, row = tl.program_id(1) % H, tl.program_id(1) // H
     base = tl.program_id(1).to(tl.int64) * L * D
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -76,6 +77,10 @@ def _forward(Q, K, V, O, scale_log2, L, D: tl.constexpr, BLOCK_M: tl.constexpr, 
         k = tl.load(K + base + rows[:, None] * D + offs_d[None, :])
         v = tl.load(V + base + rows[:, None] * D + offs_d[None, :])
         s = tl.dot(q, tl.trans(k)) * scale_log2
+        if BIAS:  # the MSA row core's two: a mask bias per row and key, a pair bias per head
+            pair = tl.load(PAIR + (head * L + offs_m[:, None]).to(tl.int64) * L + rows[None, :])
+            mask = tl.load(MASK + row.to(tl.int64) * L + rows)
+            s += (pair.to(tl.float32) + mask.to(tl.float32)[None, :]) * 1.4426950408889634
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.math.exp2(m_i - m_new)
         p = _exps(s - m_new[:, None], BLOCK_M, BLOCK_N, POLY)
@@ -85,41 +90,73 @@ def _forward(Q, K, V, O, scale_log2, L, D: tl.constexpr, BLOCK_M: tl.constexpr, 
     tl.store(O + base + offs_m[:, None] * D + offs_d[None, :], (acc / l_i[:, None]).to(O.dtype.element_ty))
 
 
-def attention(q, k, v, poly: int, config) -> torch.Tensor:
-    """``softmax(q k^T / sqrt(D)) v`` for ``[B, L, D]`` contiguous inputs (L a multiple of
-    the tiles)."""
+def attention(q, k, v, poly: int, config, biases=None) -> torch.Tensor:
+    """``softmax(q k^T / sqrt(D) + biases) v`` for ``[B, L, D]`` contiguous inputs (L a
+    multiple of the tiles); ``biases``: None, or the mask bias ``[B / H, L]`` and the pair
+    bias ``[H, L, L]`` of the MSA row core (batch ``B`` = rows x heads)."""
     block_m, block_n, warps, stages = config
     batch, length, width = q.shape
+    mask, pair = biases if biases is not None else (q, q)
     out = torch.empty_like(q)
     grid = (triton.cdiv(length, block_m), batch)
-    _forward[grid](q, k, v, out, math.log2(math.e) / math.sqrt(width), length, D=width, BLOCK_M=block_m,
-                   BLOCK_N=block_n, POLY=poly, num_warps=warps, num_stages=stages)
+    _forward[grid](q, k, v, out, mask, pair, math.log2(math.e) / math.sqrt(width), length,
+                   pair.shape[0] if biases is not None else 1, D=width, BLOCK_M=block_m, BLOCK_N=block_n,
+                   POLY=poly, BIAS=biases is not None, num_warps=warps, num_stages=stages)
     return out
+
+
+def _inputs(rows: int, heads: int, length: int, width: int):
+    """q, k, v ``[rows x heads, L, c]`` (bf16), the mask bias ``[rows, L]`` (a quarter of the
+    keys at -1e9, never a row's first) and the pair bias ``[heads, L, L]``, seeded."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(rows * heads, length, width, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for _ in range(3))
+    masked = torch.rand(rows, length, device="cuda", generator=gen) < 0.25
+    masked[:, 0] = False
+    mask = (-1e9 * masked.float()).to(torch.bfloat16)
+    pair = torch.randn(heads, length, length, device="cuda", dtype=torch.bfloat16, generator=gen)
+    return q, k, v, (mask, pair)
+
+
+def _reference(q, k, v, biases, heads: int):
+    scores = q.double() @ k.double().transpose(1, 2) / math.sqrt(q.shape[-1])
+    if biases is not None:
+        mask, pair = (b.double() for b in biases)
+        rows, length = mask.shape
+        scores = (scores.view(rows, heads, length, length) + mask[:, None, None, :] + pair).view_as(scores)
+    return torch.softmax(scores, -1) @ v.double()
+
+
+def _best(q, k, v, poly: int, biases) -> tuple[float, tuple, dict]:
+    times = {}
+    for config in CONFIGS:
+        try:
+            times[config] = triton.testing.do_bench(lambda: attention(q, k, v, poly, config, biases), rep=200)
+        except Exception as error:  # noqa: BLE001 - a configuration that does not build
+            times[config] = f"{type(error).__name__}: {str(error)[:120]}"
+    best = min((t, c) for c, t in times.items() if isinstance(t, float))
+    return best[0], best[1], {str(c): t for c, t in times.items()}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.exp2_probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="bench/results/exp2_probe.json")
+    parser.add_argument("--biases", action="store_true",
+                        help="also time the exp2 kernel with the MSA row core's mask and pair biases")
     args = parser.parse_args(argv)
     rows = []
-    for name, (batch, length, width) in SHAPES.items():
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(batch, length, width, device="cuda", dtype=torch.bfloat16, generator=gen)
-                   for _ in range(3))
-        want = torch.softmax(q.double() @ k.double().transpose(1, 2) / math.sqrt(width), -1) @ v.double()
-        for variant, poly in VARIANTS.items():
-            times = {}
-            for config in CONFIGS:
-                try:
-                    times[config] = triton.testing.do_bench(lambda: attention(q, k, v, poly, config), rep=200)
-                except Exception as error:  # noqa: BLE001 - a configuration that does not build
-                    times[config] = f"{type(error).__name__}: {str(error)[:120]}"
-            best = min((t, c) for c, t in times.items() if isinstance(t, float))
-            got = attention(q, k, v, poly, best[1])
+    for name, (rows_, heads, length, width) in SHAPES.items():
+        q, k, v, biases = _inputs(rows_, heads, length, width)
+        runs = [(variant, poly, None) for variant, poly in VARIANTS.items()]
+        runs += [("exp2 + biases", 0, biases)] if args.biases else []
+        for variant, poly, bias in runs:
+            ms, config, every = _best(q, k, v, poly, bias)
+            want = _reference(q, k, v, bias, heads)
+            got = attention(q, k, v, poly, config, bias)
             error = ((got.double() - want).abs().max() / want.abs().max()).item()
-            rows.append({"shape": name, "variant": variant, "ms": round(best[0], 4), "config": best[1],
-                         "rel_error": error, "all": {str(c): t for c, t in times.items()}})
-            print(f"{name:28s} {variant:20s} {best[0]:.4f} ms  {best[1]}  rel err {error:.1e}", flush=True)
+            rows.append({"shape": name, "variant": variant, "ms": round(ms, 4), "config": config,
+                         "rel_error": error, "all": every})
+            print(f"{name:28s} {variant:20s} {ms:.4f} ms  {config}  rel err {error:.1e}", flush=True)
     atomic_write_json(pathlib.Path(args.out), {"environment": environment("cuda"), "rows": rows})
     for row in rows:  # the table last, for a short log tail
         print(f"{row['shape']:28s} {row['variant']:20s} {row['ms']:.4f} ms  {row['config']}  "
