@@ -118,13 +118,19 @@ def _inputs(rows: int, heads: int, length: int, width: int):
     return q, k, v, (mask, pair)
 
 
-def _reference(q, k, v, biases, heads: int):
-    scores = q.double() @ k.double().transpose(1, 2) / math.sqrt(q.shape[-1])
-    if biases is not None:
-        mask, pair = (b.double() for b in biases)
-        rows, length = mask.shape
-        scores = (scores.view(rows, heads, length, length) + mask[:, None, None, :] + pair).view_as(scores)
-    return torch.softmax(scores, -1) @ v.double()
+def _reference(q, k, v, biases, heads: int, chunk: int = 256):
+    """The float64 attention, ``chunk`` batch entries (a multiple of ``heads``) at a time."""
+    outs = []
+    for start in range(0, q.shape[0], chunk):
+        part = slice(start, start + chunk)
+        scores = q[part].double() @ k[part].double().transpose(1, 2) / math.sqrt(q.shape[-1])
+        if biases is not None:
+            mask, pair = biases
+            rows = mask[start // heads:(start + chunk) // heads].double()
+            scores = scores.view(len(rows), heads, *scores.shape[1:])
+            scores = (scores + rows[:, None, None, :] + pair.double()).flatten(0, 1)
+        outs.append(torch.softmax(scores, -1) @ v[part].double())
+    return torch.cat(outs)
 
 
 def _best(q, k, v, poly: int, biases) -> tuple[float, tuple, dict]:
