@@ -522,15 +522,6 @@ class _Printer(SumText):
         loop_extent = self.size(self.kernel.loop[0].dim)
         head.append(f"N_SIZE = {loop_extent}")
         outs = [output_arg(k) for k in range(len(self.kernel.outputs()))]
-        params = [f"in{k}" for k in range(len(self.inputs))] + outs
-        params += [f"size{k}" for k in range(len(self.sizes))]
-        params += [f"in{k}_s{a}" for k, r in enumerate(self.ranks) for a in range(r)]
-        params += [f"{out}_s{a}" for out, o in zip(outs, self.kernel.outputs()) for a in range(len(o.axes))]
-        if self.tiling.split:
-            params += ["SPLITS", "SPLIT_LEN", f"{outs[0]}_split"]
-        if self.check_bounds:
-            params += [f"in{k}_span" for k in range(len(self.inputs))] + [f"{out}_span" for out in outs] + ["errors"]
-        params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", f"INDEX_BITS: tl.constexpr = {NARROW_BITS}"]
         if self.whole_tiles_apart():
             # the tiles before the last one are whole: they run without bounds checks along
             # the loop (with a static size divisible by BLOCK_N, the last loop is empty)
@@ -563,6 +554,16 @@ class _Printer(SumText):
             (d,) = self.tiling.inner_loops
             body = [f"for {self.positions.pop(d)} in range(0, {self.size(d)}):"] + [
                 "    " + line for line in self.outer + body]
+        # the parameters last: every size and input the text above printed is one
+        params = [f"in{k}" for k in range(len(self.inputs))] + outs
+        params += [f"size{k}" for k in range(len(self.sizes))]
+        params += [f"in{k}_s{a}" for k, r in enumerate(self.ranks) for a in range(r)]
+        params += [f"{out}_s{a}" for out, o in zip(outs, self.kernel.outputs()) for a in range(len(o.axes))]
+        if self.tiling.split:
+            params += ["SPLITS", "SPLIT_LEN", f"{outs[0]}_split"]
+        if self.check_bounds:
+            params += [f"in{k}_span" for k in range(len(self.inputs))] + [f"{out}_span" for out in outs] + ["errors"]
+        params += ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", f"INDEX_BITS: tl.constexpr = {NARROW_BITS}"]
         body = head + self.pre + body + self.post
         text = f"({', '.join(params)}):\n" + "\n".join("    " + line for line in body) + "\n"
         # unnamed: named by content, so the same kernel compiled again (another module of

@@ -214,7 +214,13 @@ def test_a_second_head_width_runs_one_kernel(gen):
         torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
 
-def test_grouped_query_training_with_every_size_symbolic_saves_no_scores(gen):
+@pytest.mark.parametrize("name, shapes", [
+    ("gqa", ((1, 4, 2, 13, 8), (2, 6, 3, 11, 8))),
+    # one key head (repeat_interleave), unmasked: the repeats' loop runs around the query
+    # loop ([Note: the repeats outside the key loop]), its count a size argument
+    ("mqa", ((1, 4, 1, 13, 8), (2, 6, 1, 11, 8))),
+])
+def test_grouped_query_training_with_every_size_symbolic_saves_no_scores(gen, name, shapes):
     """Under ``dynamic=True`` grouped-query attention's repeated key heads ``h * (H // h)``
     equal the query heads ``H`` only by a guard's fact (``h`` divides ``H``: [Note: sizes
     divisible by a guard] in ``flashlight/indexing.py``), and the head width is symbolic
@@ -224,11 +230,12 @@ def test_grouped_query_training_with_every_size_symbolic_saves_no_scores(gen):
     keys' and values' gradients sum the repeats inside their kernel, in a loop of a
     symbolic count ([Note: a small sum inside the loop] in ``passes/online.py``): no sum
     runs outside the kernels."""
-    from bench.variants_lm import gqa
+    from bench import variants_lm
 
+    fn = getattr(variants_lm, name)
     report = ExplainReport()
-    compiled = torch.compile(gqa, backend=make_backend(report=report), dynamic=True)
-    for batch, heads, kv_heads, length, width in ((1, 4, 2, 13, 8), (2, 6, 3, 11, 8)):
+    compiled = torch.compile(fn, backend=make_backend(report=report), dynamic=True)
+    for batch, heads, kv_heads, length, width in shapes:
         q = torch.randn(batch, heads, length, width, generator=gen, requires_grad=True)
         k, v = (torch.randn(batch, kv_heads, length, width, generator=gen, requires_grad=True) for _ in range(2))
         saved: list[int] = []
@@ -237,7 +244,7 @@ def test_grouped_query_training_with_every_size_symbolic_saves_no_scores(gen):
         grad_out = torch.randn(out.shape, generator=gen)
         grads = torch.autograd.grad(out, (q, k, v), grad_out)
         exact = [t.detach().double().requires_grad_() for t in (q, k, v)]
-        want = gqa(*exact)
+        want = fn(*exact)
         want_grads = torch.autograd.grad(want, exact, grad_out.double())
         assert max(saved) <= q.numel() < batch * heads * length * length, saved
         for got, ref in zip((out, *grads), (want, *want_grads)):
