@@ -245,6 +245,7 @@ class _Rewrite:
         if x.target is not aten.slice_backward.default or own != self.dim:
             return None
         grad, sizes, dim, start, end, step = x.args
+        sizes, start, end = [_val(n) for n in sizes], _val(start), _val(end)  # SymInts where symbolic
         start, end = _range(start, end, sizes[own])
         if _norm_dim(dim, len(sizes)) != own or step != 1:
             return None

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from flashlight.indexing import Access, NodeView, Unsupported, meta_val, node_shape, sizes_equal
+from flashlight.indexing import Access, NodeView, Unsupported, meta_val, node_shape, size_of, sizes_equal
 from flashlight.ir import (
     Axis,
     Const,
@@ -291,11 +291,18 @@ def _slice(lw: LowerContext, node: fx.Node) -> Access | Const:
     return lw.add_nest(out_axes, value_at(lw, src, mapping), dtype, "slice")
 
 
+def _size_arg(value) -> int | str:
+    """A size argument of an operation: a number, or a node holding a size (SymInt)."""
+    return size_of(meta_val(value)) if isinstance(value, fx.Node) else value
+
+
 def _split(lw: LowerContext, node: fx.Node) -> Access | Const:
     """``split`` / ``split_with_sizes``: the pieces are slices; the node's value is their
     tuple, read by ``getitem`` (the first piece stands for the node)."""
     x, sizes = node.args[:2]
     dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    # a size computed from symbolic sizes is a node of the graph: its value, a number once fixed
+    sizes = _size_arg(sizes) if not isinstance(sizes, (list, tuple)) else [_size_arg(n) for n in sizes]
     total = node_shape(x)[dim % len(node_shape(x))]
     if not isinstance(total, int):
         raise Unsupported("a split of a dim of dynamic size")

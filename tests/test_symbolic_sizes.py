@@ -254,3 +254,34 @@ def test_grouped_query_training_with_every_size_symbolic_saves_no_scores(gen, na
     repeats_summed = [k for k in report.kernels if k.aten_ops.count("sum.dim_IntList") == 2
                       and k.aten_ops.count("bmm.default") == 4]
     assert len(repeats_summed) == 2, str(report)  # one per compiled shape
+
+
+def test_rotary_training_with_every_size_symbolic_saves_no_scores(gen):
+    """Rotary attention under ``dynamic=True``: ``rotate_half`` splits the head width in
+    pieces whose size is a node of the graph (``D // 2``), and the joint graph's
+    concatenation rewrite meets slices whose ends are such nodes. Both are read as
+    sizes, so the partition's analysis lowers the forward and the backward recomputes
+    the scores: nothing larger than an input is saved, gradients match float64 at two
+    lengths."""
+    from bench.variants import VARIANTS
+    from bench.variants_base import as_outputs
+
+    variant = VARIANTS["rotary"]
+    compiled = torch.compile(variant.fn, backend=make_backend(), dynamic=True)
+    for length in (13, 16):
+        shape = {**variant.default_shape, "B": 1, "H": 2, "L": length, "D": 8}
+        args = [x.requires_grad_() if x.is_floating_point() and x.dim() == 4 else x
+                for x in variant.make_inputs(shape, torch.float32, "cpu", gen)]
+        leaves = [x for x in args if x.requires_grad]
+        saved: list[int] = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+            out = as_outputs(compiled(*args))[0]
+        grad_out = torch.randn(out.shape, generator=gen)
+        grads = torch.autograd.grad(out, leaves, grad_out)
+        exact = [x.detach().double().requires_grad_() if x.requires_grad else x.double() for x in args]
+        want = as_outputs(variant.fn(*exact))[0]
+        want_grads = torch.autograd.grad(want, [x for x in exact if x.requires_grad], grad_out.double())
+        assert max(saved) <= max(x.numel() for x in args) < shape["H"] * length * length * 2, saved
+        for got, ref in zip((out, *grads), (want, *want_grads)):
+            assert torch.isfinite(got).all()
+            torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4 * ref.abs().max().item())
