@@ -144,7 +144,7 @@ def _broadcasts(small, big) -> bool:
     the shape environment)."""
     offset = len(big) - len(small)
     return any(_known(size > 1) for size, within in
-               ((size, k - offset) for k, size in enumerate(big)) if within < 0 or small[within] == 1)
+               ((size, k - offset) for k, size in enumerate(big)) if within < 0 or _known(small[within] == 1))
 
 
 def _known(claim) -> bool:

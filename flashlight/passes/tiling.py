@@ -76,7 +76,9 @@ reduction dim as a tile exists, where the loop's body holds a ``tl.dot``, and fo
 most ``MAX_INNER_LOOP`` positions: each program computes the contraction for every
 position (every head, for each mixed head it outputs), work the unfused graph does once
 per head; the autotuner's timing against the unfused graph on the GPU keeps whichever
-is faster.
+is faster. A symbolic count (grouped-query attention's repeats ``H // h`` under
+``dynamic=True``) has no bound to check: its loop runs the count read at launch, and the
+tiling takes that form whenever such a dim is too wide to be a tile (it always is).
 """
 from __future__ import annotations
 
