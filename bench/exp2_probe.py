@@ -60,6 +60,16 @@ def _exps(x, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY: tl.constexpr):
 
 
 @triton.jit
+def _online_step(s, v, m_i, l_i, acc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, POLY: tl.constexpr):
+    """One key tile of the online softmax on base-2 scores ``s``: the new max, sum and
+    accumulator."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = _exps(s - m_new[:, None], BLOCK_M, BLOCK_N, POLY)
+    return m_new, l_i * alpha + tl.sum(p, 1), acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+
+
+@triton.jit
 def _forward(Q, K, V, O, MASK, PAIR, scale_log2, L, H, D: tl.constexpr, BLOCK_M: tl.constexpr,
              BLOCK_N: tl.constexpr, POLY: tl.constexpr, BIAS: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
@@ -81,12 +91,7 @@ def _forward(Q, K, V, O, MASK, PAIR, scale_log2, L, H, D: tl.constexpr, BLOCK_M:
             pair = tl.load(PAIR + (head * L + offs_m[:, None]).to(tl.int64) * L + rows[None, :])
             mask = tl.load(MASK + row.to(tl.int64) * L + rows)
             s += (pair.to(tl.float32) + mask.to(tl.float32)[None, :]) * 1.4426950408889634
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.math.exp2(m_i - m_new)
-        p = _exps(s - m_new[:, None], BLOCK_M, BLOCK_N, POLY)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+        m_i, l_i, acc = _online_step(s, v, m_i, l_i, acc, BLOCK_M, BLOCK_N, POLY)
     tl.store(O + base + offs_m[:, None] * D + offs_d[None, :], (acc / l_i[:, None]).to(O.dtype.element_ty))
 
 
@@ -119,18 +124,10 @@ def _two_rows(Q, K, V, O, MASK, PAIR, scale_log2, L, H, D: tl.constexpr, BLOCK_M
             v = tl.load(V + base + keys)
             mask = tl.load(MASK + (row0 + r).to(tl.int64) * L + rows).to(tl.float32)
             s = tl.dot(q0 if r == 0 else q1, tl.trans(k)) * scale_log2 + (pair + mask[None, :]) * 1.4426950408889634
-            m_i = m0 if r == 0 else m1
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.math.exp2(m_i - m_new)
-            p = tl.math.exp2(s - m_new[:, None])
             if r == 0:
-                l0 = l0 * alpha + tl.sum(p, 1)
-                acc0 = acc0 * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-                m0 = m_new
+                m0, l0, acc0 = _online_step(s, v, m0, l0, acc0, BLOCK_M, BLOCK_N, 0)
             else:
-                l1 = l1 * alpha + tl.sum(p, 1)
-                acc1 = acc1 * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-                m1 = m_new
+                m1, l1, acc1 = _online_step(s, v, m1, l1, acc1, BLOCK_M, BLOCK_N, 0)
     tl.store(O + base0 + tile, (acc0 / l0[:, None]).to(O.dtype.element_ty))
     tl.store(O + base1 + tile, (acc1 / l1[:, None]).to(O.dtype.element_ty))
 

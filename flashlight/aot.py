@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from flashlight import settings
-from flashlight.runtime import Launcher, load_module, integer_arguments as runtime_integer_arguments
+from flashlight.runtime import Launcher, load_module, read_sizes, integer_arguments as runtime_integer_arguments
 from flashlight.codegen import NARROW_BITS, KernelSource
 
 
@@ -134,7 +134,7 @@ def integer_arguments(launcher: Launcher, tensors: Sequence[torch.Tensor]) -> di
     for k, axis in launcher.relayouts:
         if tensors[k].stride(axis) != 1 and tensors[k].shape[axis] > 1:
             tensors[k] = tensors[k].movedim(axis, -1).contiguous().movedim(-1, axis)
-    values = {text: tensors[s.tensor].shape[s.axis] for text, s in launcher.sources.items()}
+    values = read_sizes(launcher.sources, tensors)  # merged size sources divided, as at launch
     size_args = [int(values[text]) for text in launcher.src.size_args]
     shapes = [[math.prod(launcher._size(d, values) for d in axis) for axis in output.axes]
               for output in launcher.kernel.outputs()]

@@ -107,9 +107,13 @@ def _repeats_and_their_views(joint: fx.GraphModule) -> frozenset[str]:
 def _keeps_every_element(view: fx.Node) -> bool:
     """Whether the view ``view`` holds every element of its source (as many, or repeated)."""
     source = view.args[0]
-    if _known(_numel(source) <= _numel(view)):
-        return True
-    small, big = (n.meta.get("val") if isinstance(n, fx.Node) else None for n in (source, view))
+    return _known(_numel(source) <= _numel(view)) or _repeats(source, view)
+
+
+def _repeats(small: Any, big: fx.Node) -> bool:
+    """Whether the tensor ``big`` holds the tensor ``small``'s elements repeated (``small``
+    expanded to ``big``'s shape: :func:`_broadcasts`)."""
+    small, big = (n.meta.get("val") if isinstance(n, fx.Node) else None for n in (small, big))
     return isinstance(small, torch.Tensor) and isinstance(big, torch.Tensor) and _broadcasts(small.shape, big.shape)
 
 
@@ -132,8 +136,7 @@ def _repeats_a_smaller_value(node: fx.Node) -> bool:
     source = node.args[0]
     if not (isinstance(source, fx.Node) and source.target is torch.ops.aten.expand.default):
         return False
-    small, big = (n.meta.get("val") for n in (source.args[0], node))
-    return isinstance(small, torch.Tensor) and isinstance(big, torch.Tensor) and _broadcasts(small.shape, big.shape)
+    return _repeats(source.args[0], node)
 
 
 def _broadcasts(small, big) -> bool:
