@@ -197,8 +197,9 @@ class _Rewrite:
     def _sliced_piece(self, node: fx.Node, source: fx.Node) -> fx.Node | None:
         rank, size = _val(source).dim(), _val(source).shape[self.dim]
         dim = _norm_dim(node.args[1] if len(node.args) > 1 else 0, rank)
-        start = node.args[2] if len(node.args) > 2 and node.args[2] is not None else 0
-        end = node.args[3] if len(node.args) > 3 and node.args[3] is not None else size
+        # a symbolic bound is a node holding its SymInt (``L``, ``L + 1`` in a joint graph)
+        start = _val(node.args[2]) if len(node.args) > 2 and node.args[2] is not None else 0
+        end = _val(node.args[3]) if len(node.args) > 3 and node.args[3] is not None else size
         step = node.args[4] if len(node.args) > 4 else 1
         if dim != self.dim or step != 1:
             return None

@@ -256,21 +256,23 @@ def test_grouped_query_training_with_every_size_symbolic_saves_no_scores(gen, na
     assert len(repeats_summed) == 2, str(report)  # one per compiled shape
 
 
-def test_rotary_training_with_every_size_symbolic_saves_no_scores(gen):
-    """Rotary attention under ``dynamic=True``: ``rotate_half`` splits the head width in
-    pieces whose size is a node of the graph (``D // 2``), and the joint graph's
-    concatenation rewrite meets slices whose ends are such nodes. Both are read as
-    sizes, so the partition's analysis lowers the forward and the backward recomputes
-    the scores: nothing larger than an input is saved, gradients match float64 at two
-    lengths."""
+@pytest.mark.parametrize("name", ["rotary", "sink_column"])
+def test_training_with_every_size_symbolic_saves_no_scores(gen, name):
+    """Variants under ``dynamic=True`` whose graphs hold sizes as nodes: rotary's
+    ``rotate_half`` splits the head width in pieces of size ``D // 2``; the sink column's
+    joint graph slices the concatenated gradient at ``L`` and ``L + 1``. The lowering
+    reads such nodes as sizes and the concatenation rewrite ([Note: reductions through a
+    concatenation]) compares them as sizes, so the partition's analysis lowers the
+    forward and the backward recomputes the scores: nothing larger than an input is
+    saved, gradients (every floating input's) match float64 at two lengths."""
     from bench.variants import VARIANTS
     from bench.variants_base import as_outputs
 
-    variant = VARIANTS["rotary"]
+    variant = VARIANTS[name]
     compiled = torch.compile(variant.fn, backend=make_backend(), dynamic=True)
     for length in (13, 16):
         shape = {**variant.default_shape, "B": 1, "H": 2, "L": length, "D": 8}
-        args = [x.requires_grad_() if x.is_floating_point() and x.dim() == 4 else x
+        args = [x.requires_grad_() if x.is_floating_point() else x
                 for x in variant.make_inputs(shape, torch.float32, "cpu", gen)]
         leaves = [x for x in args if x.requires_grad]
         saved: list[int] = []
