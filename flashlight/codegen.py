@@ -67,6 +67,7 @@ from flashlight.ir import (
     Pointwise,
     Reduce,
     RunningMax,
+    SizeValue,
     TiledKernel,
     free_dims,
 )
@@ -147,6 +148,8 @@ class _Printer(SumText):
         layout = self.layouts[expr]
         if isinstance(expr, Const):
             return literal(expr.value), ()
+        if isinstance(expr, SizeValue):  # [Note: sizes used as values] in flashlight.indexing
+            return self.size_text(expr.size), ()
         if isinstance(expr, Load):
             return self.emit_load(expr, layout, scope), layout
         if isinstance(expr, Gather):
@@ -178,7 +181,7 @@ class _Printer(SumText):
                 if layout and not lay:  # a program's one position: a [1, 1] tile, which Triton's
                     # interpreter accepts in a tile's mask (a scalar it does not)
                     var = f"({var} + tl.zeros([{', '.join('1' for _ in layout)}], tl.int32))"
-                masks.append(f"({var} >= 0) & ({var} < {gather.extents[a]})")
+                masks.append(f"({var} >= 0) & ({var} < {self.size_text(gather.extents[a])})")
         lanes = self.mask(sorted(free_dims(gather), key=lambda d: d.name), layout)
         mask = " & ".join(([lanes] if lanes else []) + masks) or None
         offset = " + ".join(terms) or "0"

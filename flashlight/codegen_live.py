@@ -41,7 +41,7 @@ import math
 import torch
 
 from flashlight.codegen_text import TileText
-from flashlight.ir import Const, Dim, Expr, Iota, Load, Pointwise, walk
+from flashlight.ir import Const, Dim, Expr, Iota, Load, Pointwise, SizeValue, walk
 from flashlight.vocabulary import OPS
 
 _INT_MAX = "9223372036854775807"
@@ -198,6 +198,9 @@ class LiveScan:
             if text is None:
                 raise NotImplementedError("an infinite constant in a liveness predicate")
             return text, text
+        if isinstance(node, SizeValue):  # its own bounds ([Note: sizes used as values] in flashlight.indexing)
+            size = self.p.size_text(node.size)
+            return size, size
         if isinstance(node, Iota):
             return self.iota(node.axis)
         if isinstance(node, Load):

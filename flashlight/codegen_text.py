@@ -90,11 +90,15 @@ class TileText:
         return f"{hint}{self.counter}"
 
     def size(self, d: Dim) -> str:
-        if d.is_static:
-            return str(d.size)
-        if d.size not in self.sizes:
-            self.sizes.append(d.size)
-        return f"size{self.sizes.index(d.size)}"
+        return self.size_text(d.size)
+
+    def size_text(self, size) -> str:
+        """A size as printed: a number, or the size argument holding a symbolic one."""
+        if isinstance(size, int):
+            return str(size)
+        if size not in self.sizes:
+            self.sizes.append(size)
+        return f"size{self.sizes.index(size)}"
 
     def role_size(self, role: str) -> str:
         if role == "m":

@@ -8,6 +8,7 @@ needed splits, those factors.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 from typing import Any
@@ -16,7 +17,7 @@ import sympy
 import torch
 import torch.fx as fx
 
-from flashlight.ir import Axis, Dim
+from flashlight.ir import Axis, Const, Dim, SizeValue
 
 
 class Unsupported(Exception):
@@ -85,6 +86,57 @@ def _exact_divisions(expr: sympy.Expr, shape_env) -> sympy.Expr:
 # goes through this, so equal sizes stay equal, ``H`` factors into ``h`` and ``H // h``
 # as a static ``8`` factors into ``2 * 4``, and at run time ``q`` is read as ``a``'s axis
 # divided by ``b`` (a merged axis, :func:`flashlight.runtime.size_sources`).
+
+
+# [Note: sizes used as values]
+# A size is also a value of the graph: ``(T - 1) // 2`` clamps a relative distance to a
+# table of ``T`` buckets, ``Lk - Lq`` offsets a causal mask whose queries are the keys'
+# last rows. With the sizes symbolic, such a value is a SymInt node, an expression of
+# the shape environment's symbols; it is the same at every point of a kernel and known
+# at launch. The IR holds it as ``SizeValue`` with its text (the sympy expression as
+# :func:`size_of` prints it: Python's integer syntax, ``((s3 - 1)//2)``). The kernel
+# takes it as a size argument; the runtime reads the symbols it names from the inputs'
+# axes, as it reads every symbolic size, and evaluates the text with them
+# (:func:`evaluate_size`). Only integer arithmetic on symbols and numbers is accepted
+# (``+ - * // %`` and powers): a text with any other name or operation stays a node of
+# the graph, computed outside the kernel.
+
+_SIZE_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.UAdd)
+
+
+@functools.lru_cache(maxsize=1024)
+def size_formula(text: str):
+    """``text`` compiled for :func:`evaluate_size` and the names of the sizes it reads;
+    raises :class:`Unsupported` for any text but integer arithmetic on names and numbers."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as error:
+        raise Unsupported(f"a size {text!r} that is not an integer expression") from error
+    for node in ast.walk(tree):
+        allowed = isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, *_SIZE_OPERATORS)) \
+            or isinstance(node, ast.Constant) and type(node.value) is int
+        if not allowed:
+            raise Unsupported(f"a size {text!r} that is not integer arithmetic on sizes")
+    names = tuple(sorted({node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}))
+    return compile(tree, "<size>", "eval"), names
+
+
+def size_value(value: Any) -> Const | SizeValue:
+    """A size (an int or a SymInt) used as a value ([Note: sizes used as values])."""
+    size = size_of(value)
+    if isinstance(size, int):
+        return Const(size, torch.int64)
+    size_formula(size)  # raises Unsupported where the runtime could not evaluate it
+    return SizeValue(size)
+
+
+def evaluate_size(text: str, values: dict[str, int]) -> int:
+    """The value of size expression ``text`` with its names' ``values``."""
+    code, names = size_formula(text)
+    value = eval(code, {"__builtins__": {}}, {name: values[name] for name in names})  # noqa: S307 - checked above
+    if not isinstance(value, (int, torch.SymInt)):  # a negative power (SymInts: a trace's sizes)
+        raise ValueError(f"size {text!r} is {value!r} at {values}, not an integer")
+    return value
 
 
 def sym(size: int | str) -> sympy.Expr:

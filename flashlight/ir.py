@@ -21,6 +21,7 @@ import contextlib
 import contextvars
 import dataclasses
 import itertools
+import math
 from typing import Callable, Iterator, Union
 
 import torch
@@ -71,6 +72,14 @@ def axis_dims(axes: tuple[Axis, ...]) -> tuple[Dim, ...]:
     return tuple(d for axis in axes for d in axis)
 
 
+def axis_extent(axis: Axis) -> Size | None:
+    """The size of a compound axis: a number where its dims are static, the symbolic size
+    of its one dim, else None (a product of sizes some of them symbolic)."""
+    if all(d.is_static for d in axis):
+        return math.prod(int(d.size) for d in axis)
+    return axis[0].size if len(axis) == 1 else None
+
+
 class Expr:
     """Base class of scalar expressions evaluated at one point of a loop nest."""
 
@@ -95,7 +104,7 @@ class Gather(Expr):
 
     base: str
     positions: tuple[Expr, ...]
-    extents: tuple[int | None, ...]  # per axis of ``base``: its size where static
+    extents: tuple[Size | None, ...]  # per axis of ``base``: its size (see axis_extent)
     dtype: torch.dtype
 
     def children(self) -> tuple[Expr, ...]:
@@ -123,6 +132,16 @@ class Iota(Expr):
 class Const(Expr):
     value: float | int | bool
     dtype: torch.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeValue(Expr):
+    """A symbolic size used as a value (an offset, a bound, a clamp: ``(T - 1) // 2``,
+    ``Lk - Lq``): the same at every point, known at launch, where the runtime computes
+    it from the inputs' sizes ([Note: sizes used as values] in :mod:`flashlight.runtime`)."""
+
+    size: str
+    dtype: torch.dtype = torch.int64
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,7 @@ from flashlight.ir import (
     Reduce,
     Ref,
     RunningMax,
+    SizeValue,
     TiledKernel,
 )
 
@@ -86,6 +87,8 @@ class Printer:
             return f"iota({fmt_axis(expr.axis)})"
         if isinstance(expr, Const):
             return repr(expr.value)
+        if isinstance(expr, SizeValue):
+            return f"size({expr.size})"
         if isinstance(expr, Pointwise):
             return f"{expr.op}({', '.join(sub(a) for a in expr.args)})"
         if isinstance(expr, Reduce):

@@ -23,6 +23,7 @@ from flashlight.indexing import (
     finest,
     meta_val,
     node_shape,
+    size_value,
     view_expand,
     view_identity,
     view_permute,
@@ -81,11 +82,16 @@ class _Lowerer:
     def run(self) -> Lowered:
         lw = self.lw
         for node in self.gm.graph.nodes:
+            if node.op in ("placeholder", "call_function") and isinstance(meta_val(node), torch.SymInt):
+                try:  # a size (fixed by a guard: a number) used as a value ([Note: sizes used as values])
+                    lw.env[node.name] = size_value(meta_val(node))
+                except Unsupported as why:
+                    if node.op != "placeholder":
+                        self._make_opaque(node, f"{_op_name(node)}: {why}")
+                continue
             if node.op == "placeholder":
                 if isinstance(meta_val(node), torch.Tensor):
                     lw.env[node.name] = lw.input_access(node)
-                elif isinstance(meta_val(node), torch.SymInt) and meta_val(node).node.expr.is_number:
-                    lw.env[node.name] = Const(int(meta_val(node).node.expr), torch.int64)  # a size fixed by a guard
                 continue
             if node.op == "output":
                 for arg in fx.graph.map_arg(node.args, lambda n: n).__iter__():
@@ -327,10 +333,10 @@ def _clamp(lw: LowerContext, node: fx.Node) -> Access:
     body = lw.read(x, axes)
     lo = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
     hi = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
-    if lo is not None:
-        body = Pointwise("maximum", (body, Const(lo, dtype)), dtype)
+    if lo is not None:  # a number, or a node holding a size
+        body = Pointwise("maximum", (body, lw.read(lw.value(lo, dtype), axes)), dtype)
     if hi is not None:
-        body = Pointwise("minimum", (body, Const(hi, dtype)), dtype)
+        body = Pointwise("minimum", (body, lw.read(lw.value(hi, dtype), axes)), dtype)
     return lw.add_nest(axes, body, dtype, "clamp")
 
 

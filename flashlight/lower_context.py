@@ -16,7 +16,7 @@ import torch.fx as fx
 
 from flashlight.constants import fold_constants, rounded
 from flashlight.indexing import Access, Unsupported, finest, match_axis, meta_val, node_shape
-from flashlight.ir import Axis, Const, Dim, Expr, Load, Nest, Ref, axis_dims
+from flashlight.ir import Axis, Const, Dim, Expr, Load, Nest, Pointwise, Ref, SizeValue, axis_dims
 
 
 class LowerContext:
@@ -60,9 +60,10 @@ class LowerContext:
         self.nests.append(Nest(name, axes, body, dtype, (self.origin,)))
         return Access("nest", name, axes, axes, dtype)
 
-    def read(self, value: Access | Const, out_axes: tuple[Axis, ...]) -> Expr:
-        """The expression reading ``value`` broadcast (right-aligned) to ``out_axes``."""
-        if isinstance(value, Const):
+    def read(self, value: Access | Expr, out_axes: tuple[Axis, ...]) -> Expr:
+        """The expression reading ``value`` broadcast (right-aligned) to ``out_axes``; a
+        scalar (a constant, a size) is the same everywhere."""
+        if not isinstance(value, Access):
             return value
         offset = len(out_axes) - len(value.axes)
         if offset < 0:
@@ -96,11 +97,15 @@ class LowerContext:
             axes.append(tuple(Dim.fresh(s) for s in sizes))
         return tuple(axes)
 
-    def value(self, arg: Any, dtype: torch.dtype) -> Access | Const:
+    def value(self, arg: Any, dtype: torch.dtype) -> Access | Expr:
+        """Operand ``arg`` of an op computed in ``dtype``: a tensor's access, or a scalar
+        (a constant; a size, cast to a float op's dtype)."""
         if isinstance(arg, fx.Node):
             found = self.env.get(arg.name)
             if found is None:
                 raise Unsupported(f"operand {arg.name} has no lowering")
+            if isinstance(found, SizeValue) and (dtype.is_floating_point or dtype not in (torch.int64, torch.bool)):
+                return Pointwise("cast", (found,), dtype)  # a size in a float op: eager's promotion
             return found
         if isinstance(arg, (bool, int, float)):
             return scalar(arg, dtype)

@@ -34,7 +34,6 @@ that lies outside. So rotary embeddings in rotate-half form,
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import torch
@@ -52,7 +51,9 @@ from flashlight.ir import (
     Pointwise,
     Reduce,
     Ref,
+    SizeValue,
     axis_dims,
+    axis_extent,
     contains,
     rebuild,
     substitute,
@@ -141,17 +142,21 @@ def _gather(lw: LowerContext, node: fx.Node) -> Access:
 
 
 def _single(axis: Axis) -> Dim:
-    """The dim of a table axis looked up by computed positions: one, of static size."""
-    if len(axis) != 1 or not axis[0].is_static:
-        raise Unsupported("a lookup along a merged axis or one of dynamic size")
+    """The dim of a table axis looked up by computed positions: one dim."""
+    if len(axis) != 1:
+        raise Unsupported("a lookup along a merged axis")
     return axis[0]
 
 
 def _from_end(position: Expr, axis: Axis) -> Expr:
-    """``position`` along a table axis, a negative one counted from its end."""
-    size = int(_single(axis).size)
+    """``position`` along a table axis, a negative one counted from its end (a dynamic
+    size read at launch: [Note: sizes used as values] in :mod:`flashlight.indexing`)."""
+    dim = _single(axis)
+    size = Const(int(dim.size), position.dtype) if dim.is_static else SizeValue(dim.size)
+    if size.dtype != position.dtype:
+        size = Pointwise("cast", (size,), position.dtype)
     negative = Pointwise("lt", (position, Const(0, position.dtype)), torch.bool)
-    wrapped = Pointwise("add", (position, Const(size, position.dtype)), position.dtype)
+    wrapped = Pointwise("add", (position, size), position.dtype)
     return Pointwise("where", (negative, wrapped, position), position.dtype)
 
 
@@ -226,8 +231,7 @@ def _gather_node(base: str, index: tuple[Axis, ...], dtype: torch.dtype, mapping
     """``base`` read at ``index`` with the dims of ``mapping`` at their positions; a plain
     load where every position is an index of the result."""
     positions = tuple(_row_major(axis, mapping) for axis in index)
-    extents = tuple(math.prod(int(d.size) for d in axis) if all(d.is_static for d in axis) else None
-                    for axis in index)
+    extents = tuple(axis_extent(axis) for axis in index)
     return _gathered(base, positions, extents, dtype)
 
 
@@ -236,7 +240,7 @@ def _gathered(base: str, positions: tuple[Expr, ...], extents, dtype: torch.dtyp
     in the tensor), a plain load where every position is an index of the result."""
     positions = tuple(fold_constants(p) or p for p in positions)
     for p, extent in zip(positions, extents):
-        if isinstance(p, Const) and (p.value < 0 or (extent is not None and p.value >= extent)):
+        if isinstance(p, Const) and (p.value < 0 or (isinstance(extent, int) and p.value >= extent)):
             raise Unsupported(f"a fixed position {p.value} outside a dim of size {extent}")
     if all(isinstance(p, Iota) or p == Const(0, torch.int64) for p in positions):
         return Load(base, tuple(p.axis if isinstance(p, Iota) else () for p in positions), dtype)

@@ -33,9 +33,11 @@ def _full(lw: LowerContext, node: fx.Node) -> Access:
 def _scalar_tensor(lw: LowerContext, node: fx.Node) -> Access | Const:
     dtype = meta_val(node).dtype
     value = lw.value(node.args[0], dtype)
-    if not isinstance(value, Const):
+    if isinstance(value, Access):
         raise Unsupported("a scalar tensor of a tensor")
-    return lw.add_nest((), Const(value.value, dtype), dtype, "scalar")
+    if isinstance(value, Const):
+        value = Const(value.value, dtype)
+    return lw.add_nest((), value, dtype, "scalar")  # a number, or a size ([Note: sizes used as values])
 
 
 def _arange(lw: LowerContext, node: fx.Node) -> Access:

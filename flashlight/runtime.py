@@ -40,8 +40,9 @@ import torch
 
 from flashlight import background, compile_workers, launch_plan, prepare, settings, tuned_configs, tuning
 from flashlight.codegen import WIDE_BITS, KernelSource
-from flashlight.tuning_cache import gpu_capability, gpu_name, precompile, recall_choice, remember_choice
+from flashlight.indexing import evaluate_size, size_formula
 from flashlight.ir import Dim, Gather, Iota, Kernel, Load, TiledKernel, walk
+from flashlight.tuning_cache import gpu_capability, gpu_name, precompile, recall_choice, remember_choice
 
 log = logging.getLogger("flashlight")
 _MODULES: dict[str, object] = {}
@@ -168,20 +169,26 @@ def _out_of_resources(error: BaseException) -> bool:
 @dataclasses.dataclass
 class SizeSource:
     """Where a symbolic size is read at run time: ``inputs[tensor].shape[axis]``, divided
-    by ``others``, the sizes merged with it in that axis (static, or read directly)."""
+    by ``others``, the sizes merged with it in that axis (static, or read directly); or,
+    ``computed``, its text evaluated with the sizes it names ([Note: sizes used as
+    values] in :mod:`flashlight.indexing`)."""
 
     tensor: int
     axis: int
     others: tuple = ()
+    computed: bool = False
 
 
 def read_sizes(sources: dict[str, SizeSource], tensors) -> dict[str, int]:
     """The symbolic sizes' values for a launch on ``tensors``."""
-    values = {text: tensors[s.tensor].shape[s.axis] for text, s in sources.items() if not s.others}
+    values = {text: tensors[s.tensor].shape[s.axis] for text, s in sources.items() if not (s.others or s.computed)}
     for text, s in sources.items():
         if s.others:
             rest = math.prod(o if isinstance(o, int) else values[o] for o in s.others)
             values[text] = tensors[s.tensor].shape[s.axis] // rest if rest else 0
+    for text, s in sources.items():
+        if s.computed:
+            values[text] = evaluate_size(text, values)
     return values
 
 
@@ -197,6 +204,9 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
                 axes = node.index
             elif isinstance(node, Gather) and node.base in src.inputs:  # a position that is an index
                 axes = tuple(p.axis if isinstance(p, Iota) else () for p in node.positions)
+                for a, extent in enumerate(node.extents):  # a looked-up axis's size (its bound)
+                    if isinstance(extent, str):
+                        found.setdefault(extent, SizeSource(src.inputs.index(node.base), a))
             else:
                 continue
             for a, axis in enumerate(axes):
@@ -209,6 +219,9 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
         if len(unknown) == 1 and sum(d.size == unknown[0].size for d in axis) == 1:
             others = tuple(d.size for d in axis if d != unknown[0])
             found[unknown[0].size] = SizeSource(tensor, a, others)
+    for text in src.size_args:  # a size used as a value: computed from the sizes it names
+        if text not in found and all(name in found for name in size_formula(text)[1]):
+            found[text] = SizeSource(-1, -1, computed=True)
     missing = [s for s in src.size_args if s not in found]
     if missing:
         raise ValueError(f"sizes {missing} cannot be read from any kernel input")

@@ -256,15 +256,18 @@ def test_grouped_query_training_with_every_size_symbolic_saves_no_scores(gen, na
     assert len(repeats_summed) == 2, str(report)  # one per compiled shape
 
 
-@pytest.mark.parametrize("name", ["rotary", "sink_column"])
+@pytest.mark.parametrize("name", ["rotary", "sink_column", "relative_bias"])
 def test_training_with_every_size_symbolic_saves_no_scores(gen, name):
     """Variants under ``dynamic=True`` whose graphs hold sizes as nodes: rotary's
     ``rotate_half`` splits the head width in pieces of size ``D // 2``; the sink column's
-    joint graph slices the concatenated gradient at ``L`` and ``L + 1``. The lowering
-    reads such nodes as sizes and the concatenation rewrite ([Note: reductions through a
-    concatenation]) compares them as sizes, so the partition's analysis lowers the
-    forward and the backward recomputes the scores: nothing larger than an input is
-    saved, gradients (every floating input's) match float64 at two lengths."""
+    joint graph slices the concatenated gradient at ``L`` and ``L + 1``; the relative
+    bias clamps distances to ``(T - 1) // 2`` of a table of ``T`` buckets and looks them
+    up along that symbolic dim. The lowering reads such nodes as sizes (a size used as a
+    value: [Note: sizes used as values] in ``flashlight/indexing.py``) and the
+    concatenation rewrite ([Note: reductions through a concatenation]) compares them as
+    sizes, so the partition's analysis lowers the forward and the backward recomputes
+    the scores: nothing larger than an input is saved, gradients (every floating
+    input's) match float64 at two lengths."""
     from bench.variants import VARIANTS
     from bench.variants_base import as_outputs
 
@@ -287,3 +290,52 @@ def test_training_with_every_size_symbolic_saves_no_scores(gen, name):
         for got, ref in zip((out, *grads), (want, *want_grads)):
             assert torch.isfinite(got).all()
             torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4 * ref.abs().max().item())
+
+
+def _bottom_right_causal(q, k, v):
+    # the queries are the keys' last rows (a step over a cache): query i sees keys
+    # j <= i + (Lk - Lq), an offset that is a size
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5  # [B, H, Lq, Lk]
+    i = torch.arange(q_len, device=q.device)[:, None]
+    j = torch.arange(k_len, device=q.device)[None, :]
+    return torch.softmax(s.masked_fill(j > i + (k_len - q_len), -math.inf), dim=-1) @ v
+
+
+def test_a_mask_offset_by_a_size_is_one_kernel_that_skips_dead_tiles(gen):
+    """``Lk - Lq`` under ``dynamic=True`` is a size used as a value: the kernel takes it
+    as a size argument computed at launch from the inputs' lengths, the mask stays in
+    the kernel (one kernel, nothing computed outside it but the scale) and, being
+    bounded at launch, still proves key tiles dead ([Note: tile skipping]): a NaN in the
+    last key's value reaches the last row only, as no tile of the first 128 rows reads
+    it (eager: 0 * NaN everywhere)."""
+    report = ExplainReport()
+    compiled = torch.compile(_bottom_right_causal, backend=make_backend(report=report), dynamic=True)
+    for q_len, k_len in ((40, 90), (300, 600)):
+        q = torch.randn(1, 2, q_len, WIDTH, generator=gen)
+        k, v = (torch.randn(1, 2, k_len, WIDTH, generator=gen) for _ in range(2))
+        with torch.no_grad():
+            out = compiled(q, k, v)
+        ref = _bottom_right_causal(q.double(), k.double(), v.double())
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    v[..., -1, :] = float("nan")
+    with torch.no_grad():
+        out = compiled(q, k, v)
+    assert torch.isfinite(out[..., :128, :]).all() and torch.isnan(out[..., -1, :]).all()
+    assert len(report.kernels) == 1, str(report)
+    assert not [op for op in _compute_ops(report) if not op.startswith(("scalar_tensor", "pow", "prims.convert"))], \
+        str(report)
+
+
+def test_size_texts_evaluate_as_integer_arithmetic_only():
+    from flashlight.indexing import Unsupported, evaluate_size, size_formula, size_value
+
+    assert evaluate_size("((s3 - 1)//2)", {"s3": 65}) == 32
+    assert evaluate_size("s1 - s0", {"s0": 40, "s1": 90}) == 50
+    assert size_formula("2*s0*s1 + s2 % 3")[1] == ("s0", "s1", "s2")
+    for text in ("Max(s0, s1)", "s0/2", "__import__('os')", "s0.real", "s0 if s1 else s2"):
+        with pytest.raises(Unsupported):
+            size_formula(text)
+    with pytest.raises(ValueError):
+        evaluate_size("s0**-1", {"s0": 2})
+    assert size_value(7) == Const(7, torch.int64)

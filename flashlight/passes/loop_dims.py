@@ -33,7 +33,7 @@ import dataclasses
 import math
 
 from flashlight.ir import (
-    Axis, Const, Dim, Expr, Gather, Iota, Load, Pointwise, Reduce, Ref, free_dims, rebuild, walk,
+    Axis, Const, Dim, Expr, Gather, Iota, Load, Pointwise, Reduce, Ref, axis_extent, free_dims, rebuild, walk,
 )
 
 
@@ -100,8 +100,7 @@ def merge_loop_dims(red: Reduce) -> Reduce:
                 return dataclasses.replace(node, index=tuple(axes))
             if isinstance(node, Ref):
                 raise MergeFailed("a computed tensor read with the merged dims apart")
-            extents = tuple(math.prod(d.size for d in a) if all(d.is_static for d in a) else None
-                            for a in node.index)
+            extents = tuple(axis_extent(a) for a in node.index)
             return Gather(node.base, tuple(axis_position(a) for a in node.index), extents, node.dtype)
         if isinstance(node, Iota):
             axis = together(node.axis)

@@ -57,7 +57,7 @@ import math
 
 import torch
 
-from flashlight.ir import Const, Expr, Iota, Kernel, Load, Pointwise, Reduce, free_dims, replace_nodes, walk
+from flashlight.ir import Const, Expr, Iota, Kernel, Load, Pointwise, Reduce, SizeValue, free_dims, replace_nodes, walk
 from flashlight.vocabulary import DIVISION_OPS, INTERVAL_OPS
 
 NEG_INF, ZERO = "-inf", "0"
@@ -197,7 +197,7 @@ def bounded_by_intervals(expr: Expr) -> bool:
     too: IEEE rounding is monotone, so the same operations on the ends of the ranges
     give bounds. Loaded floats (scores, biases) are not."""
     for node in walk(expr):
-        if isinstance(node, Iota):
+        if isinstance(node, (Iota, SizeValue)):  # a size: one value, known at launch
             continue
         if isinstance(node, Const) and (not isinstance(node.value, float) or math.isfinite(node.value)):
             continue

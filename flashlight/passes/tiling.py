@@ -100,6 +100,7 @@ from flashlight.ir import (
     Pointwise,
     Reduce,
     RunningMax,
+    SizeValue,
     Tiling,
     TiledKernel,
     canonical,
@@ -198,7 +199,7 @@ class Layouts:
             return self._dims_layout(free_dims(expr))
         if isinstance(expr, Gather):
             return canonical(r for p in expr.positions for r in self.of(p))
-        if isinstance(expr, Const):
+        if isinstance(expr, (Const, SizeValue)):
             return ()
         if isinstance(expr, (RunningMax, LoopResult)):
             return self.loop_result(expr.index)
