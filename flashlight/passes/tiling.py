@@ -353,24 +353,31 @@ def sizes_to_fix(kernel: Kernel) -> frozenset[str]:
     loop's body (a head width), and of the output dims some loop reduction does not vary
     along (the value width of an attention), unless that size is the loop's extent."""
     loop_dim = kernel.loop[0].dim
-    inner = {d for red in kernel.loop for e in red.exprs() for node in walk(e)
-             if isinstance(node, Reduce) and node.op == "sum" and isinstance(node.body, Pointwise)
-             and node.body.op == "mul" for d in node.dims}
     common = frozenset(kernel.dims)
     for red in kernel.loop:
         common &= free_dims(red.body)
     features = {d for d in kernel.dims if d not in common and not sizes_equal(d.size, loop_dim.size)}
-    return frozenset(str(d.size) for d in inner | features if not d.is_static)
+    return frozenset(str(d.size) for d in _contracted_inside(kernel) | features if not d.is_static)
+
+
+def _contracted_inside(kernel: Kernel) -> set[Dim]:
+    """The dims a product is contracted over inside ``kernel``'s loop body (``q . k``)."""
+    return {d for red in kernel.loop for e in red.exprs() for node in walk(e)
+            if isinstance(node, Reduce) and node.op == "sum" and isinstance(node.body, Pointwise)
+            and node.body.op == "mul" for d in node.dims}
 
 
 def length_symbols(kernel: Kernel) -> frozenset[str]:
     """The symbols of ``kernel``'s lengths: its loop's extent and the row dims every loop
     reduction varies along (queries, batch, heads), never fixed ([Note: sizes a tile
-    must know])."""
+    must know]). An output dim the size of a width contracted inside the loop is that
+    width, not a length: with one loop reduction (``relu(q . k)^2 @ v``, no softmax
+    statistics) the value width is such a dim."""
     common = frozenset(kernel.dims)
     for red in kernel.loop:
         common &= free_dims(red.body)
-    sizes = [kernel.loop[0].dim.size, *(d.size for d in common)]
+    widths = {d.size for d in _contracted_inside(kernel)}
+    sizes = [kernel.loop[0].dim.size, *(d.size for d in common if d.size not in widths)]
     return frozenset(s.name for size in sizes if not isinstance(size, int) for s in sym(size).free_symbols)
 
 
