@@ -526,6 +526,25 @@ def _learned_kv_token(q, k, v, k_token, v_token):  # nn.MultiheadAttention's add
     return torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v
 
 
+def _point_distances(q, k, v, q_points, k_points, w):  # invariant point attention's squared distances of points
+    # q_points, k_points: [B, H, L, P * 3], P points of 3 coordinates per position and head
+    a, b = q_points.unflatten(-1, (4, 3)), k_points.unflatten(-1, (4, 3))
+    d2 = ((a[:, :, :, None] - b[:, :, None]) ** 2).sum(dim=(-1, -2))  # [B, H, L, L]
+    s = q @ k.transpose(-1, -2) * 0.25 - 0.5 * F.softplus(w)[:, None, None] * d2
+    return torch.softmax(s, -1) @ v
+
+
+def _entropy_too(q, k, v):  # the output and each row's attention entropy
+    log_p = torch.log_softmax(q @ k.transpose(-1, -2) * 0.25, -1)
+    p = log_p.exp()
+    return p @ v, -(p * log_p).sum(-1)
+
+
+def _two_temperatures(q, k, v, b):  # a softmax of the biased scores at two temperatures, mixed
+    s = q @ k.transpose(-1, -2) * 0.25 + b
+    return (0.7 * torch.softmax(s, -1) + 0.3 * torch.softmax(2 * s, -1)) @ v
+
+
 ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16])
     "sigmoid_scores": (_sigmoid_scores, lambda r: (r(3, 37, 37),)),
     "relu_squared": (_relu_squared, lambda r: ()),
@@ -559,6 +578,9 @@ ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16
     "max_values_log_softmax": (_max_values_log_softmax, lambda r: ()),
     "silu_gate_layer_norm": (_silu_gate_layer_norm, lambda r: (r(2, 3, 37, 16),)),
     "learned_kv_token": (_learned_kv_token, lambda r: (r(1, 3, 1, 16), r(1, 3, 1, 16))),
+    "point_distances": (_point_distances, lambda r: (r(2, 3, 37, 12), r(2, 3, 37, 12), r(3))),
+    "entropy_too": (_entropy_too, lambda r: ()),
+    "two_temperatures": (_two_temperatures, lambda r: (r(3, 37, 37),)),
 }
 
 
@@ -583,7 +605,8 @@ REDUCING = {"bmm", "mm", "sum", "amax", "max", "logsumexp", "_softmax", "_log_so
 
 
 @pytest.mark.parametrize("name", ["sigmoid_scores", "output_and_logsumexp", "softplus_temperature",
-                                  "einsum_attention", "linear_causal", "kv_cache_cat", "temperature_after_bias"])
+                                  "einsum_attention", "linear_causal", "kv_cache_cat", "temperature_after_bias",
+                                  "entropy_too"])
 def test_variants_beyond_the_catalog_have_gradients(name, request):
     """Gradients of every float input through the derived backward match float64 (a
     sigmoid of the scores, a returned log-sum-exp, a learned temperature per head)."""

@@ -30,10 +30,12 @@ kernel: the gate is computed, multiplied and projected tile by tile, never store
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 from flashlight.ir import (
-    Axis, Const, Dim, Expr, Gather, Iota, Load, Pointwise, Reduce, Ref, axis_extent, free_dims, rebuild, walk,
+    Axis, Const, Dim, Expr, Gather, Iota, Load, Pointwise, Reduce, Ref, axis_extent, free_dims, rebuild,
+    replace_nodes, walk,
 )
 
 
@@ -114,3 +116,42 @@ def merge_loop_dims(red: Reduce) -> Reduce:
 
 def _cast(expr: Expr, dtype) -> Expr:
     return expr if expr.dtype == dtype else Pointwise("cast", (expr,), dtype)
+
+
+# [Note: a sum over several dims inside the loop]
+# A sum inside a loop reduction's body may run over several small dims: invariant point
+# attention's squared distance between a query's and a key's points, ``sum_{p, x} (a[i, p,
+# x] - b[j, p, x])^2`` over points and coordinates. Kept apart, the two dims would be two
+# tile roles beside the rows and keys, which no tiling has; where every read names them
+# together, in order (the points stored as one flattened axis, as a view splits it), the
+# sum is rewritten over one dim as the loop's own sums are ([Note: a loop over several
+# dims]): the same elements, plain loads, one tile of ``|p| |x|`` positions. Any order of
+# the dims that reads them together is taken; where none does (the dims read apart,
+# which would need computed positions), the sum stays as it was.
+
+
+def merge_inner_sums(expr: Expr) -> Expr:
+    """``expr`` with the sums nested in its reductions over several static dims rewritten
+    over one dim where every read names those dims together ([Note: a sum over several
+    dims inside the loop])."""
+
+    def inner(node: Expr) -> Expr | None:
+        if not (isinstance(node, Reduce) and node.op == "sum" and 1 < len(node.dims) <= 3
+                and all(d.is_static for d in node.dims)):
+            return None
+        for order in itertools.permutations(node.dims):
+            try:
+                merged = merge_loop_dims(dataclasses.replace(node, dims=order))
+            except MergeFailed:
+                continue
+            if sum(isinstance(n, Gather) for n in walk(merged.body)) == sum(isinstance(n, Gather) for n in walk(node.body)):
+                return merged
+        return None
+
+    def outer(node: Expr) -> Expr | None:
+        if isinstance(node, Reduce):
+            body = rebuild(node.body, inner)
+            return node if body is node.body else dataclasses.replace(node, body=body)
+        return None
+
+    return replace_nodes(expr, outer)

@@ -72,7 +72,7 @@ from flashlight.ir import (
 )
 from flashlight.indexing import sizes_equal
 from flashlight.passes.features import features_from_results, over_output_dims
-from flashlight.passes.loop_dims import MergeFailed, merge_loop_dims
+from flashlight.passes.loop_dims import MergeFailed, merge_inner_sums, merge_loop_dims
 
 
 class NotOnline(Exception):
@@ -376,6 +376,7 @@ def make_online(nest: Nest) -> Kernel:
     body = features_from_results(nest.body, nest.dims)
     body = factor_invariants(split_sums(leave_log_space(absorb_max_floors(body)), out_dims))
     body = small_sums_inside(body)  # [Note: a small sum inside the loop]
+    body = merge_inner_sums(body)  # [Note: a sum over several dims inside the loop]
     body, loop = _loops_over_one_dim(body, _loop_reductions(body, out_dims), out_dims)
     if not loop:
         raise NotOnline("no reduction to run as a loop")
