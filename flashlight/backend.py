@@ -26,6 +26,7 @@ from flashlight.codegen import fp32_precision, generate
 from flashlight.concatenations import split_concatenations
 from flashlight.shifts import drop_repeated_maxes
 from flashlight.decompositions import decompositions, recompose_softmax
+from flashlight.indexing import Unsupported, node_shape
 from flashlight.ir import Reduce, TiledKernel, walk
 from flashlight.lower import REINDEXING, lower
 from flashlight.pipeline import Plan, compile_graph, fix_tile_sizes, tile_sizes_to_fix
@@ -108,6 +109,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
     for node_name, tiled in plan.kernels.items():
         interpret = _on_cpu(example_inputs)
         src = generate(tiled, None, fp32_precision(), interpret, settings.get("check_bounds"))
+        src = dataclasses.replace(src, input_sizes=tuple(_sizes(nodes[name]) for name in src.inputs))
         if settings.debug_level() >= 2:
             log.warning("[flashlight] Triton source for %s\n%s", node_name, src.source)
         launchers[node_name] = Launcher(
@@ -123,6 +125,14 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
     if shifted and report is not None:
         report.rewrites.append(f"{shifted} max(es) of values already less their row max: known, not taken again")
     return gm
+
+
+def _sizes(node: fx.Node) -> tuple:
+    """``node``'s sizes as the IR writes them (a number, a symbolic size's text)."""
+    try:
+        return node_shape(node)
+    except Unsupported:
+        return ()
 
 
 def _split_concatenations(gm: fx.GraphModule) -> int:

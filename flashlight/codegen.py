@@ -70,6 +70,7 @@ from flashlight.ir import (
     SizeValue,
     TiledKernel,
     free_dims,
+    spans_extent,
 )
 from flashlight.vocabulary import BOOLEAN_OPS, DIVISION_OPS, OPS
 
@@ -98,6 +99,10 @@ class KernelSource:
     # the output is float32 partial sums over runs of a serial loop, and the kernel takes
     # SPLITS, SPLIT_LEN and out_split after the strides ([Note: split serial loops])
     split: bool = False
+    # per input, its sizes as the graph knows them: where a symbolic size is read when no
+    # load of the kernel names it alone (a concatenated piece read through the whole
+    # concatenation's index); set by the backend, which has the graph
+    input_sizes: tuple[tuple, ...] = ()
 
 
 class _Printer(SumText):
@@ -177,7 +182,8 @@ class _Printer(SumText):
             var, lay = self.emit(position, scope)
             var = self.broadcast(var, lay, layout)
             terms.append(f"({var}) * in{k}_s{a}")
-            if not isinstance(position, (Iota, Const)) and gather.extents[a] is not None:
+            if gather.extents[a] is not None and not isinstance(position, Const) \
+                    and not spans_extent(position, gather.extents[a]):
                 if layout and not lay:  # a program's one position: a [1, 1] tile, which Triton's
                     # interpreter accepts in a tile's mask (a scalar it does not)
                     var = f"({var} + tl.zeros([{', '.join('1' for _ in layout)}], tl.int32))"

@@ -36,6 +36,7 @@ neither stored nor saved for the backward.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -53,7 +54,6 @@ _CASTS = frozenset((aten._to_copy.default, torch.ops.prims.convert_element_type.
                     aten.alias.default))
 _HALF = (torch.float16, torch.bfloat16)
 _REDUCTIONS = {aten.amax.default: "amax", aten.sum.dim_IntList: "sum", aten.logsumexp.default: "logsumexp"}
-_MISSING = object()  # an operand piece that cannot be written in the graph
 
 
 def split_concatenations(gm: fx.GraphModule) -> int:
@@ -153,9 +153,7 @@ class _Rewrite:
             if piece is not None:
                 node.replace_all_uses_with(piece)
         elif node.target in _POINTWISE or node.target in _CASTS:
-            pieces = [self._pointwise(node, k) for k in range(len(self.ranges))]
-            if all(p is not None for p in pieces):  # else its users read it whole, as before
-                self.pieces[node] = pieces
+            self.pieces[node] = [self._pointwise(node, k) for k in range(len(self.ranges))]
 
     def _combined(self, kind: str, pieces: list[fx.Node], keepdim: bool, where: fx.Node) -> fx.Node:
         reduce_op, join = (aten.amax.default, aten.maximum.default) if kind == "amax" else \
@@ -211,12 +209,11 @@ class _Rewrite:
                 return piece
         return None
 
-    def _pointwise(self, node: fx.Node, k: int) -> fx.Node | None:
+    def _pointwise(self, node: fx.Node, k: int) -> fx.Node:
         """``node``'s op on piece ``k``: its piecewise operands' piece, other tensors
-        sliced to the piece's range where they vary along the dim (None where that range
-        is symbolic: a graph's arguments cannot hold a size expression)."""
+        sliced to the piece's range where they vary along the dim (a symbolic range's
+        bounds computed by nodes from the pieces' sizes)."""
         rank = _val(node).dim()
-        a, b = self.ranges[k]
         like = next(self.pieces[x][k] for x in node.all_input_nodes if x in self.pieces)
 
         def operand(x):
@@ -228,14 +225,10 @@ class _Rewrite:
             if own < 0 or _same(_val(x).shape[own], 1):
                 return x
             piece = self._backward_piece(x, own, k, like, node)
-            if piece is None and isinstance(a, int) and isinstance(b, int):
-                piece = self._add(aten.slice.Tensor, (x, own, a, b), node)
-            return _MISSING if piece is None else piece
+            return piece if piece is not None else self._add(aten.slice.Tensor, (x, own, *self._bounds(k, node)), node)
 
         args = tuple(operand(x) for x in node.args)
         kwargs = {key: operand(x) for key, x in node.kwargs.items()}
-        if any(x is _MISSING for x in (*args, *kwargs.values())):
-            return None
         return self._add(node.target, args, node, kwargs)
 
     def _backward_piece(self, x: fx.Node, own: int, k: int, like: fx.Node, where: fx.Node) -> fx.Node | None:
@@ -262,6 +255,39 @@ class _Rewrite:
         if missed and len(shape) == _val(like).dim() and all(_same(u, w) for u, w in zip(shape, _val(like).shape)):
             return self._add(aten.zeros_like.default, (like,), where)
         return None
+
+    def _bounds(self, k: int, where: fx.Node) -> tuple:
+        """Piece ``k``'s range as a slice's arguments: numbers, or where a size is symbolic,
+        nodes adding up the pieces' sizes (``sym_size``) before ``where``."""
+        if all(isinstance(v, int) for v in self.ranges[k]):
+            return self.ranges[k]
+        ends: list = []
+        for piece in self.pieces[self.cat][:k + 1]:
+            size = _val(piece).shape[self.dim]
+            if not isinstance(size, int):
+                size = self._size_node(size, piece, where)
+            if not ends:
+                ends.append(size)
+            elif isinstance(ends[-1], int) and isinstance(size, int):
+                ends.append(ends[-1] + size)
+            else:
+                ends.append(self._add(operator.add, (ends[-1], size), where))
+        return (ends[-2] if k else 0), ends[-1]
+
+    def _size_node(self, size: torch.SymInt, piece: fx.Node, where: fx.Node) -> fx.Node:
+        """A node holding ``size``: a graph input that is that size, else the size of an
+        input tensor's axis; the piece's own size only where no input has it (reading it
+        from the piece would keep the piece computed)."""
+        inputs = [n for n in self.graph.nodes if n.op == "placeholder"]
+        for node in inputs:
+            if isinstance(_val(node), torch.SymInt) and _val(node).node.expr == size.node.expr:
+                return node
+        for node in inputs:
+            if isinstance(_val(node), torch.Tensor):
+                for d, s in enumerate(_val(node).shape):
+                    if isinstance(s, torch.SymInt) and s.node.expr == size.node.expr:
+                        return self._add(aten.sym_size.int, (node, d), where)
+        return self._add(aten.sym_size.int, (piece, self.dim), where)
 
     def _add(self, target, args: tuple, where: fx.Node, kwargs: dict | None = None) -> fx.Node:
         """A new node computing ``target(*args)`` before ``where``, with its value's metadata."""

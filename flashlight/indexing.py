@@ -122,8 +122,9 @@ def size_formula(text: str):
 
 
 def size_value(value: Any) -> Const | SizeValue:
-    """A size (an int or a SymInt) used as a value ([Note: sizes used as values])."""
-    size = size_of(value)
+    """A size (an int, a SymInt or a size's text) used as a value ([Note: sizes used as
+    values])."""
+    size = value if isinstance(value, str) else size_of(value)
     if isinstance(size, int):
         return Const(size, torch.int64)
     size_formula(size)  # raises Unsupported where the runtime could not evaluate it

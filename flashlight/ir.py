@@ -72,6 +72,17 @@ def axis_dims(axes: tuple[Axis, ...]) -> tuple[Dim, ...]:
     return tuple(d for axis in axes for d in axis)
 
 
+def spans_extent(position: "Expr", extent: Size | None) -> bool:
+    """Whether ``position`` (along a tensor axis of size ``extent``) is the index of an
+    axis of that size: every position it takes lies in the tensor, so a read there needs
+    no bound. A concatenation's piece read at the whole concatenation's index does not
+    ([Note: gathers] in :mod:`flashlight.lower_gather`)."""
+    if not isinstance(position, Iota):
+        return False
+    size = axis_extent(position.axis)
+    return extent is None or size is None or size == extent
+
+
 def axis_extent(axis: Axis) -> Size | None:
     """The size of a compound axis: a number where its dims are static, the symbolic size
     of its one dim, else None (a product of sizes some of them symbolic)."""

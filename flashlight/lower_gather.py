@@ -36,10 +36,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import sympy
 import torch
 import torch.fx as fx
 
-from flashlight.indexing import Access, NodeView, Unsupported, meta_val, node_shape, size_of, sizes_equal
+from flashlight.indexing import Access, NodeView, Unsupported, meta_val, node_shape, size_of, size_value, sizes_equal, sym
 from flashlight.ir import (
     Axis,
     Const,
@@ -54,6 +55,7 @@ from flashlight.ir import (
     SizeValue,
     axis_dims,
     axis_extent,
+    spans_extent,
     contains,
     rebuild,
     substitute,
@@ -242,7 +244,7 @@ def _gathered(base: str, positions: tuple[Expr, ...], extents, dtype: torch.dtyp
     for p, extent in zip(positions, extents):
         if isinstance(p, Const) and (p.value < 0 or (isinstance(extent, int) and p.value >= extent)):
             raise Unsupported(f"a fixed position {p.value} outside a dim of size {extent}")
-    if all(isinstance(p, Iota) or p == Const(0, torch.int64) for p in positions):
+    if all(spans_extent(p, extent) or p == Const(0, torch.int64) for p, extent in zip(positions, extents)):
         return Load(base, tuple(p.axis if isinstance(p, Iota) else () for p in positions), dtype)
     return Gather(base, positions, extents, dtype)
 
@@ -332,36 +334,45 @@ def _cat(lw: LowerContext, node: fx.Node) -> Access:
     dim %= len(shape)
     out_axes = tuple(() if n == 1 else (Dim.fresh(n),) for n in shape)
     t: Expr = Iota(out_axes[dim]) if out_axes[dim] else Const(0, torch.int64)
-    pieces: list[tuple[int, Expr]] = []
-    offset = 0
+    pieces: list[tuple[Expr, Expr]] = []
+    offset = sympy.Integer(0)  # where the piece starts: a sum of sizes, symbolic where they are
     for x in tensors:
         piece_shape = node_shape(x)
         if piece_shape == (0,):
             continue  # a legacy empty piece, skipped by cat
-        n = piece_shape[dim]
-        if not isinstance(n, int):
-            raise Unsupported("a concatenation of pieces of dynamic size")
         src = lw.value(x, dtype)
-        value = src if not isinstance(src, Access) else value_at(lw, src, _cat_mapping(src, out_axes, dim, t, offset))
+        start = _size_expr(offset)
+        value = src if not isinstance(src, Access) else value_at(lw, src, _cat_mapping(src, out_axes, dim, t, start))
         if value.dtype != dtype:
             value = Pointwise("cast", (value,), dtype)
-        offset += n
-        pieces.append((offset, value))
+        offset += sym(piece_shape[dim])
+        pieces.append((_size_expr(offset), value))
     body = pieces[-1][1]
     for end, value in reversed(pieces[:-1]):
-        inside = Pointwise("lt", (t, Const(end, torch.int64)), torch.bool)
+        inside = Pointwise("lt", (t, end), torch.bool)
         body = Pointwise("where", (inside, value, body), dtype)
     return lw.add_nest(out_axes, body, dtype, "cat")
 
 
-def _cat_mapping(src: Access, out_axes, dim: int, t: Expr, offset: int) -> dict[Dim, Expr]:
+def _size_expr(size: sympy.Expr) -> Expr:
+    """A sum of sizes as a value: a number, or a size read at launch ([Note: sizes used
+    as values] in :mod:`flashlight.indexing`)."""
+    return Const(int(size), torch.int64) if size.is_number else size_value(str(size))
+
+
+def _cat_mapping(src: Access, out_axes, dim: int, t: Expr, start: Expr) -> dict[Dim, Expr]:
     mapping: dict[Dim, Expr] = {}
     for k, (axis, out) in enumerate(zip(src.axes, out_axes)):
         if not axis:
             continue
         if len(axis) != 1:
             raise Unsupported("a concatenation of values with merged axes")
-        mapping[axis[0]] = _offset(t, -offset) if k == dim else Iota(out)
+        if k != dim:
+            mapping[axis[0]] = Iota(out)
+        elif isinstance(start, Const):
+            mapping[axis[0]] = _offset(t, -start.value)
+        else:
+            mapping[axis[0]] = Pointwise("sub", (t, start), torch.int64)
     return mapping
 
 

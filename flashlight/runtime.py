@@ -41,7 +41,7 @@ import torch
 from flashlight import background, compile_workers, launch_plan, prepare, settings, tuned_configs, tuning
 from flashlight.codegen import WIDE_BITS, KernelSource
 from flashlight.indexing import evaluate_size, size_formula
-from flashlight.ir import Dim, Gather, Iota, Kernel, Load, TiledKernel, walk
+from flashlight.ir import Dim, Gather, Kernel, Load, TiledKernel, spans_extent, walk
 from flashlight.tuning_cache import gpu_capability, gpu_name, precompile, recall_choice, remember_choice
 
 log = logging.getLogger("flashlight")
@@ -202,8 +202,8 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
         for node in walk(expr):
             if isinstance(node, Load) and node.base in src.inputs:
                 axes = node.index
-            elif isinstance(node, Gather) and node.base in src.inputs:  # a position that is an index
-                axes = tuple(p.axis if isinstance(p, Iota) else () for p in node.positions)
+            elif isinstance(node, Gather) and node.base in src.inputs:  # a position that is an axis's index
+                axes = tuple(p.axis if spans_extent(p, e) else () for p, e in zip(node.positions, node.extents))
                 for a, extent in enumerate(node.extents):  # a looked-up axis's size (its bound)
                     if isinstance(extent, str):
                         found.setdefault(extent, SizeSource(src.inputs.index(node.base), a))
@@ -219,6 +219,10 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
         if len(unknown) == 1 and sum(d.size == unknown[0].size for d in axis) == 1:
             others = tuple(d.size for d in axis if d != unknown[0])
             found[unknown[0].size] = SizeSource(tensor, a, others)
+    for k, sizes in enumerate(src.input_sizes):  # sizes no load names alone: an input's own axis
+        for a, size in enumerate(sizes):
+            if isinstance(size, str):
+                found.setdefault(size, SizeSource(k, a))
     for text in src.size_args:  # a size used as a value: computed from the sizes it names
         if text not in found and all(name in found for name in size_formula(text)[1]):
             found[text] = SizeSource(-1, -1, computed=True)

@@ -151,20 +151,20 @@ def biased_after_concatenation(q, k, v, sinks, bias):
 
 
 def test_a_value_along_the_concatenated_dim_is_sliced_to_each_piece():
-    """Static lengths slice the bias per piece and fuse; at a dynamic length a slice of
-    a symbolic range cannot be written, and the graph keeps the concatenation: correct
-    either way."""
+    """The bias is sliced to each piece's range and the graph fuses into one kernel, at
+    a static length and at a dynamic one, whose range bounds are nodes adding up the
+    pieces' sizes, read from the graph's inputs (never from the scores, which would then
+    be computed for their size)."""
     report = ExplainReport()
     compiled = torch.compile(biased_after_concatenation, backend=make_backend(report=report))
     with torch.no_grad():
         for n in (L, 23):
             args = _inputs(100 + n, n) + [rand(n, n + 1, seed=104 + n)]
             _close(compiled(*args), biased_after_concatenation(*(a.double() for a in args)), 1e-5)
-            if n == L:  # the static graph: one kernel, the bias read through slices
-                assert len(report.kernels) == 1 and not report.fallback_ops, str(report)
-                assert "slice.Tensor" in report.kernels[0].aten_ops
+            assert not report.fallback_ops, str(report)
+            assert "slice.Tensor" in report.kernels[-1].aten_ops
     torch.compiler.reset()
-    assert any(op.name == "cat.default" for op in report.fallback_ops), str(report)  # the dynamic graph
+    assert len(report.kernels) == 2, str(report)  # the static graph's, the dynamic graph's
 
 
 # ------------------------------------------------------------------ the rewrite's algebra
@@ -210,3 +210,32 @@ def test_the_rewritten_graph_computes_what_the_graph_did(sizes, dim, kind, along
         after = gm(*args)
     for a, b in zip(before, after, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def memory_tokens(q, k, v, k_memory, v_memory):
+    # learned memory tokens per head [1, H, M, D] before the keys and values
+    k = torch.cat([k_memory.expand(k.shape[0], -1, -1, -1), k], dim=-2)  # [B, H, M + L, D]
+    v = torch.cat([v_memory.expand(v.shape[0], -1, -1, -1), v], dim=-2)
+    return torch.softmax(q @ k.transpose(-1, -2) * D ** -0.5, dim=-1) @ v
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_each_piece_is_read_inside_its_own_range(dynamic):
+    """Keys concatenated after memory tokens: at key position ``t`` the kernel reads the
+    memory at ``t`` only where ``t < M`` and the keys at ``t - M`` only past it; no read
+    leaves its tensor (the kernels check every load's bounds). Under ``dynamic=True``
+    the memory's count ``M`` is a symbolic size that no load names alone (the memory is
+    read at the concatenation's index): the runtime reads it from the memory's own
+    shape, and the loop's extent ``M + L`` is computed from it ([Note: sizes used as
+    values] in ``flashlight/indexing.py``). One kernel, float64-exact, at two lengths."""
+    from flashlight import settings
+
+    report = ExplainReport()
+    compiled = torch.compile(memory_tokens, backend=make_backend(report=report), dynamic=dynamic)
+    with settings.override(check_bounds=True), torch.no_grad():
+        for n in (L, 23):
+            q, k, v = _inputs(140 + n, n)[:3]
+            args = (q, k, v, rand(1, H, 5, D, seed=145), rand(1, H, 5, D, seed=146))
+            _close(compiled(*args), memory_tokens(*(a.double() for a in args)), 1e-5)
+            assert len(report.kernels) in (1, 2) and not report.fallback_ops, str(report)
+    torch.compiler.reset()
