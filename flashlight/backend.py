@@ -33,7 +33,7 @@ from flashlight.pipeline import Plan, compile_graph, fix_tile_sizes, tile_sizes_
 from flashlight.random_ops import draw_seeds_first
 from flashlight.report import ExplainReport, FallbackOp, KernelReport
 from flashlight.aot import aot_compile
-from flashlight.runtime import COMPILE_EVENTS, Launcher, config_space
+from flashlight.runtime import COMPILE_EVENTS, Launcher, UnreadableSizes, config_space
 
 log = logging.getLogger("flashlight")
 aten = torch.ops.aten
@@ -106,17 +106,20 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
         plan = _fused_loops_only(plan)
     nodes = {n.name: n for n in gm.graph.nodes}
     launchers: dict[str, Launcher] = {}
-    for node_name, tiled in plan.kernels.items():
+    for node_name, tiled in list(plan.kernels.items()):
         interpret = _on_cpu(example_inputs)
         src = generate(tiled, None, fp32_precision(), interpret, settings.get("check_bounds"))
         src = dataclasses.replace(src, input_sizes=tuple(_sizes(nodes[name]) for name in src.inputs))
         if settings.debug_level() >= 2:
             log.warning("[flashlight] Triton source for %s\n%s", node_name, src.source)
-        launchers[node_name] = Launcher(
-            tiled, src, autotune=options.get("autotune"),
-            input_dtypes=tuple(nodes[name].meta["val"].dtype for name in src.inputs),
-            aten_ops=tuple(_op_name(nodes[o]) for o in tiled.kernel.origins if o in nodes),
-            eager=_eager_subgraph(gm, plan.nodes_of(node_name), src.inputs))
+        try:
+            launchers[node_name] = Launcher(
+                tiled, src, autotune=options.get("autotune"),
+                input_dtypes=tuple(nodes[name].meta["val"].dtype for name in src.inputs),
+                aten_ops=tuple(_op_name(nodes[o]) for o in tiled.kernel.origins if o in nodes),
+                eager=_eager_subgraph(gm, plan.nodes_of(node_name), src.inputs))
+        except UnreadableSizes as why:  # that kernel's operations run as the graph has them
+            plan = _without_kernels(plan, {node_name}, str(why))
     _stitch(gm, launchers, plan)
     _record(report, gm, plan, launchers)
     if split and report is not None:
@@ -162,15 +165,22 @@ def _split_concatenations(gm: fx.GraphModule) -> int:
 
 def _fused_loops_only(plan: Plan) -> Plan:
     """``plan`` without the kernels Inductor runs at least as well."""
+    dropped = {node for node, tiled in plan.kernels.items() if not _chains_in_loop(tiled)}
+    return _without_kernels(plan, dropped, "a single contraction or no loop: left to Inductor")
+
+
+def _without_kernels(plan: Plan, dropped: set[str], reason: str) -> Plan:
+    """``plan`` without the kernels of nodes ``dropped``: their operations stay in the
+    graph, with ``reason``."""
     kept, rejected, outputs = {}, dict(plan.rejected), {}
     for node, tiled in plan.kernels.items():
-        if _chains_in_loop(tiled):
+        if node not in dropped:
             kept[node] = tiled
             if node in plan.outputs:
                 outputs[node] = plan.outputs[node]
         else:
             for origin in tiled.kernel.origins:
-                rejected.setdefault(origin, "a single contraction or no loop: left to Inductor")
+                rejected.setdefault(origin, reason)
     return dataclasses.replace(plan, kernels=kept, rejected=rejected, outputs=outputs)
 
 

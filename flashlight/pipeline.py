@@ -44,7 +44,7 @@ from flashlight.passes.online import NotOnline, make_online, online_kernel
 from flashlight.passes.outputs import merge_outputs
 from flashlight.passes.skipping import find_live_tiles
 from flashlight.passes.tile_plan import check_plan
-from flashlight.passes.tiling import MAX_TILE, length_symbols, sizes_to_fix, tile
+from flashlight.passes.tiling import MAX_TILE, length_symbols, nested_product_sizes, sizes_to_fix, tile
 
 __all__ = ["GRAPH_PASSES", "KERNEL_PASSES", "Plan", "compile_graph", "recomputes_across_grid",
            "fix_tile_sizes", "repeats_loop_work", "tile_sizes_to_fix"]
@@ -239,7 +239,8 @@ def tile_sizes_to_fix(lowered: Lowered) -> frozenset[str]:
                 continue
             try:
                 kernel = make_online(nest)
-            except NotOnline:
+            except NotOnline:  # the back-off splits it: the products its parts will loop over
+                wanted |= nested_product_sizes(nest.body)
                 continue
             wanted |= sizes_to_fix(kernel)
             lengths |= length_symbols(kernel)

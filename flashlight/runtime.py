@@ -166,7 +166,12 @@ def _out_of_resources(error: BaseException) -> bool:
     return isinstance(error, OutOfResources)
 
 
-@dataclasses.dataclass
+class UnreadableSizes(ValueError):
+    """A kernel's symbolic size that no input's shape gives (every input merges it with
+    another unknown one): the kernel cannot be launched, its graph runs without it."""
+
+
+@dataclasses.dataclass(frozen=True)
 class SizeSource:
     """Where a symbolic size is read at run time: ``inputs[tensor].shape[axis]``, divided
     by ``others``, the sizes merged with it in that axis (static, or read directly); or,
@@ -228,7 +233,7 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
             found[text] = SizeSource(-1, -1, computed=True)
     missing = [s for s in src.size_args if s not in found]
     if missing:
-        raise ValueError(f"sizes {missing} cannot be read from any kernel input")
+        raise UnreadableSizes(f"sizes {missing} cannot be read from any kernel input")
     return found
 
 

@@ -368,3 +368,41 @@ def test_an_attention_with_one_loop_reduction_fixes_its_head_width(gen):
         ref = _squared_relu_causal(q.double(), k.double(), v.double())
         torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
     assert len(report.kernels) == 1 and not _beyond_the_scale(report), str(report)
+
+
+def _latent_attention(q_nope, q_rope, c_kv, k_rope, w_uk, w_uv):
+    # multi-head latent attention with its key and value up-projections absorbed: the
+    # queries meet a shared latent c_kv [B, L, R] through w_uk [H, C, R], a rotary part
+    # meets one shared key k_rope [B, L, P]; the latent is the values too, then w_uv [R, F]
+    q_latent = q_nope @ w_uk  # [B, H, L, R]
+    s = q_latent @ c_kv[:, None].transpose(-1, -2) + q_rope @ k_rope[:, None].transpose(-1, -2)
+    return (torch.softmax(s * 0.2, -1) @ c_kv[:, None]) @ w_uv  # [B, H, L, F]
+
+
+def test_chained_contractions_fix_the_widths_their_attention_contracts(gen):
+    """``(p @ c_kv) @ w_uv`` is one fused nest but no one loop (two contractions over
+    different extents): the back-off cuts the attention out of it. Under ``dynamic=True``
+    the widths that attention contracts (the latent, the rotary part) are fixed all the
+    same (``nested_product_sizes``), so it is one kernel whose scores stay inside it,
+    forward and backward: nothing larger than an input is saved, at two lengths. The
+    backward's gradient of ``w_uk`` sums over the batch of inputs whose batch and heads
+    are merged, two symbolic sizes no input gives apart: that kernel is left out
+    (``UnreadableSizes``), the rest of the graph keeps its kernels."""
+    compiled = torch.compile(_latent_attention, backend=make_backend(), dynamic=True)
+    for length in (13, 18):
+        args = [torch.randn(3, HEADS, length, 12, generator=gen), torch.randn(3, HEADS, length, 4, generator=gen),
+                torch.randn(3, length, 10, generator=gen), torch.randn(3, length, 4, generator=gen),
+                torch.randn(HEADS, 12, 10, generator=gen) / 3, torch.randn(10, 6, generator=gen) / 3]
+        leaves = [a.requires_grad_() for a in args]
+        saved: list[int] = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+            out = compiled(*leaves)
+        grad_out = torch.randn(out.shape, generator=gen)
+        grads = torch.autograd.grad(out, leaves, grad_out)
+        exact = [a.detach().double().requires_grad_() for a in args]
+        want = _latent_attention(*exact)
+        want_grads = torch.autograd.grad(want, exact, grad_out.double())
+        assert max(saved) <= max(a.numel() for a in args) < 3 * HEADS * length * length, saved
+        for got, ref in zip((out, *grads), (want, *want_grads)):
+            assert torch.isfinite(got).all()
+            torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4 * ref.abs().max().item())

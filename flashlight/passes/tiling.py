@@ -360,11 +360,24 @@ def sizes_to_fix(kernel: Kernel) -> frozenset[str]:
     return frozenset(str(d.size) for d in _contracted_inside(kernel) | features if not d.is_static)
 
 
+def nested_product_sizes(expr: Expr) -> frozenset[str]:
+    """The symbolic sizes of the dims a product is contracted over inside another
+    reduction of ``expr``: of a fused nest that is not one loop (two chained contractions
+    over different extents, ``(p @ c) @ W``), the widths the kernels the back-off cuts
+    from it will contract inside their loops ([Note: sizes a tile must know])."""
+    return frozenset(str(d.size) for outer in walk(expr) if isinstance(outer, Reduce)
+                     for d in _product_dims(outer.body) if not d.is_static)
+
+
+def _product_dims(expr: Expr) -> set[Dim]:
+    """The dims of the sums of products in ``expr``."""
+    return {d for node in walk(expr) if isinstance(node, Reduce) and node.op == "sum"
+            and isinstance(node.body, Pointwise) and node.body.op == "mul" for d in node.dims}
+
+
 def _contracted_inside(kernel: Kernel) -> set[Dim]:
     """The dims a product is contracted over inside ``kernel``'s loop body (``q . k``)."""
-    return {d for red in kernel.loop for e in red.exprs() for node in walk(e)
-            if isinstance(node, Reduce) and node.op == "sum" and isinstance(node.body, Pointwise)
-            and node.body.op == "mul" for d in node.dims}
+    return {d for red in kernel.loop for e in red.exprs() for d in _product_dims(e)}
 
 
 def length_symbols(kernel: Kernel) -> frozenset[str]:
