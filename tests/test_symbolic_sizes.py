@@ -406,3 +406,24 @@ def test_chained_contractions_fix_the_widths_their_attention_contracts(gen):
         for got, ref in zip((out, *grads), (want, *want_grads)):
             assert torch.isfinite(got).all()
             torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4 * ref.abs().max().item())
+
+
+def test_repeats_around_the_key_loop_only_where_each_pass_is_one_dot():
+    """``sum_i sum_r exp(s[r, i, j]) * sum_d g[r, i, d] w[f, d]`` with ``r`` a symbolic
+    count and ``j`` a grid dim: each ``(r, i)`` term is a vector over keys times a tile,
+    no ``tl.dot``, so the sum over ``r`` runs as an inner loop inside the key loop. The
+    loop around the key loop ([Note: the repeats outside the key loop]) would add every
+    ``r`` term in each of its ``r`` passes (a gradient of latent attention's values under
+    ``dynamic=True`` came out doubled with two heads)."""
+    from flashlight.ir import Dim, Kernel, Load, LoopReduction, LoopResult, Reduce
+    from flashlight.passes.tiling import tile
+
+    f32 = torch.float32
+    i, j, r, d, f = Dim.fresh(13, "i"), Dim.fresh("s1", "j"), Dim.fresh("s0", "r"), Dim.fresh(16, "d"), Dim.fresh(8, "f")
+    p = Pointwise("exp", (Load("s", ((r,), (i,), (j,)), f32),), f32)
+    dp = Reduce("sum", Pointwise("mul", (Load("g", ((r,), (i,), (d,)), f32), Load("w", ((f,), (d,)), f32)), f32),
+                (d,), f32)
+    body = Reduce("sum", Pointwise("mul", (p, dp), f32), (r,), f32)
+    kernel = Kernel("k", ((j,), (f,)), f32, (LoopReduction("sum", body, i, (), f32),), LoopResult(0, f32), ("test",))
+    tiling = tile(kernel).tiling
+    assert tiling.inner_loops == (r,) and j in tiling.grid and not tiling.outer_loop

@@ -316,8 +316,10 @@ def _repeats_outside(kernel: Kernel, tiling: Tiling, layouts: Layouts) -> bool:
         return False
     (repeats,) = tiling.inner_loops
     loops = [*kernel.loop, *(kernel.unmasked or ())]
+    # each loop sum one tl.dot per pass (a looped sum whose body is no contraction runs as
+    # an inner loop over every repeat: around the key loop, each pass would add all of them)
     if not all(red.op == "sum" and not red.rescaled_by and red.body in layouts.looped_dots
-               and red.body.dims == (repeats,) for red in loops):
+               and red.body.dims == (repeats,) and layouts.is_dot(red.body, "n") for red in loops):
         return False
     inside = [node for red in loops for node in walk(red.body.body)]
     return not any(isinstance(node, Reduce) and repeats in node.dims for node in inside)
