@@ -30,7 +30,9 @@ there fall outside them and are masked), ``flip`` at ``size - 1 - t``, ``roll`` 
 ``(t - shift) mod size``, a constant pad (``F.pad``) at ``t - before``, its value where
 that lies outside. So rotary embeddings in rotate-half form,
 ``cat((-x[d:], x[:d]))``, fuse into the loads of ``q`` and ``k``. The pieces of a
-``cat`` and the dims of a flip or roll have static sizes.
+``cat`` may have symbolic sizes (a piece starts where the sizes before it add up to, a
+size used as a value); the dims of a flip or roll have static sizes. The mask of a
+piece read at the result's own index is its size (``ir.spans_extent``).
 """
 from __future__ import annotations
 
@@ -40,7 +42,9 @@ import sympy
 import torch
 import torch.fx as fx
 
-from flashlight.indexing import Access, NodeView, Unsupported, meta_val, node_shape, size_of, size_value, sizes_equal, sym
+from flashlight.indexing import (
+    Access, NodeView, Unsupported, meta_val, node_shape, size_of, size_value, sizes_equal, sym,
+)
 from flashlight.ir import (
     Axis,
     Const,
@@ -55,9 +59,9 @@ from flashlight.ir import (
     SizeValue,
     axis_dims,
     axis_extent,
-    spans_extent,
     contains,
     rebuild,
+    spans_extent,
     substitute,
 )
 from flashlight.constants import fold_constants

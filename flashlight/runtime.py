@@ -40,7 +40,7 @@ import torch
 
 from flashlight import background, compile_workers, launch_plan, prepare, settings, tuned_configs, tuning
 from flashlight.codegen import WIDE_BITS, KernelSource
-from flashlight.indexing import evaluate_size, size_formula
+from flashlight.indexing import Unsupported, evaluate_size, size_formula
 from flashlight.ir import Dim, Gather, Kernel, Load, TiledKernel, spans_extent, walk
 from flashlight.tuning_cache import gpu_capability, gpu_name, precompile, recall_choice, remember_choice
 
@@ -229,12 +229,21 @@ def size_sources(kernel: Kernel, src: KernelSource) -> dict[str, SizeSource]:
             if isinstance(size, str):
                 found.setdefault(size, SizeSource(k, a))
     for text in src.size_args:  # a size used as a value: computed from the sizes it names
-        if text not in found and all(name in found for name in size_formula(text)[1]):
+        if text not in found and all(name in found for name in _names_in(text)):
             found[text] = SizeSource(-1, -1, computed=True)
     missing = [s for s in src.size_args if s not in found]
     if missing:
         raise UnreadableSizes(f"sizes {missing} cannot be read from any kernel input")
     return found
+
+
+def _names_in(text: str) -> tuple[str, ...]:
+    """The sizes size ``text`` names; a symbol where it is no expression the runtime
+    evaluates (then it must be read whole, or is missing)."""
+    try:
+        return size_formula(text)[1]
+    except Unsupported:
+        return (text,)
 
 
 def integer_arguments(size_args, tensors, outs, split_args) -> dict[str, int]:

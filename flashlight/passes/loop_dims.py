@@ -144,7 +144,7 @@ def merge_inner_sums(expr: Expr) -> Expr:
                 merged = merge_loop_dims(dataclasses.replace(node, dims=order))
             except MergeFailed:
                 continue
-            if sum(isinstance(n, Gather) for n in walk(merged.body)) == sum(isinstance(n, Gather) for n in walk(node.body)):
+            if _gathers(merged.body) == _gathers(node.body):  # every read names the dims together
                 return merged
         return None
 
@@ -155,3 +155,7 @@ def merge_inner_sums(expr: Expr) -> Expr:
         return None
 
     return replace_nodes(expr, outer)
+
+
+def _gathers(expr: Expr) -> int:
+    return sum(isinstance(n, Gather) for n in walk(expr))
