@@ -28,10 +28,14 @@ from flashlight.ir import (
     Graph,
     Load,
     Nest,
+    Reduce,
     Ref,
     TiledKernel,
+    contains,
     dim_names,
+    free_dims,
     rebuild,
+    walk,
 )
 from flashlight.ir_check import check_invariants, check_kernel_invariants
 from flashlight.ir_print import format_graph, format_kernel, format_tiled
@@ -44,7 +48,7 @@ from flashlight.passes.online import NotOnline, make_online, online_kernel
 from flashlight.passes.outputs import merge_outputs
 from flashlight.passes.skipping import find_live_tiles
 from flashlight.passes.tile_plan import check_plan
-from flashlight.passes.tiling import MAX_TILE, length_symbols, nested_product_sizes, sizes_to_fix, tile
+from flashlight.passes.tiling import MAX_TILE, length_symbols, sizes_to_fix, tile
 
 __all__ = ["GRAPH_PASSES", "KERNEL_PASSES", "Plan", "compile_graph", "recomputes_across_grid",
            "fix_tile_sizes", "repeats_loop_work", "tile_sizes_to_fix"]
@@ -237,14 +241,31 @@ def tile_sizes_to_fix(lowered: Lowered) -> frozenset[str]:
         for nest in graph.nests:
             if nest.name not in graph.materialized:
                 continue
-            try:
-                kernel = make_online(nest)
-            except NotOnline:  # the back-off splits it: the products its parts will loop over
-                wanted |= nested_product_sizes(nest.body)
-                continue
-            wanted |= sizes_to_fix(kernel)
-            lengths |= length_symbols(kernel)
+            for kernel in _online_parts(nest):
+                wanted |= sizes_to_fix(kernel)
+                lengths |= length_symbols(kernel)
     return frozenset(wanted - lengths)
+
+
+def _online_parts(nest: Nest) -> list:
+    """``nest`` as one online kernel; where it is none (two chained contractions over
+    different extents, ``(p @ c) @ W``), the kernel the back-off would cut from it: the
+    outermost reduction inside it over values that are reductions (``p @ c``) that is one
+    online loop on its own (its parts, a softmax's row sum alone, are not kernels of the
+    cut, and their lengths would not be the cut's)."""
+    try:
+        return [make_online(nest)]
+    except NotOnline:
+        pass
+    for node in walk(nest.body):
+        if isinstance(node, Reduce) and node is not nest.body and contains(node.body, Reduce):
+            dims = sorted(free_dims(node), key=lambda d: d.name)
+            try:
+                return [make_online(Nest(f"{nest.name}_part", tuple((d,) for d in dims), node, node.dtype,
+                                         nest.origins))]
+            except NotOnline:
+                continue
+    return []
 
 
 def fix_tile_sizes(gm: fx.GraphModule, example_inputs, texts: frozenset[str]) -> bool:

@@ -362,15 +362,6 @@ def sizes_to_fix(kernel: Kernel) -> frozenset[str]:
     return frozenset(str(d.size) for d in _contracted_inside(kernel) | features if not d.is_static)
 
 
-def nested_product_sizes(expr: Expr) -> frozenset[str]:
-    """The symbolic sizes of the dims a product is contracted over inside another
-    reduction of ``expr``: of a fused nest that is not one loop (two chained contractions
-    over different extents, ``(p @ c) @ W``), the widths the kernels the back-off cuts
-    from it will contract inside their loops ([Note: sizes a tile must know])."""
-    return frozenset(str(d.size) for outer in walk(expr) if isinstance(outer, Reduce)
-                     for d in _product_dims(outer.body) if not d.is_static)
-
-
 def _product_dims(expr: Expr) -> set[Dim]:
     """The dims of the sums of products in ``expr``."""
     return {d for node in walk(expr) if isinstance(node, Reduce) and node.op == "sum"
