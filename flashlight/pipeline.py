@@ -26,6 +26,7 @@ from flashlight import settings
 from flashlight.backoff import Plan, recomputes_across_grid, repeats_loop_work, search
 from flashlight.ir import (
     Graph,
+    Kernel,
     Load,
     Nest,
     Reduce,
@@ -241,31 +242,32 @@ def tile_sizes_to_fix(lowered: Lowered) -> frozenset[str]:
         for nest in graph.nests:
             if nest.name not in graph.materialized:
                 continue
-            for kernel in _online_parts(nest):
+            kernel = _kernel_or_cut(nest)
+            if kernel is not None:
                 wanted |= sizes_to_fix(kernel)
                 lengths |= length_symbols(kernel)
     return frozenset(wanted - lengths)
 
 
-def _online_parts(nest: Nest) -> list:
+def _kernel_or_cut(nest: Nest) -> Kernel | None:
     """``nest`` as one online kernel; where it is none (two chained contractions over
     different extents, ``(p @ c) @ W``), the kernel the back-off would cut from it: the
     outermost reduction inside it over values that are reductions (``p @ c``) that is one
     online loop on its own (its parts, a softmax's row sum alone, are not kernels of the
-    cut, and their lengths would not be the cut's)."""
+    cut, and their lengths would not be the cut's); None where there is neither."""
     try:
-        return [make_online(nest)]
+        return make_online(nest)
     except NotOnline:
         pass
     for node in walk(nest.body):
         if isinstance(node, Reduce) and node is not nest.body and contains(node.body, Reduce):
             dims = sorted(free_dims(node), key=lambda d: d.name)
             try:
-                return [make_online(Nest(f"{nest.name}_part", tuple((d,) for d in dims), node, node.dtype,
-                                         nest.origins))]
+                return make_online(Nest(f"{nest.name}_part", tuple((d,) for d in dims), node, node.dtype,
+                                        nest.origins))
             except NotOnline:
                 continue
-    return []
+    return None
 
 
 def fix_tile_sizes(gm: fx.GraphModule, example_inputs, texts: frozenset[str]) -> bool:
