@@ -149,7 +149,7 @@ class Const(Expr):
 class SizeValue(Expr):
     """A symbolic size used as a value (an offset, a bound, a clamp: ``(T - 1) // 2``,
     ``Lk - Lq``): the same at every point, known at launch, where the runtime computes
-    it from the inputs' sizes ([Note: sizes used as values] in :mod:`flashlight.runtime`)."""
+    it from the inputs' sizes ([Note: sizes used as values] in :mod:`flashlight.indexing`)."""
 
     size: str
     dtype: torch.dtype = torch.int64
