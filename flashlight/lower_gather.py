@@ -56,7 +56,6 @@ from flashlight.ir import (
     Pointwise,
     Reduce,
     Ref,
-    SizeValue,
     axis_dims,
     axis_extent,
     contains,
@@ -157,9 +156,10 @@ def _single(axis: Axis) -> Dim:
 def _from_end(position: Expr, axis: Axis) -> Expr:
     """``position`` along a table axis, a negative one counted from its end (a dynamic
     size read at launch: [Note: sizes used as values] in :mod:`flashlight.indexing`)."""
-    dim = _single(axis)
-    size = Const(int(dim.size), position.dtype) if dim.is_static else SizeValue(dim.size)
-    if size.dtype != position.dtype:
+    size = size_value(_single(axis).size)
+    if isinstance(size, Const):
+        size = Const(size.value, position.dtype)
+    elif size.dtype != position.dtype:
         size = Pointwise("cast", (size,), position.dtype)
     negative = Pointwise("lt", (position, Const(0, position.dtype)), torch.bool)
     wrapped = Pointwise("add", (position, size), position.dtype)
@@ -361,7 +361,7 @@ def _cat(lw: LowerContext, node: fx.Node) -> Access:
 def _size_expr(size: sympy.Expr) -> Expr:
     """A sum of sizes as a value: a number, or a size read at launch ([Note: sizes used
     as values] in :mod:`flashlight.indexing`)."""
-    return Const(int(size), torch.int64) if size.is_number else size_value(str(size))
+    return size_value(int(size) if size.is_number else str(size))
 
 
 def _cat_mapping(src: Access, out_axes, dim: int, t: Expr, start: Expr) -> dict[Dim, Expr]:
