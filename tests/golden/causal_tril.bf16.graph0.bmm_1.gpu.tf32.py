@@ -3,7 +3,7 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_0afcb8cf894e(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, in1_s0, in1_s1, in1_s2, in1_s3, in2_s0, in2_s1, in2_s2, in2_s3, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
+def flashlight_d77c94b238a4(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, in1_s0, in1_s1, in1_s2, in1_s3, in2_s0, in2_s1, in2_s2, in2_s3, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
     pid = tl.program_id(0)
     if INDEX_BITS == 64:
         pid = pid.to(tl.int64)
@@ -22,7 +22,7 @@ def flashlight_0afcb8cf894e(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
     acc2 = tl.zeros([BLOCK_M], tl.float32)
     idx2 = offs_m
     x7 = tl.load(in0 + (g0) * in0_s1 + (offs_m[:, None]) * in0_s2 + (offs_e0[None, :]) * in0_s3, mask=(offs_m[:, None] < 37), other=0)
-    x8 = x7.to(tl.float32)
+    x8 = (x7.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
     row_lo = pid_m * BLOCK_M
     row_hi = tl.minimum(row_lo + BLOCK_M, 37) - 1
     coarse_first = N_SIZE + tl.zeros([], tl.int32)
@@ -70,7 +70,7 @@ def flashlight_0afcb8cf894e(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
         v5 = (tl.where(v4, 1, 0) != 0)
         v6 = (v5 == 0)
         x9 = tl.load(in1 + (g0) * in1_s1 + (offs_n[:, None]) * in1_s2 + (offs_e0[None, :]) * in1_s3, mask=(offs_n[:, None] < 37), other=0)
-        x10 = x9.to(tl.float32)
+        x10 = (x9.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
         dot11 = tl.dot(x7.to(tl.bfloat16), tl.trans(x9).to(tl.bfloat16))
         v12 = tl.where(v6, float("-inf"), dot11)
         bmax13 = tl.max(tl.where(offs_n[None, :] < N_SIZE, v12, float("-inf")), axis=1)
@@ -82,7 +82,7 @@ def flashlight_0afcb8cf894e(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
         v16 = (v14 - v15[:, None])
         v17 = tl.exp2(v16)
         x18 = tl.load(in2 + (g0) * in2_s1 + (offs_n[:, None]) * in2_s2 + (offs_f[None, :]) * in2_s3, mask=(offs_n[:, None] < 37), other=0)
-        x19 = x18.to(tl.float32)
+        x19 = (x18.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
         dot20 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v17, 0.0).to(tl.bfloat16), x18.to(tl.bfloat16))
         acc0 = acc0 * alpha1[:, None] + dot20
         part21 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v17, 0.0), axis=1)
@@ -91,7 +91,7 @@ def flashlight_0afcb8cf894e(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
     for start_n in range(full_first, full_end, BLOCK_N):
         offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         x22 = tl.load(in1 + (g0) * in1_s1 + (offs_n[:, None]) * in1_s2 + (offs_e0[None, :]) * in1_s3)
-        x23 = x22.to(tl.float32)
+        x23 = (x22.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
         dot24 = tl.dot(x7.to(tl.bfloat16), tl.trans(x22).to(tl.bfloat16))
         bmax25 = tl.max(dot24, axis=1)
         m_new1 = tl.maximum(m1, bmax25, propagate_nan=tl.PropagateNan.ALL)
@@ -102,7 +102,7 @@ def flashlight_0afcb8cf894e(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
         v28 = (v26 - v27[:, None])
         v29 = tl.exp2(v28)
         x30 = tl.load(in2 + (g0) * in2_s1 + (offs_n[:, None]) * in2_s2 + (offs_f[None, :]) * in2_s3)
-        x31 = x30.to(tl.float32)
+        x31 = (x30.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
         dot32 = tl.dot(v29.to(tl.bfloat16), x30.to(tl.bfloat16))
         acc0 = acc0 * alpha1[:, None] + dot32
         part33 = tl.sum(v29, axis=1)
@@ -116,7 +116,7 @@ def flashlight_0afcb8cf894e(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
         v5 = (tl.where(v4, 1, 0) != 0)
         v6 = (v5 == 0)
         x9 = tl.load(in1 + (g0) * in1_s1 + (offs_n[:, None]) * in1_s2 + (offs_e0[None, :]) * in1_s3, mask=(offs_n[:, None] < 37), other=0)
-        x10 = x9.to(tl.float32)
+        x10 = (x9.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
         dot11 = tl.dot(x7.to(tl.bfloat16), tl.trans(x9).to(tl.bfloat16))
         v12 = tl.where(v6, float("-inf"), dot11)
         bmax13 = tl.max(tl.where(offs_n[None, :] < N_SIZE, v12, float("-inf")), axis=1)
@@ -128,7 +128,7 @@ def flashlight_0afcb8cf894e(in0, in1, in2, out, in0_s0, in0_s1, in0_s2, in0_s3, 
         v16 = (v14 - v15[:, None])
         v17 = tl.exp2(v16)
         x18 = tl.load(in2 + (g0) * in2_s1 + (offs_n[:, None]) * in2_s2 + (offs_f[None, :]) * in2_s3, mask=(offs_n[:, None] < 37), other=0)
-        x19 = x18.to(tl.float32)
+        x19 = (x18.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
         dot20 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v17, 0.0).to(tl.bfloat16), x18.to(tl.bfloat16))
         acc0 = acc0 * alpha1[:, None] + dot20
         part21 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v17, 0.0), axis=1)

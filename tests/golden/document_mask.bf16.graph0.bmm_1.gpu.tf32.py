@@ -3,7 +3,7 @@ import triton.language as tl
 
 
 @triton.jit
-def flashlight_c64b65114f5b(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1_s2, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
+def flashlight_6f96c2e23bb6(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1_s2, in2_s0, in2_s1, in2_s2, in3_s0, in3_s1, in3_s2, out_s0, out_s1, out_s2, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_BITS: tl.constexpr = 32):
     pid = tl.program_id(0)
     if INDEX_BITS == 64:
         pid = pid.to(tl.int64)
@@ -23,7 +23,7 @@ def flashlight_c64b65114f5b(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
     x1 = tl.load(in0 + (offs_m) * in0_s0, mask=(offs_m < 35), other=0)
     idx4 = offs_m
     x9 = tl.load(in1 + (g0) * in1_s0 + (offs_m[:, None]) * in1_s1 + (offs_e0[None, :]) * in1_s2, mask=(offs_m[:, None] < 35), other=0)
-    x10 = x9.to(tl.float32)
+    x10 = (x9.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
     row_lo = pid_m * BLOCK_M
     row_hi = tl.minimum(row_lo + BLOCK_M, 35) - 1
     row_lo_t = row_lo + tl.zeros([16], tl.int32)
@@ -70,7 +70,7 @@ def flashlight_c64b65114f5b(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
         v7 = (v3 & v6)
         v8 = (v7 == 0)
         x11 = tl.load(in2 + (g0) * in2_s0 + (offs_n[:, None]) * in2_s1 + (offs_e0[None, :]) * in2_s2, mask=(offs_n[:, None] < 35), other=0)
-        x12 = x11.to(tl.float32)
+        x12 = (x11.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
         dot13 = tl.dot(x9.to(tl.bfloat16), tl.trans(x11).to(tl.bfloat16))
         v14 = tl.where(v8, float("-inf"), dot13)
         bmax15 = tl.max(tl.where(offs_n[None, :] < N_SIZE, v14, float("-inf")), axis=1)
@@ -82,7 +82,7 @@ def flashlight_c64b65114f5b(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
         v18 = (v16 - v17[:, None])
         v19 = tl.exp2(v18)
         x20 = tl.load(in3 + (g0) * in3_s0 + (offs_n[:, None]) * in3_s1 + (offs_f[None, :]) * in3_s2, mask=(offs_n[:, None] < 35), other=0)
-        x21 = x20.to(tl.float32)
+        x21 = (x20.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
         dot22 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v19, 0.0).to(tl.bfloat16), x20.to(tl.bfloat16))
         acc0 = acc0 * alpha1[:, None] + dot22
         part23 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v19, 0.0), axis=1)
@@ -91,7 +91,7 @@ def flashlight_c64b65114f5b(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
     for start_n in range(full_first, full_end, BLOCK_N):
         offs_n = index0 + start_n + tl.arange(0, BLOCK_N)
         x24 = tl.load(in2 + (g0) * in2_s0 + (offs_n[:, None]) * in2_s1 + (offs_e0[None, :]) * in2_s2)
-        x25 = x24.to(tl.float32)
+        x25 = (x24.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
         dot26 = tl.dot(x9.to(tl.bfloat16), tl.trans(x24).to(tl.bfloat16))
         bmax27 = tl.max(dot26, axis=1)
         m_new1 = tl.maximum(m1, bmax27, propagate_nan=tl.PropagateNan.ALL)
@@ -102,7 +102,7 @@ def flashlight_c64b65114f5b(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
         v30 = (v28 - v29[:, None])
         v31 = tl.exp2(v30)
         x32 = tl.load(in3 + (g0) * in3_s0 + (offs_n[:, None]) * in3_s1 + (offs_f[None, :]) * in3_s2)
-        x33 = x32.to(tl.float32)
+        x33 = (x32.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
         dot34 = tl.dot(v31.to(tl.bfloat16), x32.to(tl.bfloat16))
         acc0 = acc0 * alpha1[:, None] + dot34
         part35 = tl.sum(v31, axis=1)
@@ -117,7 +117,7 @@ def flashlight_c64b65114f5b(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
         v7 = (v3 & v6)
         v8 = (v7 == 0)
         x11 = tl.load(in2 + (g0) * in2_s0 + (offs_n[:, None]) * in2_s1 + (offs_e0[None, :]) * in2_s2, mask=(offs_n[:, None] < 35), other=0)
-        x12 = x11.to(tl.float32)
+        x12 = (x11.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
         dot13 = tl.dot(x9.to(tl.bfloat16), tl.trans(x11).to(tl.bfloat16))
         v14 = tl.where(v8, float("-inf"), dot13)
         bmax15 = tl.max(tl.where(offs_n[None, :] < N_SIZE, v14, float("-inf")), axis=1)
@@ -129,7 +129,7 @@ def flashlight_c64b65114f5b(in0, in1, in2, in3, out, in0_s0, in1_s0, in1_s1, in1
         v18 = (v16 - v17[:, None])
         v19 = tl.exp2(v18)
         x20 = tl.load(in3 + (g0) * in3_s0 + (offs_n[:, None]) * in3_s1 + (offs_f[None, :]) * in3_s2, mask=(offs_n[:, None] < 35), other=0)
-        x21 = x20.to(tl.float32)
+        x21 = (x20.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
         dot22 = tl.dot(tl.where(offs_n[None, :] < N_SIZE, v19, 0.0).to(tl.bfloat16), x20.to(tl.bfloat16))
         acc0 = acc0 * alpha1[:, None] + dot22
         part23 = tl.sum(tl.where(offs_n[None, :] < N_SIZE, v19, 0.0), axis=1)
