@@ -26,6 +26,7 @@ from flashlight.codegen import fp32_precision, generate
 from flashlight.concatenations import split_concatenations
 from flashlight.shifts import drop_repeated_maxes
 from flashlight.decompositions import decompositions, recompose_softmax
+from flashlight.graph_edits import sizes_read_from_inputs
 from flashlight.indexing import Unsupported, node_shape
 from flashlight.ir import Reduce, TiledKernel, walk
 from flashlight.lower import REINDEXING, lower
@@ -95,6 +96,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
             log.warning("[flashlight] this graph runs outside Flashlight: %s", unsupported)
         _record(report, gm, Plan({}, {}, None), {}, reason=unsupported)
         return gm
+    sizes_read_from_inputs(gm)  # [Note: sizes read off computed tensors]
     split = _split_concatenations(gm)
     shifted = drop_repeated_maxes(gm)  # [Note: a softmax of scores less their row max]
     draw_seeds_first(gm)  # [Note: dropout inside a kernel]

@@ -89,6 +89,9 @@ class _Lowerer:
                     if node.op != "placeholder":
                         self._make_opaque(node, f"{_op_name(node)}: {why}")
                 continue
+            if node.op == "call_function" and isinstance(meta_val(node), torch.SymFloat):
+                self._float_of_sizes(node)
+                continue
             if node.op == "placeholder":
                 if isinstance(meta_val(node), torch.Tensor):
                     lw.env[node.name] = lw.input_access(node)
@@ -133,6 +136,17 @@ class _Lowerer:
             found = self.lw.env.get(n.name)
             if isinstance(found, Access) and found.kind == "nest":
                 self.materialized.add(found.name)
+
+    def _float_of_sizes(self, node: fx.Node) -> None:
+        """A float computed from sizes (``1 / math.sqrt(d)`` with ``d`` symbolic): a constant
+        where the sizes it reads are fixed (a head width fixed to this call's value,
+        [Note: sizes a tile must know] in :mod:`flashlight.passes.tiling`), else computed
+        outside, as the runtime evaluates only integer sizes."""
+        expr = meta_val(node).node.expr
+        if expr.is_number:
+            self.lw.env[node.name] = Const(float(expr), torch.float64)  # retyped where used (LowerContext.value)
+        else:
+            self._make_opaque(node, f"{_op_name(node)}: a float computed from symbolic sizes")
 
     def _make_opaque(self, node: fx.Node, reason: str) -> None:
         self._use_outside((node.args, node.kwargs))
@@ -378,11 +392,11 @@ def _baddbmm(lw: LowerContext, node: fx.Node) -> Access:
     dtype = meta_val(node).dtype
     c = lw.value(node.args[0], dtype)
     product = _contract(lw, node, node.args[1], node.args[2])
-    beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
-    axes = tuple(tuple(Dim.fresh(d.size) for d in a) for a in product.axes)
-    scaled = Pointwise("mul", (Const(alpha, dtype), lw.read(product, axes)), dtype)
-    body = scaled if beta == 0 else Pointwise("add", (Pointwise("mul", (Const(beta, dtype), lw.read(c, axes)), dtype),
-                                                      scaled), dtype)
+    beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)  # numbers, or nodes of sizes
+    axes = lw.result_axes(node, [c, product])  # factored as finely as both (a batch of b x h)
+    scaled = Pointwise("mul", (lw.value(alpha, dtype), lw.read(product, axes)), dtype)
+    body = scaled if isinstance(beta, (int, float)) and beta == 0 else Pointwise(
+        "add", (Pointwise("mul", (lw.value(beta, dtype), lw.read(c, axes)), dtype), scaled), dtype)
     return lw.add_nest(axes, body, dtype, "baddbmm")
 
 

@@ -106,6 +106,8 @@ class LowerContext:
                 raise Unsupported(f"operand {arg.name} has no lowering")
             if isinstance(found, SizeValue) and (dtype.is_floating_point or dtype not in (torch.int64, torch.bool)):
                 return Pointwise("cast", (found,), dtype)  # a size in a float op: eager's promotion
+            if isinstance(found, Const) and isinstance(arg.meta.get("val"), torch.SymFloat):
+                return scalar(found.value, dtype)  # a float of sizes: a Python scalar of the op
             return found
         if isinstance(arg, (bool, int, float)):
             return scalar(arg, dtype)

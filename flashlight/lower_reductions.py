@@ -12,10 +12,11 @@ import math
 import operator
 from typing import Any, Callable
 
+import sympy
 import torch
 import torch.fx as fx
 
-from flashlight.indexing import Access, NodeView, Unsupported, finest, meta_val, node_shape
+from flashlight.indexing import Access, NodeView, Unsupported, finest, meta_val, node_shape, size_value, sym
 from flashlight.ir import Const, Dim, Expr, Pointwise, Reduce
 from flashlight.lower_context import LowerContext
 
@@ -69,11 +70,11 @@ def _reduction(op: str):
         if op == "norm":
             x = Pointwise("mul", (x, x), dtype)
         body = reduce_over("max" if op == "max" else "sum", x, reduced, dtype)
-        if op == "mean":
-            if not all(d.is_static for d in reduced):
-                raise Unsupported("a mean over a dim of dynamic size")
-            count = math.prod(int(d.size) for d in reduced)
-            body = Pointwise("div", (body, Const(float(count), dtype)), dtype)
+        if op == "mean":  # over a count of symbolic size: the count read at launch ([Note: sizes used as values])
+            total = math.prod((sym(d.size) for d in reduced), start=sympy.Integer(1))
+            count = size_value(int(total) if total.is_number else str(total))
+            count = Const(float(count.value), dtype) if isinstance(count, Const) else Pointwise("cast", (count,), dtype)
+            body = Pointwise("div", (body, count), dtype)
         elif op == "norm":
             body = Pointwise("sqrt", (body,), dtype)
         return lw.add_nest(out_axes, body, dtype, op)

@@ -24,6 +24,7 @@ import torch.fx as fx
 
 from flashlight import settings
 from flashlight.backoff import Plan, recomputes_across_grid, repeats_loop_work, search
+from flashlight.indexing import sym
 from flashlight.ir import (
     Graph,
     Kernel,
@@ -232,8 +233,9 @@ def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
 
 
 def tile_sizes_to_fix(lowered: Lowered) -> frozenset[str]:
-    """The symbolic sizes the fused kernels of ``lowered`` need static to tile
-    ([Note: sizes a tile must know] in :mod:`flashlight.passes.tiling`)."""
+    """The symbols of the sizes the fused kernels of ``lowered`` need static to tile
+    ([Note: sizes a tile must know] in :mod:`flashlight.passes.tiling`): of a width that is
+    a sum of sizes (queries concatenated with a rotary part, ``d + r``), each symbol."""
     pipeline = pipeline_for(lowered)
     wanted: set[str] = set()
     lengths: set[str] = set()
@@ -246,7 +248,8 @@ def tile_sizes_to_fix(lowered: Lowered) -> frozenset[str]:
             if kernel is not None:
                 wanted |= sizes_to_fix(kernel)
                 lengths |= length_symbols(kernel)
-    return frozenset(wanted - lengths)
+    symbols = {str(symbol) for text in wanted for symbol in sym(text).free_symbols}
+    return frozenset(symbols - lengths)
 
 
 def _kernel_or_cut(nest: Nest) -> Kernel | None:

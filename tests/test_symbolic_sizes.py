@@ -370,6 +370,51 @@ def test_an_attention_with_one_loop_reduction_fixes_its_head_width(gen):
     assert len(report.kernels) == 1 and not _beyond_the_scale(report), str(report)
 
 
+def _baddbmm_scaled(q, k, v):
+    # older Hugging Face attention: baddbmm of a zero bias with alpha = 1 / sqrt(d), a
+    # Python float of a symbolic size passed as a keyword argument
+    b, h, n, d = q.shape
+    s = torch.baddbmm(q.new_zeros(b * h, n, n), q.reshape(b * h, n, d), k.reshape(b * h, n, d).transpose(1, 2),
+                      beta=0.0, alpha=1 / math.sqrt(d))
+    return torch.bmm(torch.softmax(s, -1), v.reshape(b * h, n, d)).view(b, h, n, d)
+
+
+def _decoupled_rotary(q, k, v, q_rope, k_rope):
+    # queries and keys concatenated with a rotary part (one shared key head): the
+    # contracted width is a sum of two symbolic sizes
+    qf = torch.cat([q, q_rope], -1)
+    kf = torch.cat([k, k_rope.expand(-1, q.shape[1], -1, -1)], -1)
+    return torch.softmax(qf @ kf.transpose(-2, -1) / math.sqrt(qf.shape[-1]), -1) @ v
+
+
+def _weights_averaged_over_heads(q, k, v):
+    # nn.MultiheadAttention with need_weights: the output and the probabilities' mean over heads
+    p = torch.softmax(q @ k.transpose(-2, -1) * 0.25, -1)
+    return p @ v, p.mean(dim=1)
+
+
+@pytest.mark.parametrize("fn, extra", [(_baddbmm_scaled, 0), (_decoupled_rotary, 2), (_weights_averaged_over_heads, 0)])
+def test_scales_widths_and_counts_of_symbolic_sizes_stay_in_the_kernels(gen, fn, extra):
+    """Under ``dynamic=True``: a float of sizes in a keyword argument (``baddbmm``'s
+    ``alpha``; it was printed into the kernel as a variable that does not exist), a
+    contracted width that is a sum of two sizes (both fixed; the scores were computed
+    outside), and a mean over a symbolic count of heads (read at launch; it ran outside,
+    the probabilities with it). Each matches float64 at two lengths, nothing but the
+    scale's scalars outside the kernels."""
+    report = ExplainReport()
+    compiled = torch.compile(fn, backend=make_backend(report=report), dynamic=True)
+    for length in (13, 21):
+        args = [torch.randn(2, HEADS, length, WIDTH, generator=gen) for _ in range(3)]
+        args += [torch.randn(2, heads, length, 8, generator=gen) for heads in (HEADS, 1)[:extra]]
+        with torch.no_grad():
+            outs = compiled(*args)
+        refs = fn(*(a.double() for a in args))
+        for out, ref in zip(*(o if isinstance(o, tuple) else (o,) for o in (outs, refs)), strict=True):
+            assert torch.isfinite(out).all()
+            torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
+    assert not _beyond_the_scale(report), str(report)
+
+
 def _latent_attention(q_nope, q_rope, c_kv, k_rope, w_uk, w_uv):
     # multi-head latent attention with its key and value up-projections absorbed: the
     # queries meet a shared latent c_kv [B, L, R] through w_uk [H, C, R], a rotary part

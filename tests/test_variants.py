@@ -545,6 +545,29 @@ def _two_temperatures(q, k, v, b):  # a softmax of the biased scores at two temp
     return (0.7 * torch.softmax(s, -1) + 0.3 * torch.softmax(2 * s, -1)) @ v
 
 
+
+def _baddbmm_alibi(q, k, v, slopes):  # BLOOM: baddbmm of an ALiBi row bias over batch x heads, a float32 softmax
+    b, h, n, d = q.shape
+    alibi = (slopes[:, None] * torch.arange(n, dtype=q.dtype)[None, :])[None].expand(b, h, n).reshape(b * h, 1, n)
+    s = torch.baddbmm(alibi, q.reshape(b * h, n, d), k.reshape(b * h, n, d).transpose(1, 2), beta=1.0, alpha=0.25)
+    return torch.bmm(F.softmax(s.float(), dim=-1).to(q.dtype), v.reshape(b * h, n, d)).view(b, h, n, d)
+
+
+def _swin_table_bias(q, k, v, table):  # a relative bias gathered from a table [2L - 1, H] by an index
+    n = q.shape[2]
+    index = torch.arange(n)[:, None] - torch.arange(n)[None, :] + n - 1
+    bias = table[index.view(-1)].view(n, n, -1).permute(2, 0, 1).contiguous()
+    return torch.softmax(q @ k.transpose(-2, -1) * 0.25 + bias.unsqueeze(0), -1) @ v
+
+
+def _softmax_over_queries(q, k, v):  # weights normalised over dim -2 of k q^T, transposed back
+    return torch.softmax(k @ q.transpose(-2, -1) * 0.25, dim=-2).transpose(-2, -1) @ v
+
+
+def _decoupled_rotary(q, k, v, q_rope, k_rope):  # queries and keys with a rotary part, one shared rotary key head
+    qf, kf = torch.cat([q, q_rope], -1), torch.cat([k, k_rope.expand(-1, q.shape[1], -1, -1)], -1)
+    return torch.softmax(qf @ kf.transpose(-2, -1) / math.sqrt(qf.shape[-1]), -1) @ v
+
 ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16])
     "sigmoid_scores": (_sigmoid_scores, lambda r: (r(3, 37, 37),)),
     "relu_squared": (_relu_squared, lambda r: ()),
@@ -581,6 +604,10 @@ ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16
     "point_distances": (_point_distances, lambda r: (r(2, 3, 37, 12), r(2, 3, 37, 12), r(3))),
     "entropy_too": (_entropy_too, lambda r: ()),
     "two_temperatures": (_two_temperatures, lambda r: (r(3, 37, 37),)),
+    "baddbmm_alibi": (_baddbmm_alibi, lambda r: (r(3).abs() * 0.1,)),
+    "swin_table_bias": (_swin_table_bias, lambda r: (r(73, 3),)),
+    "softmax_over_queries": (_softmax_over_queries, lambda r: ()),
+    "decoupled_rotary": (_decoupled_rotary, lambda r: (r(2, 3, 37, 8), r(2, 1, 37, 8))),
 }
 
 
@@ -601,12 +628,12 @@ def test_variants_beyond_the_catalog_are_one_kernel(name, request):
         torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
 
-REDUCING = {"bmm", "mm", "sum", "amax", "max", "logsumexp", "_softmax", "_log_softmax"}
+REDUCING = {"bmm", "baddbmm", "mm", "sum", "amax", "max", "logsumexp", "_softmax", "_log_softmax"}
 
 
 @pytest.mark.parametrize("name", ["sigmoid_scores", "output_and_logsumexp", "softplus_temperature",
                                   "einsum_attention", "linear_causal", "kv_cache_cat", "temperature_after_bias",
-                                  "entropy_too"])
+                                  "entropy_too", "baddbmm_alibi"])
 def test_variants_beyond_the_catalog_have_gradients(name, request):
     """Gradients of every float input through the derived backward match float64 (a
     sigmoid of the scores, a returned log-sum-exp, a learned temperature per head)."""
