@@ -141,7 +141,9 @@ class _Lowerer:
         """A float computed from sizes (``1 / math.sqrt(d)`` with ``d`` symbolic): a constant
         where the sizes it reads are fixed (a head width fixed to this call's value,
         [Note: sizes a tile must know] in :mod:`flashlight.passes.tiling`), else computed
-        outside, as the runtime evaluates only integer sizes."""
+        outside, as the runtime evaluates only integer sizes. The constant is the shape
+        environment's exact expression rounded once to a double, where Python computes
+        ``1 / math.sqrt(d)`` in two roundings: at most an ulp of a double apart."""
         expr = meta_val(node).node.expr
         if expr.is_number:
             self.lw.env[node.name] = Const(float(expr), torch.float64)  # retyped where used (LowerContext.value)

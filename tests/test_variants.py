@@ -568,6 +568,16 @@ def _decoupled_rotary(q, k, v, q_rope, k_rope):  # queries and keys with a rotar
     qf, kf = torch.cat([q, q_rope], -1), torch.cat([k, k_rope.expand(-1, q.shape[1], -1, -1)], -1)
     return torch.softmax(qf @ kf.transpose(-2, -1) / math.sqrt(qf.shape[-1]), -1) @ v
 
+
+def _rotate_half_rotary(q, k, v, keep, cos, sin):  # ESM-2: rotate_half rotary on q and k, a key padding mask
+    def rotated(x):
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+
+    q, k = q * cos + rotated(q) * sin, k * cos + rotated(k) * sin
+    s = ((q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)).masked_fill(~keep[:, None, None, :], float("-inf"))
+    return torch.softmax(s, -1) @ v
+
 ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16])
     "sigmoid_scores": (_sigmoid_scores, lambda r: (r(3, 37, 37),)),
     "relu_squared": (_relu_squared, lambda r: ()),
@@ -608,6 +618,7 @@ ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16
     "swin_table_bias": (_swin_table_bias, lambda r: (r(73, 3),)),
     "softmax_over_queries": (_softmax_over_queries, lambda r: ()),
     "decoupled_rotary": (_decoupled_rotary, lambda r: (r(2, 3, 37, 8), r(2, 1, 37, 8))),
+    "rotate_half_rotary": (_rotate_half_rotary, lambda r: (r(2, 37) > -1, torch.cos(0.1 * r(37, 16)), torch.sin(0.1 * r(37, 16)))),
 }
 
 
