@@ -36,7 +36,7 @@ import importlib.util, json, os, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-path, name, signature, constexprs, capability, num_warps, num_stages, attrs = json.loads(sys.argv[1])
+path, name, signature, constexprs, capability, num_warps, num_stages, attrs, cubin_path = json.loads(sys.argv[1])
 attrs = {(int(k),): v for k, v in attrs.items()}
 spec = importlib.util.spec_from_file_location("aot_kernel", path)
 module = importlib.util.module_from_spec(spec)
@@ -45,6 +45,9 @@ fn = getattr(module, name)
 src = ASTSource(fn, signature, constexprs, attrs)
 k = triton.compile(src, target=GPUTarget("cuda", capability, 32),
                    options={"num_warps": num_warps, "num_stages": num_stages})
+if cubin_path:
+    with open(cubin_path, "wb") as f:
+        f.write(k.asm["cubin"])
 regs = stack = -1
 # registers and stack of the cubin, from the cuobjdump that ships with Triton
 tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -63,7 +66,7 @@ print(json.dumps([k.metadata.shared, regs, stack, k.metadata.num_warps]))
 def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtype,
                 capability: int = 90, block_m: int = 64, block_n: int = 64, num_warps: int = 4,
                 num_stages: int = 2, specialize: dict[str, int] | None = None,
-                index_bits: int = NARROW_BITS) -> AotResult:
+                index_bits: int = NARROW_BITS, cubin_path: str | None = None) -> AotResult:
     """Compile generated source ahead of time for an NVIDIA GPU (no GPU needed).
 
     Runs in a child process without the Triton interpreter (which replaces the
@@ -77,7 +80,8 @@ def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtyp
     PyTorch's allocations are). Without it, nothing is assumed of the arguments.
     ``out_dtype``: the output's dtype, or a sequence of every output's. ``index_bits``:
     32 or 64, the width of the kernel's offsets ([Note: 64-bit offsets] in
-    :mod:`flashlight.codegen`).
+    :mod:`flashlight.codegen`). ``cubin_path``: where to keep the built cubin (for
+    ``cuobjdump -sass``), if anywhere.
     """
     import json
     import subprocess
@@ -87,7 +91,7 @@ def aot_compile(src: KernelSource, input_dtypes: Sequence[torch.dtype], out_dtyp
                         f"{src.name}_{hashlib.sha1(src.source.encode()).hexdigest()[:16]}.py")
     signature, constexprs, attrs = specialization(src, input_dtypes, out_dtype, block_m, block_n, specialize,
                                                   index_bits)
-    args = json.dumps([path, src.name, signature, constexprs, capability, num_warps, num_stages, attrs])
+    args = json.dumps([path, src.name, signature, constexprs, capability, num_warps, num_stages, attrs, cubin_path])
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, args], capture_output=True, text=True, env=env)
     if done.returncode != 0:

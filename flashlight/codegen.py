@@ -54,10 +54,12 @@ gives the same values but ``ptxas`` (sm_90) spends two instructions on every oth
 element: the tile is loaded two values to a 32-bit register, and the upper one is moved
 down (``PRMT``) before it is shifted back up. Printed on the bits instead (``uint16``,
 widened to ``uint32``, ``<< 16``, reinterpreted), the upper one is one mask (``LOP3``) of
-the register as loaded. In the MSA row core's loop (bf16, 128 x 32 tile, pair bias read
-per score) that is 479 -> 463 instructions per thread and step, 783 -> 750 at 128 x 64
-(``cuobjdump -sass`` of the sm_90 builds). Every bfloat16 tile a kernel computes on is
-widened so, under the interpreter too (the same bits).
+the register as loaded. In the bf16 Evoformer core's loop (128 x 32 tiles, the pair bias
+widened per score) that is 479 -> 458 instructions per thread and step, 783 -> 742 at
+128 x 64, registers unchanged (sm_90 builds: ``python -m bench.build_times --variants
+evoformer_core --dtype bf16 --shape '{"N": 2, "H": 8, "L": 256, "c": 32}' --configs
+128,32,4,3 128,64,4,3 --sass``). Every bfloat16 tile a kernel computes on is widened so,
+under the interpreter too (the same bits).
 """
 from __future__ import annotations
 

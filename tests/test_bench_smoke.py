@@ -552,3 +552,25 @@ def test_the_stack_sampler_splits_calls_of_the_marker_and_attributes_their_time(
     assert 0.08 < spans[0] < 0.25 and 0.2 < spans[1] < 0.45, spans
     share, top = stack_sampler.summary(windows[1]).split("own:")[1].splitlines()[1].split("%")
     assert top.strip().endswith(":busy") and float(share) >= 90, (share, top)
+
+
+def test_loop_instructions_count_the_body_of_each_backward_branch():
+    """``bench.build_times --sass`` counts a loop as the instructions from a backward
+    branch's target to the branch, opcodes without predicates or modifiers; a forward
+    branch is no loop."""
+    from bench.build_times import loop_instructions
+
+    sass = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   FFMA R2, R3, 0.5, R4 ;
+        /*0020*/               @P0 FADD.FTZ R2, R2, R5 ;
+        /*0030*/                   MUFU.EX2 R6, R2 ;
+        /*0040*/              @!P1 BRA `(.L_x_1) ;
+        /*0050*/                   ISETP.GE.AND P1, PT, R7, 0x4, PT ;
+        /*0060*/              @!P1 BRA 0x10 ;
+        /*0070*/                   BRA 0x90 ;
+        /*0080*/                   EXIT ;
+    """
+    (loop,) = loop_instructions(sass)
+    assert loop["instructions"] == 6
+    assert loop["opcodes"] == {"FFMA": 1, "FADD": 1, "MUFU": 1, "BRA": 2, "ISETP": 1}
