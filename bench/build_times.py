@@ -96,9 +96,8 @@ def build_times(variant, dtype: str, capability: int, sizes: dict | None = None,
                 configs: list[tuple[int, int, int, int]] | None = None, backward: bool = False,
                 sass: bool = False) -> list[dict]:
     """One row per (kernel, configuration) of ``variant`` at its default shape updated with
-    ``sizes``; with ``backward``, of its training step's kernels."""
-    import os
-
+    ``sizes``; with ``backward``, of its training step's kernels; with ``sass``, each
+    row with its loops' instruction counts (:func:`loop_instructions`)."""
     import torch
 
     import flashlight
