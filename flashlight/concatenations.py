@@ -43,7 +43,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from flashlight.graph_edits import add_call, tidy
+from flashlight.graph_edits import add_call, input_size, tidy
 from flashlight.vocabulary import OPS
 
 aten = torch.ops.aten
@@ -279,15 +279,9 @@ class _Rewrite:
         input tensor's axis; the piece's own size only where no input has it (reading it
         from the piece would keep the piece computed)."""
         inputs = [n for n in self.graph.nodes if n.op == "placeholder"]
-        for node in inputs:
-            if isinstance(_val(node), torch.SymInt) and _val(node).node.expr == size.node.expr:
-                return node
-        for node in inputs:
-            if isinstance(_val(node), torch.Tensor):
-                for d, s in enumerate(_val(node).shape):
-                    if isinstance(s, torch.SymInt) and s.node.expr == size.node.expr:
-                        return self._add(aten.sym_size.int, (node, d), where)
-        return self._add(aten.sym_size.int, (piece, self.dim), where)
+        with self.graph.inserting_before(where):
+            held = input_size(self.graph, size.node.expr, inputs)
+        return held if held is not None else self._add(aten.sym_size.int, (piece, self.dim), where)
 
     def _add(self, target, args: tuple, where: fx.Node, kwargs: dict | None = None) -> fx.Node:
         """A new node computing ``target(*args)`` before ``where``, with its value's metadata."""

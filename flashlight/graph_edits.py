@@ -67,21 +67,31 @@ def sizes_read_from_inputs(gm: fx.GraphModule) -> int:
     return tidy(gm, edits)
 
 
-def _size_of_inputs(graph: fx.Graph, expr, inputs: list[fx.Node]):
-    """A node (or a number) computing size ``expr`` from ``inputs``, None where it cannot."""
-    import operator
-
-    if expr.is_Integer:
-        return int(expr)
+def input_size(graph: fx.Graph, expr, inputs: list[fx.Node]) -> fx.Node | None:
+    """A node holding symbolic size ``expr`` as one of ``inputs`` holds it: a size argument
+    that is that size, else a new ``sym_size`` of an input tensor's axis (at the graph's
+    insertion point); None where no input holds it as such."""
     for node in inputs:
         value = node.meta.get("val")
         if isinstance(value, torch.SymInt) and value.node.expr == expr:
             return node
     for node in inputs:
         value = node.meta.get("val")
-        for axis, size in enumerate(getattr(value, "shape", ()) if isinstance(value, torch.Tensor) else ()):
+        for axis, size in enumerate(value.shape if isinstance(value, torch.Tensor) else ()):
             if isinstance(size, torch.SymInt) and size.node.expr == expr:
                 return add_call(graph, torch.ops.aten.sym_size.int, (node, axis))
+    return None
+
+
+def _size_of_inputs(graph: fx.Graph, expr, inputs: list[fx.Node]):
+    """A node (or a number) computing size ``expr`` from ``inputs``, None where it cannot."""
+    import operator
+
+    if expr.is_Integer:
+        return int(expr)
+    held = input_size(graph, expr, inputs)
+    if held is not None:
+        return held
     name = _SIZE_ARITHMETIC.get(type(expr).__name__)
     args = list(expr.args)
     if name == "floordiv":  # an exact division (``(H * H) // H``) is its quotient

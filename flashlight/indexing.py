@@ -122,8 +122,10 @@ def size_formula(text: str):
 
 
 def size_value(value: Any) -> Const | SizeValue:
-    """A size (an int, a SymInt or a size's text) used as a value ([Note: sizes used as
-    values])."""
+    """A size (an int, a SymInt, a sympy expression of sizes or a size's text) used as a
+    value ([Note: sizes used as values])."""
+    if isinstance(value, sympy.Expr):
+        value = int(value) if value.is_number else str(value)
     size = value if isinstance(value, str) else size_of(value)
     if isinstance(size, int):
         return Const(size, torch.int64)

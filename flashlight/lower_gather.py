@@ -345,23 +345,17 @@ def _cat(lw: LowerContext, node: fx.Node) -> Access:
         if piece_shape == (0,):
             continue  # a legacy empty piece, skipped by cat
         src = lw.value(x, dtype)
-        start = _size_expr(offset)
+        start = size_value(offset)
         value = src if not isinstance(src, Access) else value_at(lw, src, _cat_mapping(src, out_axes, dim, t, start))
         if value.dtype != dtype:
             value = Pointwise("cast", (value,), dtype)
         offset += sym(piece_shape[dim])
-        pieces.append((_size_expr(offset), value))
+        pieces.append((size_value(offset), value))
     body = pieces[-1][1]
     for end, value in reversed(pieces[:-1]):
         inside = Pointwise("lt", (t, end), torch.bool)
         body = Pointwise("where", (inside, value, body), dtype)
     return lw.add_nest(out_axes, body, dtype, "cat")
-
-
-def _size_expr(size: sympy.Expr) -> Expr:
-    """A sum of sizes as a value: a number, or a size read at launch ([Note: sizes used
-    as values] in :mod:`flashlight.indexing`)."""
-    return size_value(int(size) if size.is_number else str(size))
 
 
 def _cat_mapping(src: Access, out_axes, dim: int, t: Expr, start: Expr) -> dict[Dim, Expr]:

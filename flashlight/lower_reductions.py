@@ -72,7 +72,7 @@ def _reduction(op: str):
         body = reduce_over("max" if op == "max" else "sum", x, reduced, dtype)
         if op == "mean":  # over a count of symbolic size: the count read at launch ([Note: sizes used as values])
             total = math.prod((sym(d.size) for d in reduced), start=sympy.Integer(1))
-            count = size_value(int(total) if total.is_number else str(total))
+            count = size_value(total)
             count = Const(float(count.value), dtype) if isinstance(count, Const) else Pointwise("cast", (count,), dtype)
             body = Pointwise("div", (body, count), dtype)
         elif op == "norm":
