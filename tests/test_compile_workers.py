@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from flashlight import compile_workers, runtime
+from flashlight import compile_workers, runtime, triton_specializations
 from flashlight.aot import specialization
 from tests.test_runtime_tuning import _attention, _built, _inputs
 
@@ -41,7 +41,11 @@ def kernel_job(tmp_path_factory):
     cache = tmp_path_factory.mktemp("triton-cache")
     return {"path": module.__file__, "module": module.__name__, "name": src.name,
             "specialization": json.dumps(data), "target": {"backend": "cuda", "arch": 90, "warp_size": 32},
-            "env": {"TRITON_CACHE_DIR": str(cache)}}
+            "reader": triton_specializations.__file__, "env": {"TRITON_CACHE_DIR": str(cache)}}
+
+
+def _jit_fn(job):
+    return getattr(sys.modules[job["module"]], job["name"])
 
 
 def test_a_worker_compiles_into_the_named_cache_and_another_process_finds_it_there(kernel_job):
@@ -147,3 +151,32 @@ def test_waiting_for_the_workers_warm_up_then_compiling(kernel_job, monkeypatch)
         assert pool.compile(kernel_job)["ok"]  # the ready message is not taken for a result
     finally:
         pool.close()
+
+
+def test_the_launcher_is_built_beside_the_compile_from_the_specialization(kernel_job, monkeypatch):
+    """[Note: the launcher beside the compile]: the launcher class gets the launch's own
+    signature and constants; a failing build costs the caller nothing."""
+    built = []
+
+    class Recording:
+        def __init__(self, src, metadata):
+            built.append((src, metadata))
+
+    monkeypatch.setattr(compile_workers, "_launcher_cls", lambda: Recording)
+    times: dict[str, float] = {}
+    with compile_workers.job_phases(times):
+        compile_workers.build_launcher_beside(_jit_fn(kernel_job), kernel_job["specialization"],
+                                              kernel_job["target"]).join()
+    ((src, metadata),) = built
+    data = json.loads(kernel_job["specialization"])
+    assert src.fn is _jit_fn(kernel_job) and src.signature == data["signature"]
+    assert {k: int(v) for k, v in src.constants.items()} == \
+        {tuple(k): v for k, v in zip(data["constant_keys"], data["constant_vals"])}
+    assert metadata.tensordesc_meta is None and times["launcher_beside_s"] >= 0
+
+    def failing():
+        raise RuntimeError("no C compiler")
+
+    monkeypatch.setattr(compile_workers, "_launcher_cls", failing)
+    compile_workers.build_launcher_beside(_jit_fn(kernel_job), kernel_job["specialization"],
+                                          kernel_job["target"]).join()  # logged, nothing raised
