@@ -73,6 +73,17 @@ def _exact_divisions(expr: sympy.Expr, shape_env) -> sympy.Expr:
     return sympy.expand(expr.xreplace({a: b * q for (a, b), q in quotients.items()}))
 
 
+def base_symbols(text: str) -> frozenset[str]:
+    """The shape environment's symbols a size written by :func:`size_of` depends on: its
+    own, with a quotient ``a_over_b`` ([Note: sizes divisible by a guard]) standing for
+    ``a`` and ``b``."""
+    names: set[str] = set()
+    for symbol in sym(text).free_symbols:
+        numerator, over, denominator = symbol.name.partition("_over_")
+        names |= {numerator, denominator} if over else {symbol.name}
+    return frozenset(names)
+
+
 # [Note: sizes divisible by a guard]
 # Dynamo's shape environment records facts its guards established; one of them matters to
 # the lowering: that a size divides another (``Mod(H, h) == 0``), as grouped-query

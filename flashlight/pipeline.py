@@ -24,7 +24,7 @@ import torch.fx as fx
 
 from flashlight import settings
 from flashlight.backoff import Plan, recomputes_across_grid, repeats_loop_work, search
-from flashlight.indexing import sym
+from flashlight.indexing import base_symbols
 from flashlight.ir import (
     Graph,
     Kernel,
@@ -239,6 +239,7 @@ def tile_sizes_to_fix(lowered: Lowered) -> frozenset[str]:
     pipeline = pipeline_for(lowered)
     wanted: set[str] = set()
     lengths: set[str] = set()
+    extents: set[str] = set()
     with dim_names(lowered.next_dim_id):
         graph = pipeline.graph(lowered.graph, trace=False)
         for nest in graph.nests:
@@ -247,9 +248,15 @@ def tile_sizes_to_fix(lowered: Lowered) -> frozenset[str]:
             kernel = _kernel_or_cut(nest)
             if kernel is not None:
                 wanted |= sizes_to_fix(kernel)
-                lengths |= length_symbols(kernel)
-    symbols = {str(symbol) for text in wanted for symbol in sym(text).free_symbols}
-    return frozenset(symbols - lengths)
+                lengths |= {n for text in length_symbols(kernel) for n in base_symbols(text)}
+                extents |= base_symbols(str(kernel.loop[0].dim.size))
+    symbols: set[str] = set()
+    for text in wanted:
+        free = base_symbols(text)
+        # a width of several sizes (a head width split off a projection, ``(H c) // H``) is
+        # static only with every one of them: only a loop's extent stays a runtime size
+        symbols |= free - (extents if len(free) > 1 else lengths)
+    return frozenset(symbols)
 
 
 def _kernel_or_cut(nest: Nest) -> Kernel | None:

@@ -472,3 +472,48 @@ def test_repeats_around_the_key_loop_only_where_each_pass_is_one_dot():
     kernel = Kernel("k", ((j,), (f,)), f32, (LoopReduction("sum", body, i, (), f32),), LoopResult(0, f32), ("test",))
     tiling = tile(kernel).tiling
     assert tiling.inner_loops == (r,) and j in tiling.grid and not tiling.outer_loop
+
+
+def _ending_node_einsum(z, mask, w_q, w_k, w_v, w_b):
+    # triangle attention around the ending node, heads last, projections by einsum:
+    # z [B, I, J, C], its transpose attends along the first residue axis
+    z_t = z.transpose(-2, -3)  # [B, J, I, C]
+    heads = w_b.shape[1]
+    width = w_q.shape[1] // heads  # a head width split off the projection: (H c) // H
+    q, k, v = (torch.einsum("bjic,cd->bjid", z_t, w).unflatten(-1, (heads, width)) for w in (w_q, w_k, w_v))
+    bias = torch.einsum("bjic,ch->bhji", z_t, w_b)  # [B, H, J, I]
+    s = torch.einsum("bjqhc,bjkhc->bjhqk", q, k) * width ** -0.5 + bias[:, None] \
+        + (1e9 * (mask.transpose(-1, -2) - 1))[:, :, None, None, :]
+    o = torch.einsum("bjhqk,bjkhc->bjqhc", torch.softmax(s, -1), v)
+    return o.flatten(-2).transpose(-2, -3)  # [B, I, J, H c]
+
+
+def test_a_head_width_split_off_a_projection_is_fixed_and_the_projections_stay_out(gen):
+    """Under ``dynamic=True`` the head width is ``(H c) // H``, a quotient of two symbols
+    (the heads a row dim of the first fusion): both are fixed, so the scores tile as
+    they do static and the back-off keeps the query, key and value projections out of
+    the kernel, where the first fusion had each program (one per query and feature)
+    compute them again for every key tile (minutes under the interpreter). The same
+    kernel as the static compile, matching float64 at two lengths."""
+    channels, width = 8, 8
+
+    def inputs(length):
+        z = torch.randn(1, length, length, channels, generator=gen)
+        mask = (torch.rand(1, length, length, generator=gen) > 0.2).float()
+        weights = [torch.randn(channels, HEADS * width, generator=gen) / 3 for _ in range(3)]
+        return [z, mask, *weights, torch.randn(channels, HEADS, generator=gen) / 3]
+
+    kernels = {}
+    for dynamic in (False, True):
+        report = ExplainReport()
+        compiled = torch.compile(_ending_node_einsum, backend=make_backend(report=report), dynamic=dynamic)
+        for length in ((9,) if not dynamic else (9, 12)):
+            args = inputs(length)
+            with torch.no_grad():
+                out = compiled(*args)
+            ref = _ending_node_einsum(*(a.double() for a in args))
+            assert torch.isfinite(out).all()
+            torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
+        kernels[dynamic] = [sorted(op for op in k.aten_ops if "convert" not in op) for k in report.kernels]
+        assert sum(op.name == "bmm.default" for op in report.fallback_ops) == 3, str(report)  # q, k, v
+    assert kernels[True] == kernels[False]
