@@ -40,7 +40,7 @@ def to_custom_ops(gm: fx.GraphModule) -> int:
         key = ops.register(node.target)
         op = LAUNCH if len(node.target.kernel.outputs()) == 1 else LAUNCH_OUTPUTS
         with gm.graph.inserting_before(node):
-            call = gm.graph.call_function(op, (key, list(node.args)))
+            call = gm.graph.call_function(op, (key, [_lifted(gm, a) for a in node.args]))
         call.meta = {k: v for k, v in node.meta.items() if k != "tensor_meta"}
         values = [a.meta.get("val") for a in node.args]
         if values and all(isinstance(v, FakeTensor) for v in values):
@@ -51,6 +51,20 @@ def to_custom_ops(gm: fx.GraphModule) -> int:
         count += 1
     gm.recompile()
     return count
+
+
+def _lifted(gm: fx.GraphModule, arg: fx.Node) -> fx.Node:
+    """``arg``, or where it is a tensor constant of the graph (an attribute: ``torch.tensor``
+    called by the traced function) a fresh copy of it, as AOTAutograd's graphs read their
+    constants (``aten.lift_fresh_copy``, which a fused kernel absorbed): under a fake mode
+    that op turns the real constant into a fake tensor, so that a trace of the graph (the
+    remainder's, :func:`decompose`) hands the launch fake tensors only."""
+    if not (isinstance(arg, fx.Node) and arg.op == "get_attr"
+            and isinstance(getattr(gm, str(arg.target), None), torch.Tensor)):
+        return arg
+    lifted = gm.graph.call_function(torch.ops.aten.lift_fresh_copy.default, (arg,))
+    lifted.meta = dict(arg.meta)
+    return lifted
 
 
 def devices(gm: fx.GraphModule, example_inputs: Sequence) -> set[str]:

@@ -189,6 +189,34 @@ def test_gradients_through_the_inductor_remainder_match_eager():
         torch.testing.assert_close(w.grad.double(), r.grad, rtol=1e-4, atol=1e-4)
 
 
+def _banded(q, k, v):
+    # a band of width 3 from aranges; masked scores replaced by a tensor constant
+    i = torch.arange(q.shape[-2], device=q.device)
+    near = (i[:, None] - i[None, :]).abs() <= 3
+    s = torch.where(near, q @ k.transpose(-1, -2) * 0.25, torch.tensor(float("-inf"), device=q.device))
+    return torch.softmax(s, -1) @ v
+
+
+def test_a_tensor_constant_read_by_a_kernel_reaches_inductor_as_a_fake_tensor():
+    """A constant the function makes (``torch.tensor(-inf)``) is an attribute of the
+    training graphs; where a kernel reads it, Inductor's trace of the remainder hands the
+    launch a fake tensor for it (it handed it the real one, failed, and the whole
+    remainder ran eagerly). Values and gradients match float64."""
+    gen = torch.Generator().manual_seed(7)
+    leaves = [torch.randn(2, 2, 11, 16, generator=gen, requires_grad=True) for _ in range(3)]
+    torch.compiler.reset()
+    with settings.override(on_error="raise"):
+        out = flashlight.compile(_banded, remainder="inductor")(*leaves)
+        grads = torch.autograd.grad(out, leaves, torch.ones_like(out))
+    torch.compiler.reset()
+    exact = [x.detach().double().requires_grad_() for x in leaves]
+    ref = _banded(*exact)
+    ref_grads = torch.autograd.grad(ref, exact, torch.ones_like(ref))
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+
+
 def attention_only(q, k, v):
     return torch.softmax(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, dim=-1) @ v
 
