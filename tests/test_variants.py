@@ -545,6 +545,11 @@ def _two_temperatures(q, k, v, b):  # a softmax of the biased scores at two temp
     return (0.7 * torch.softmax(s, -1) + 0.3 * torch.softmax(2 * s, -1)) @ v
 
 
+def _talking_heads(q, k, v, w_pre):  # heads mixed before the softmax: s'[h] = sum_g W[h, g] s[g]
+    s = torch.einsum("bgqd,bgkd->bgqk", q, k) * q.shape[-1] ** -0.5
+    return torch.softmax(torch.einsum("hg,bgqk->bhqk", w_pre, s), -1) @ v
+
+
 def _baddbmm_alibi(q, k, v, slopes):  # BLOOM: baddbmm of an ALiBi row bias over batch x heads, a float32 softmax
     b, h, n, d = q.shape
     alibi = (slopes[:, None] * torch.arange(n, dtype=q.dtype)[None, :])[None].expand(b, h, n).reshape(b * h, 1, n)
@@ -617,6 +622,7 @@ ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16
     "swin_table_bias": (_swin_table_bias, lambda r: (r(73, 3),)),
     "softmax_over_queries": (_softmax_over_queries, lambda r: ()),
     "decoupled_rotary": (_decoupled_rotary, lambda r: (r(2, 3, 37, 8), r(2, 1, 37, 8))),
+    "talking_heads": (_talking_heads, lambda r: (torch.eye(3) + 0.3 * r(3, 3),)),
     "rotate_half_rotary": (_rotate_half_rotary,
                            lambda r: (r(2, 37) > -1, torch.cos(0.1 * r(37, 16)), torch.sin(0.1 * r(37, 16)))),
 }
