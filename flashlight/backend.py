@@ -30,7 +30,7 @@ from flashlight.graph_edits import sizes_read_from_inputs
 from flashlight.indexing import Unsupported, node_shape
 from flashlight.ir import Reduce, TiledKernel, walk
 from flashlight.lower import REINDEXING, lower
-from flashlight.pipeline import Plan, compile_graph, fix_tile_sizes, tile_sizes_to_fix
+from flashlight.pipeline import Plan, compile_graph, fix_tile_sizes
 from flashlight.random_ops import draw_seeds_first
 from flashlight.report import ExplainReport, FallbackOp, KernelReport
 from flashlight.aot import aot_compile
@@ -101,7 +101,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
     shifted = drop_repeated_maxes(gm)  # [Note: a softmax of scores less their row max]
     draw_seeds_first(gm)  # [Note: dropout inside a kernel]
     lowered = lower_and_log(gm)
-    if fix_tile_sizes(gm, example_inputs, tile_sizes_to_fix(lowered)):
+    if fix_tile_sizes(gm, example_inputs, lowered):
         lowered = lower_and_log(gm)  # those sizes now read as numbers
     plan = compile_graph(lowered)
     if inductor_remainder:

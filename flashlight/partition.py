@@ -40,7 +40,7 @@ import torch.fx as fx
 
 from flashlight.ir import Graph, Reduce, Ref
 from flashlight.lower import lower
-from flashlight.pipeline import compile_graph, fix_tile_sizes, tile_sizes_to_fix
+from flashlight.pipeline import compile_graph, fix_tile_sizes
 
 log = logging.getLogger("flashlight")
 
@@ -197,7 +197,7 @@ def recomputed_nodes(forward: fx.GraphModule) -> frozenset[str]:
     are fixed first, as the forward's compile will fix them (a head width left symbolic
     would keep the scores' matmul out of the kernel here, and the scores saved)."""
     lowered = lower(forward)
-    if fix_tile_sizes(forward, (), tile_sizes_to_fix(lowered)):
+    if fix_tile_sizes(forward, (), lowered):
         lowered = lower(forward)
     plan = compile_graph(lowered)
     local = loop_local_nests(lowered.graph)

@@ -280,14 +280,19 @@ def _kernel_or_cut(nest: Nest) -> Kernel | None:
     return None
 
 
-def fix_tile_sizes(gm: fx.GraphModule, example_inputs, texts: frozenset[str]) -> bool:
-    """Fix the symbolic sizes named by ``texts`` (:func:`tile_sizes_to_fix`) whose value
-    in this call fits one tile to that value, with a guard: a later call with another
-    value compiles again ([Note: sizes a tile must know] in
-    :mod:`flashlight.passes.tiling`). Returns whether one was fixed; the graph's sizes
-    then read as numbers (lower it again)."""
+def fix_tile_sizes(gm: fx.GraphModule, example_inputs, lowered: Lowered) -> bool:
+    """Fix the symbolic sizes the kernels of ``lowered`` (``gm`` lowered) need static
+    (:func:`tile_sizes_to_fix`) whose value in this call fits one tile to that value,
+    with a guard: a later call with another value compiles again ([Note: sizes a tile
+    must know] in :mod:`flashlight.passes.tiling`). Returns whether one was fixed; the
+    graph's sizes then read as numbers (lower it again). A graph of static sizes is left
+    as it is without a look at its kernels."""
+    sizes = _symbolic_sizes(gm, example_inputs)
+    if not sizes:
+        return False
+    texts = tile_sizes_to_fix(lowered)
     fixed = False
-    for size in _symbolic_sizes(gm, example_inputs):
+    for size in sizes:
         expr = size.node.expr
         if expr.is_symbol and str(expr) in texts:
             hint = size.node.hint
