@@ -434,12 +434,13 @@ def compile_elsewhere(jit_fn, args: tuple, grid, options: dict) -> bool:
         job = {"path": module.__file__, "module": module.__name__, "name": jit_fn.fn.__name__,
                "specialization": data, "target": dict(vars(target)), "reader": triton_specializations.__file__,
                "env": {k: v for k, v in os.environ.items() if k.startswith("TRITON_") and k != "TRITON_INTERPRET"}}
-        launcher = build_launcher_beside(jit_fn, data, job["target"])
+        launcher = build_launcher_beside(jit_fn, data, job["target"]) if settings.get("launcher_beside") else None
         try:
             result = workers.compile(job)
         finally:
-            with phase("launcher_wait_s"):  # so that the caller's own compile loads it
-                launcher.join()
+            if launcher is not None:
+                with phase("launcher_wait_s"):  # so that the caller's own compile loads it
+                    launcher.join()
     except Exception as error:  # noqa: BLE001 - the caller compiles in process
         log.debug("flashlight: compile worker not used for %s (%s: %s)", getattr(jit_fn, "__name__", jit_fn),
                   type(error).__name__, error)
