@@ -20,6 +20,8 @@ decompositions AOTAutograd would apply), compiles the graph as the backend does
 * a second shape in that family is captured *symbolically* (sizes and strides as
   symbols; Dynamo's "automatic dynamic"), guarded by the expression PyTorch's shape
   environment produces for it (size relations, 0/1 specialisations, sizes a tile fixed);
+  a call whose sizes match an entry's but whose strides do not (a transposed pair
+  representation) is captured static again;
 * each call signature (shapes, strides, storage offsets, dtypes, device) found once is
   then a dictionary look-up.
 
@@ -215,9 +217,9 @@ class TracedFunction:
             self._load_kept()
             entry = next((e for e in self._entries if e.accepts(tensors, signature)), None)
             if entry is None:
-                family = family_of(tensors)
-                symbolic = self.dynamic if self.dynamic is not None else \
-                    any(e.family == family for e in self._entries)
+                # as torch.compile's automatic dynamic: symbolic once a size changed, a
+                # call that only lays its inputs out otherwise (strides) is another static one
+                symbolic = self.dynamic if self.dynamic is not None else any(self._changed_dims(tensors))
                 entry = self._capture(tensors, signature, symbolic)
                 self._entries.append(entry)
                 if entry.graph is not None:

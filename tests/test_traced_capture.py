@@ -140,6 +140,19 @@ def test_a_preload_never_tunes_a_kernel_without_a_recorded_choice():
     runtime.Launcher._check_known(Unknown(), torch.device("cpu"), (4,), tune=True)
 
 
+def test_inputs_laid_out_otherwise_are_captured_static_again(gen, cache_dir):
+    """The same sizes with other strides (the pair bias of triangle attention around the
+    ending node: the transposed pair representation) is a second static capture, as
+    torch.compile recompiles for it, not a symbolic one whose every size its guard pins."""
+    traced = flashlight.compile(gated, capture="trace")
+    args = list(gated_inputs(gen, 3, 12))
+    with torch.no_grad():
+        assert_matches_float64(gated, traced(*args), args)
+        args[4] = torch.randn(1, 2, 12, 12, generator=gen).transpose(-1, -2)
+        assert_matches_float64(gated, traced(*args), args)
+    assert traced.captures == 2 and all(e.signature is not None for e in traced._entries)
+
+
 def test_guards_reject_inputs_the_graph_did_not_see(gen, cache_dir):
     """A symbolic capture leaves the sizes that changed symbolic and guards the others:
     a call with a bias that no longer broadcasts the same way must not be served by it."""
