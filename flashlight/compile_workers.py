@@ -464,7 +464,12 @@ def compile_elsewhere(jit_fn, args: tuple, grid, options: dict) -> bool:
 # interpreter lock); Triton files it in its cache under a digest of the generated source,
 # where the kernel's ``run`` then finds it. A failure costs nothing: ``run`` builds the
 # launcher as before. Triton versions that launch every kernel through one generic
-# launcher build nothing here.
+# launcher build nothing here. Off by default (``FLASHLIGHT_LAUNCHER_BESIDE=1`` turns it
+# on): in two cold 256- and 512-residue folds on an H100 the launchers left the end of
+# each job (0.16-0.31 s a kernel before, 0.001-0.06 now) but the workers' compiles
+# took 0.12-0.26 s longer, on another machine than the run before, so the first call
+# was no shorter (bench/results/fold_product_runs/README.md); one machine, both
+# settings, has yet to decide it.
 
 _LAUNCHER_METADATA = dict(tensordesc_meta=None, num_ctas=1, global_scratch_size=0, global_scratch_align=1,
                           profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False,

@@ -59,10 +59,10 @@ FLASHLIGHT_COMPILE_    -1          worker processes that compile the warm-up's
 PROCESSES                          kernels in the background (-1: one per CPU core,
                                    at most 8; 0: on threads of this process;
                                    flashlight.compile_workers)
-FLASHLIGHT_LAUNCHER_   1           build each kernel's launcher (Triton's C code per
+FLASHLIGHT_LAUNCHER_   0           1: build each kernel's launcher (Triton's C code per
 BESIDE                             signature) on a thread while a worker compiles the
                                    kernel (0: after the compile, as Triton does;
-                                   flashlight.compile_workers)
+                                   flashlight.compile_workers; no gain measured yet)
 FLASHLIGHT_GRAPH_      overlap     how patch_openfold's CUDA graphs are recorded:
 CAPTURE                            overlap (captured while the device runs earlier
                                    work, where free memory allows) or drain (the
@@ -138,7 +138,7 @@ _KNOBS: dict[str, _Knob] = {
     "prepare": _Knob("FLASHLIGHT_PREPARE", True, _bool),
     "preload": _Knob("FLASHLIGHT_PRELOAD", True, _bool),
     "compile_processes": _Knob("FLASHLIGHT_COMPILE_PROCESSES", -1, int),
-    "launcher_beside": _Knob("FLASHLIGHT_LAUNCHER_BESIDE", True, _bool),
+    "launcher_beside": _Knob("FLASHLIGHT_LAUNCHER_BESIDE", False, _bool),
     "graph_capture": _Knob("FLASHLIGHT_GRAPH_CAPTURE", "overlap", _choice("drain", "overlap")),
     "sum_dots": _Knob("FLASHLIGHT_SUM_DOTS", False, _bool),
     "lazy_rescale": _Knob("FLASHLIGHT_LAZY_RESCALE", False, _bool),
