@@ -327,3 +327,40 @@ def test_a_causal_backward_recomputes_its_probabilities_with_exp2(gen):
     assert backward, str(report)
     for kernel in backward:
         assert "tl.exp2(" in kernel.source and "tl.exp(" not in kernel.source, kernel.source
+
+
+def _dtype_min_mask(q, k, v, keep):
+    # Hugging Face's padding mask: the dtype's most negative value where a key is padding
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    s = s + (1.0 - keep[:, None, None, :]) * torch.finfo(s.dtype).min
+    return torch.softmax(s, -1) @ v
+
+
+def test_a_mask_of_the_dtypes_most_negative_value_keeps_its_gradients_finite(gen):
+    """[Note: constants that absorb a factor]: ``finfo.min * log2(e)`` is beyond float32,
+    so the recomputed probabilities keep the mask's multiply (the backward printed
+    ``-inf - keep * -inf``, NaN for every kept key, and every gradient was NaN); the
+    gradients match float64 over several key tiles."""
+    from flashlight.ir import Dim, Load
+    from flashlight.passes.exponentials import _base2_form
+
+    j = Dim.fresh(8, "j")
+    f32 = torch.float32
+    keep = Load("keep", ((j,),), f32)
+    mask = Pointwise("mul", (Pointwise("sub", (Const(1.0, f32), keep), f32), Const(torch.finfo(f32).min, f32)), f32)
+    out = _base2_form(Pointwise("exp", (Pointwise("sub", (mask, Load("m", ((), ), f32)), f32),), f32))
+    # nothing but the mask to fold into: left as exp (it printed a -4.9e38 constant)
+    assert out is None or all(math.isfinite(node.value) for node in walk(out) if isinstance(node, Const))
+
+    leaves = [torch.randn(2, 2, 37, 16, generator=gen, requires_grad=True) for _ in range(3)]
+    keep_keys = (torch.rand(2, 37, generator=gen) > 0.3).float()
+    keep_keys[:, 0] = 1.0
+    out = torch.compile(_dtype_min_mask, backend="flashlight")(*leaves, keep_keys)
+    grads = torch.autograd.grad(out, leaves, torch.ones_like(out))
+    exact = [x.detach().double().requires_grad_() for x in leaves]
+    ref = _dtype_min_mask(*exact, keep_keys.double())
+    refs = torch.autograd.grad(ref, exact, torch.ones_like(ref))
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads, refs):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from flashlight.ir import Const, Expr, Kernel, Pointwise, replace_nodes
 from flashlight.passes import rewrite_loop_bodies
 from flashlight.passes.base2 import LOG2E
@@ -64,7 +66,7 @@ def _times(expr: Expr, k: float) -> tuple[Expr, bool]:
     whether a constant absorbed ``k`` (an operation per score saved: a folded factor, or a
     multiply-add where a multiply and an add were)."""
     value = _constant(expr)
-    if value is not None and expr.dtype.is_floating_point:
+    if value is not None and expr.dtype.is_floating_point and _representable(k * value, value):
         return Const(k * value, expr.dtype), True
     if isinstance(expr, Pointwise):
         op, args, dtype = expr.op, expr.args, expr.dtype
@@ -87,5 +89,32 @@ def _times(expr: Expr, k: float) -> tuple[Expr, bool]:
             for x, factor in pairs:
                 c = _constant(factor)
                 if c is not None and math.isfinite(c) and c != 0:
-                    return _times(x, k * c if op == "mul" else k / c)[0], True
+                    folded = k * c if op == "mul" else k / c
+                    if _representable(folded, c):
+                        return _times(x, folded)[0], True
     return Pointwise("mul", (expr, Const(k, expr.dtype)), expr.dtype), False
+
+
+def _representable(folded: float, constant: float) -> bool:
+    """Whether a constant that absorbed ``log2(e)`` or a scale is still a float32 the
+    kernel can compute with as the program's own constant: in range (``finfo.min`` times
+    ``log2(e)`` overflows to ``-inf``, and a mask ``(1 - keep) * finfo.min`` distributed
+    into ``-inf - keep * -inf`` is NaN where ``keep`` is 1: [Note: constants that absorb
+    a factor]), and zero only where it was; an infinite constant (a mask's ``-inf``)
+    stays what it was."""
+    if not math.isfinite(constant):
+        return True
+    return abs(folded) <= FLOAT32_MAX and (folded == 0) == (constant == 0)
+
+
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+# [Note: constants that absorb a factor]
+# Folding ``log2(e)`` or a scale into a constant is exact enough only while the product
+# is a float32 like the constants it came from. A mask written with the dtype's most
+# negative value (Hugging Face's ``(1 - mask) * finfo.min``) is the case that is not:
+# ``finfo(float32).min * log2(e)`` is beyond float32's range, and distributed over the
+# difference it printed ``-inf - keep * -inf``, NaN for every kept key, so every
+# gradient of such an attention was NaN. Where a product would leave the range (or
+# vanish), the multiply stays where it was: ``((1 - keep) * finfo.min) * log2(e)`` is
+# ``-inf`` or 0, as the program computes it.
