@@ -60,61 +60,96 @@ def _base2_form(node: Expr) -> Expr | None:
     return Pointwise("exp2", (scaled,), node.dtype)
 
 
-def _times(expr: Expr, k: float) -> tuple[Expr, bool]:
+def _times(expr: Expr, k: float, limit: float = math.inf) -> tuple[Expr, bool]:
     """``k * expr`` distributed over sums, differences, negations, float casts and
     selections with a constant branch, and folded into constant factors and constants;
     whether a constant absorbed ``k`` (an operation per score saved: a folded factor, or a
-    multiply-add where a multiply and an add were)."""
+    multiply-add where a multiply and an add were). Nothing is distributed or folded
+    where a constant would leave the range of its dtype, or of a narrower float it is
+    cast to on the way (``limit``: [Note: constants that absorb a factor])."""
+    limit = _narrowed(limit, expr)
     value = _constant(expr)
-    if value is not None and expr.dtype.is_floating_point and _representable(k * value, value):
-        return Const(k * value, expr.dtype), True
+    if value is not None and expr.dtype.is_floating_point:
+        scaled = k * value  # beyond the range: the infinity the kernel computes
+        return Const(scaled if abs(scaled) <= limit else math.copysign(math.inf, scaled), expr.dtype), True
     if isinstance(expr, Pointwise):
         op, args, dtype = expr.op, expr.args, expr.dtype
-        if op in ("add", "sub"):
-            (a, fa), (b, fb) = _times(args[0], k), _times(args[1], k)
+        if op in ("add", "sub") and not any(_leaves_range(a, k, limit) for a in args):
+            (a, fa), (b, fb) = _times(args[0], k, limit), _times(args[1], k, limit)
             return Pointwise(op, (a, b), dtype), fa or fb
         if op == "neg":
-            return _times(args[0], -k)[0], True
+            return _times(args[0], -k, limit)[0], True
         if _float_cast(expr):  # computed in float32 either way, as base2 treats casts
-            inner, folded = _times(args[0], k)
+            inner, folded = _times(args[0], k, limit)
             return Pointwise("cast", (inner,), dtype), folded
         constant = [_constant(a) is not None for a in args[1:]] if op == "where" else []
         if any(constant):  # a where with a constant branch (two computed: two multiplies)
-            (a, fa), (b, fb) = _times(args[1], k), _times(args[2], k)
+            (a, fa), (b, fb) = _times(args[1], k, limit), _times(args[2], k, limit)
             # the constant branch saves nothing per score; the computed one may
             folded = (fa and not constant[0]) or (fb and not constant[1])
             return Pointwise("where", (args[0], a, b), dtype), folded
         if op in ("mul", "div"):
-            pairs = [(args[0], args[1])] + ([(args[1], args[0])] if op == "mul" else [])
-            for x, factor in pairs:
+            for x, factor in _factors(expr):
                 c = _constant(factor)
                 if c is not None and math.isfinite(c) and c != 0:
-                    folded = k * c if op == "mul" else k / c
-                    if _representable(folded, c):
-                        return _times(x, folded)[0], True
+                    scaled = k * c if op == "mul" else k / c
+                    if _in_range(scaled, c, limit):
+                        return _times(x, scaled, limit)[0], True
     return Pointwise("mul", (expr, Const(k, expr.dtype)), expr.dtype), False
 
 
-def _representable(folded: float, constant: float) -> bool:
-    """Whether a constant that absorbed ``log2(e)`` or a scale is still a float32 the
-    kernel can compute with as the program's own constant: in range (``finfo.min`` times
-    ``log2(e)`` overflows to ``-inf``, and a mask ``(1 - keep) * finfo.min`` distributed
-    into ``-inf - keep * -inf`` is NaN where ``keep`` is 1: [Note: constants that absorb
-    a factor]), and zero only where it was; an infinite constant (a mask's ``-inf``)
-    stays what it was."""
-    if not math.isfinite(constant):
-        return True
-    return abs(folded) <= FLOAT32_MAX and (folded == 0) == (constant == 0)
+def _factors(expr: Pointwise) -> list[tuple[Expr, Expr]]:
+    """(operand, constant candidate) pairs of a product or quotient (a quotient's divisor only)."""
+    a, b = expr.args
+    return [(a, b)] + ([(b, a)] if expr.op == "mul" else [])
 
 
-FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+def _narrowed(limit: float, expr: Expr) -> float:
+    """The largest magnitude a value of ``expr`` may take on its way: ``limit``, or less
+    where ``expr``'s dtype is a narrower float (a cast to float16 on the way)."""
+    dtype = expr.dtype
+    return min(limit, float(torch.finfo(dtype).max)) if dtype.is_floating_point else limit
+
+
+def _leaves_range(expr: Expr, k: float, limit: float) -> bool:
+    """Whether distributing ``k`` into ``expr`` as :func:`_times` does would make a finite
+    constant of it infinite (or zero): a sum with such a term keeps its multiply, since an
+    infinite term beside another is ``inf - inf`` where the program's sum was finite."""
+    limit = _narrowed(limit, expr)
+    value = _constant(expr)
+    if value is not None:
+        return math.isfinite(value) and not _in_range(k * value, value, limit)
+    if not isinstance(expr, Pointwise):
+        return False
+    if expr.op in ("add", "sub", "where"):
+        return any(_leaves_range(a, k, limit) for a in expr.args[expr.op == "where":])
+    if expr.op == "neg" or _float_cast(expr):
+        return _leaves_range(expr.args[0], k, limit)
+    if expr.op in ("mul", "div"):
+        for x, factor in _factors(expr):
+            c = _constant(factor)
+            if c is not None and math.isfinite(c) and c != 0:
+                scaled = k * c if expr.op == "mul" else k / c
+                return not _in_range(scaled, c, limit) or _leaves_range(x, scaled, limit)
+    return False
+
+
+def _in_range(scaled: float, constant: float, limit: float) -> bool:
+    """Whether a finite constant that absorbed a factor is still finite (at most
+    ``limit``) and nonzero where it was nonzero."""
+    return abs(scaled) <= limit and (scaled == 0) == (constant == 0)
+
 
 # [Note: constants that absorb a factor]
-# Folding ``log2(e)`` or a scale into a constant is exact enough only while the product
-# is a float32 like the constants it came from. A mask written with the dtype's most
-# negative value (Hugging Face's ``(1 - mask) * finfo.min``) is the case that is not:
-# ``finfo(float32).min * log2(e)`` is beyond float32's range, and distributed over the
-# difference it printed ``-inf - keep * -inf``, NaN for every kept key, so every
-# gradient of such an attention was NaN. Where a product would leave the range (or
-# vanish), the multiply stays where it was: ``((1 - keep) * finfo.min) * log2(e)`` is
-# ``-inf`` or 0, as the program computes it.
+# Folding ``log2(e)`` or a scale into constants re-associates the program's float32
+# arithmetic; it is exact enough only while each constant stays a finite float32. A
+# mask written with the dtype's most negative value (Hugging Face's ``(1 - keep) *
+# finfo.min``) is the case where it does not: ``finfo(float32).min * log2(e)`` is beyond
+# float32's range, and distributed over the difference the kernel computed ``-inf -
+# keep * -inf``, NaN for every kept key, so every gradient of such an attention was NaN.
+# So a product whose constant factor would leave the range keeps its multiply, and a sum
+# or difference with a term that would (a finite constant turned infinite) keeps its
+# own: ``((1 - keep) * finfo.min) * log2(e)`` is ``-inf`` or 0, as the program has it. A
+# selection's constant branch folds, rounded to float32 as the kernel computes it
+# (``where(pad, finfo.min, s) * log2(e)`` is ``where(pad, -inf, s * log2(e))``): a
+# selection adds nothing to it.
