@@ -368,3 +368,29 @@ def test_a_mask_of_the_dtypes_most_negative_value_keeps_its_gradients_finite(gen
     for got, want in zip(grads, refs):
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got.double(), want, rtol=10 * tol, atol=10 * tol * float(want.abs().max()))
+
+
+def _filled_with_dtype_min(q, k, v, keep):
+    s = (q @ k.transpose(-1, -2) * 0.25).masked_fill(~keep[:, None, None, :], torch.finfo(q.dtype).min)
+    return torch.softmax(s, -1) @ v
+
+
+def test_a_padding_filled_with_the_dtypes_min_folds_to_the_infinity_the_kernel_computes(gen):
+    """``masked_fill(pad, finfo.min)`` in bf16: the recomputed probabilities' selection
+    takes ``finfo.min * log2(e)`` as the ``-inf`` a float32 kernel computes ([Note:
+    constants that absorb a factor]); it printed the product as a float64 literal, which
+    broke the backward under the interpreter. Gradients match float64 within bf16's
+    tolerance."""
+    leaves = [torch.randn(2, 2, 37, 16, generator=gen).bfloat16().requires_grad_() for _ in range(3)]
+    keep = torch.rand(2, 37, generator=gen) > 0.3
+    keep[:, 0] = True
+    torch.compiler.reset()
+    out = torch.compile(_filled_with_dtype_min, backend="flashlight")(*leaves, keep)
+    grads = torch.autograd.grad(out, leaves, torch.ones_like(out))
+    exact = [x.detach().double().requires_grad_() for x in leaves]
+    ref = _filled_with_dtype_min(*exact, keep)
+    refs = torch.autograd.grad(ref, exact, torch.ones_like(ref))
+    torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=2e-2)
+    for got, want in zip(grads, refs):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=2e-2 * float(want.abs().max()))
