@@ -545,6 +545,18 @@ def _two_temperatures(q, k, v, b):  # a softmax of the biased scores at two temp
     return (0.7 * torch.softmax(s, -1) + 0.3 * torch.softmax(2 * s, -1)) @ v
 
 
+def _megatron_baddbmm(q, k, v):  # [B*H, L, D] baddbmm into an empty buffer with beta 0, then bmm
+    b, h, n, d = q.shape
+    q, k, v = (t.reshape(b * h, n, d) for t in (q, k, v))
+    buffer = torch.empty(b * h, n, n, dtype=q.dtype, device=q.device)
+    s = torch.baddbmm(buffer, q, k.transpose(1, 2), beta=0.0, alpha=1.0 / math.sqrt(d))
+    return torch.bmm(torch.softmax(s, -1), v).view(b, h, n, d)
+
+
+def _eval_dropout(q, k, v):  # dropout of the probabilities in eval mode: the identity
+    return F.dropout(torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1), 0.1, training=False) @ v
+
+
 def _talking_heads(q, k, v, w_pre):  # heads mixed before the softmax: s'[h] = sum_g W[h, g] s[g]
     s = torch.einsum("bgqd,bgkd->bgqk", q, k) * q.shape[-1] ** -0.5
     return torch.softmax(torch.einsum("hg,bgqk->bhqk", w_pre, s), -1) @ v
@@ -623,6 +635,8 @@ ROUND = {  # name: (function, its inputs beyond q, k, v of [B 2, H 3, L 37, D 16
     "softmax_over_queries": (_softmax_over_queries, lambda r: ()),
     "decoupled_rotary": (_decoupled_rotary, lambda r: (r(2, 3, 37, 8), r(2, 1, 37, 8))),
     "talking_heads": (_talking_heads, lambda r: (torch.eye(3) + 0.3 * r(3, 3),)),
+    "megatron_baddbmm": (_megatron_baddbmm, lambda r: ()),
+    "eval_dropout": (_eval_dropout, lambda r: ()),
     "rotate_half_rotary": (_rotate_half_rotary,
                            lambda r: (r(2, 37) > -1, torch.cos(0.1 * r(37, 16)), torch.sin(0.1 * r(37, 16)))),
 }
