@@ -23,6 +23,8 @@ import tempfile
 import threading
 import time
 
+from flashlight import triton_specializations
+
 _KERNEL = '''import triton
 import triton.language as tl
 
@@ -65,7 +67,7 @@ def _job(path: str, cache: str, variant: int) -> dict:
             "options": {"num_warps": 4, "num_stages": 2 + variant % 3}}
     return {"path": path, "module": "flashlight_bench_attention", "name": "attention",
             "specialization": json.dumps(data), "target": {"backend": "cuda", "arch": 90, "warp_size": 32},
-            "env": {"TRITON_CACHE_DIR": cache}}
+            "reader": triton_specializations.__file__, "env": {"TRITON_CACHE_DIR": cache}}
 
 
 def _compile_here(job: dict) -> None:
@@ -73,17 +75,13 @@ def _compile_here(job: dict) -> None:
     import importlib.util
 
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     spec = importlib.util.spec_from_file_location(job["module"], job["path"])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    data = json.loads(job["specialization"])
-    constants = {tuple(k): v for k, v in zip(data["constant_keys"], data["constant_vals"])}
+    src, target, options = triton_specializations.read(module.attention, job["specialization"], job["target"])
     os.environ["TRITON_CACHE_DIR"] = job["env"]["TRITON_CACHE_DIR"]
-    triton.compile(ASTSource(module.attention, data["signature"], constants, {}),
-                   target=GPUTarget(**job["target"]), options=data["options"])
+    triton.compile(src, target=target, options=options)
 
 
 def _loop_rate(done: threading.Event | None, seconds: float) -> float:

@@ -234,8 +234,9 @@ def compile_graph(lowered: Lowered, check: bool = False) -> Plan:
 
 def tile_sizes_to_fix(lowered: Lowered) -> frozenset[str]:
     """The symbols of the sizes the fused kernels of ``lowered`` need static to tile
-    ([Note: sizes a tile must know] in :mod:`flashlight.passes.tiling`): of a width that is
-    a sum of sizes (queries concatenated with a rotary part, ``d + r``), each symbol."""
+    ([Note: sizes a tile must know] in :mod:`flashlight.passes.tiling`): of a width of
+    several sizes (queries concatenated with a rotary part, ``d + r``; a head width split
+    off a projection, ``(H c) // H``), each symbol but a loop's extent, the heads too."""
     pipeline = pipeline_for(lowered)
     wanted: set[str] = set()
     lengths: set[str] = set()

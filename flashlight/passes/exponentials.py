@@ -141,15 +141,16 @@ def _in_range(scaled: float, constant: float, limit: float) -> bool:
 
 
 # [Note: constants that absorb a factor]
-# Folding ``log2(e)`` or a scale into constants re-associates the program's float32
-# arithmetic; it is exact enough only while each constant stays a finite float32. A
-# mask written with the dtype's most negative value (Hugging Face's ``(1 - keep) *
-# finfo.min``) is the case where it does not: ``finfo(float32).min * log2(e)`` is beyond
-# float32's range, and distributed over the difference the kernel computed ``-inf -
-# keep * -inf``, NaN for every kept key, so every gradient of such an attention was NaN.
-# So a product whose constant factor would leave the range keeps its multiply, and a sum
-# or difference with a term that would (a finite constant turned infinite) keeps its
-# own: ``((1 - keep) * finfo.min) * log2(e)`` is ``-inf`` or 0, as the program has it. A
-# selection's constant branch folds, rounded to float32 as the kernel computes it
-# (``where(pad, finfo.min, s) * log2(e)`` is ``where(pad, -inf, s * log2(e))``): a
-# selection adds nothing to it.
+# Folding ``log2(e)`` or a scale into constants re-associates the program's arithmetic;
+# it is exact enough only while each constant stays finite in its dtype (and in a
+# narrower float the value is cast to on the way: float16 values are rounded to float16
+# inside a float32 kernel). A mask written with the dtype's most negative value (Hugging
+# Face's ``(1 - keep) * finfo.min``) is the case where it does not: ``finfo.min *
+# log2(e)`` is beyond the range, and distributed over the difference the kernel computed
+# ``-inf - keep * -inf``, NaN for every kept key, so every gradient of such an attention
+# was NaN (in float16 the overflow came at the cast). So a product whose constant factor
+# would leave the range keeps its multiply, and a sum or difference with a term that
+# would (a finite constant turned infinite) keeps its own: ``((1 - keep) * finfo.min) *
+# log2(e)`` is ``-inf`` or 0, as the program has it. A selection's constant branch folds
+# to the infinity the kernel computes (``where(pad, finfo.min, s) * log2(e)`` is
+# ``where(pad, -inf, s * log2(e))``): a selection adds nothing to it.

@@ -23,7 +23,10 @@ loop (``q . k``; a plain sum, such as a pooled query, is left to the back-off) a
 output dims the loop's statistics do not vary along. Never a length, though: a size
 that is some kernel's loop extent or row dim (:func:`length_symbols`: the key length,
 the number of sequences of an MSA) stays a runtime argument, even where a fused nest
-that the back-off will split contracts over it. The backend fixes the remaining sizes
+that the back-off will split contracts over it; only a width of several sizes (a head
+width split off a projection, ``(H c) // H``, the heads a row dim of the first fusion)
+fixes every one of them but a loop's extent, since it is static with all of them or not
+at all. The backend fixes the remaining sizes
 whose value fits one tile to the value of this call, with a guard, so a call with
 another head width compiles again (as Inductor specializes sizes it must know), and
 lowers the graph again.
