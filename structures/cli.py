@@ -65,8 +65,26 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+# [Note: an interrupt that lands in a finalizer]
+# The handler raises where the main thread is when the signal comes. If that is a
+# weakref callback or a ``__del__`` run by the garbage collector (PyTorch's tracing runs
+# many), CPython prints "Exception ignored" and goes on: the interrupt was lost and the
+# run folded every record. So the handler also records the signal, and the fold checks
+# for one after each recycling iteration and before each record (:func:`_check_interrupted`),
+# which raises it again there.
+_PENDING: List[int] = []  # signals received and not yet seen to end the run
+
+
 def _raise_interrupted(signum, frame):
+    _PENDING.append(signum)
     raise Interrupted(signum)
+
+
+def _check_interrupted() -> None:
+    """Raise the first signal received since the handlers were installed, if any
+    ([Note: an interrupt that lands in a finalizer])."""
+    if _PENDING:
+        raise Interrupted(_PENDING[0])
 
 
 @contextlib.contextmanager
@@ -130,6 +148,7 @@ def _fold_share(args, group, records, warn, say, local: dict) -> dict:
     bar = tqdm(mine, desc=desc, unit="record", disable=True if args.quiet else None, position=2 * group.rank, leave=True)
     try:
         for record in bar:
+            _check_interrupted()
             local["current"] = record
             _fold_one(args, group, folder, record, bar, local)
     finally:
@@ -213,7 +232,7 @@ def _fold_one(args, group, folder, record, bar, local: dict) -> None:
     entry = {"id": record.id, "order": record.order, "length": record.length, "worker": group.rank,
              "msa": resume.msa_text(record)}
     try:
-        report = folder.fold(record, on_recycle=lambda: runs.update(1),
+        report = folder.fold(record, on_recycle=lambda: (_check_interrupted(), runs.update(1)),
                              on_total=lambda total: (setattr(runs, "total", total), runs.refresh()))
     except Exception as err:  # noqa: BLE001 - one bad record does not stop the rest
         entry.update(status="failed", error=f"{type(err).__name__}: {err}")
@@ -250,6 +269,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv, args.run_id = argv, None
     handlers = {signal.SIGINT: _raise_interrupted, signal.SIGTERM: _raise_interrupted}
+    _PENDING.clear()
     with warnings.catch_warnings(), _signals(handlers):
         _quiet_library_warnings()
         return _run(args)

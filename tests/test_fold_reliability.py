@@ -492,6 +492,28 @@ def test_quiet_interrupted_rerun_says_one_thing(rerun):
     assert [line for line in lines[:-1] if not allowed.match(line)] == []  # no numpy, no traceback
 
 
+def test_an_interrupt_swallowed_by_a_finalizer_is_raised_at_the_next_check():
+    """[Note: an interrupt that lands in a finalizer]: the signal arrives while the
+    garbage collector runs a weakref callback, which swallows the handler's exception; the
+    next check (after a recycling iteration, before a record) raises it again."""
+    import gc
+    import weakref
+
+    class Thing:
+        pass
+
+    cli._PENDING.clear()
+    thing = Thing()
+    weakref.finalize(thing, cli._raise_interrupted, signal.SIGTERM, None)  # the handler, mid-callback
+    del thing
+    gc.collect()  # "Exception ignored": the interrupt did not reach the fold
+    with pytest.raises(cli.Interrupted) as raised:
+        cli._check_interrupted()
+    assert raised.value.signum == signal.SIGTERM
+    cli._PENDING.clear()
+    cli._check_interrupted()  # nothing pending: nothing raised
+
+
 @pytest.mark.parametrize("signum, code, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
 def test_interrupted_before_folding(tmp_path, signum, code, name):
     fasta = write_fasta(tmp_path / "q.fasta", {"a": "MKTAYI", "b": "MKTAYI"})
