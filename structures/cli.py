@@ -71,13 +71,32 @@ class Interrupted(KeyboardInterrupt):
 # many), CPython prints "Exception ignored" and goes on: the interrupt was lost and the
 # run folded every record. So the handler also records the signal, and the fold checks
 # for one after each recycling iteration and before each record (:func:`_check_interrupted`),
-# which raises it again there.
+# which raises it again there; the swallowed one is not printed (``sys.unraisablehook``).
 _PENDING: List[int] = []  # signals received and not yet seen to end the run
 
 
 def _raise_interrupted(signum, frame):
     _PENDING.append(signum)
     raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _swallowed_interrupts_kept():
+    """Within the block, an :class:`Interrupted` that a finalizer swallowed is not printed
+    as "Exception ignored" (a traceback on the user's screen): it was recorded and is
+    raised again at the next check ([Note: an interrupt that lands in a finalizer]).
+    Other unraisable exceptions go to the hook that was set before."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if not isinstance(unraisable.exc_value, Interrupted):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def _check_interrupted() -> None:
@@ -270,7 +289,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args.argv, args.run_id = argv, None
     handlers = {signal.SIGINT: _raise_interrupted, signal.SIGTERM: _raise_interrupted}
     _PENDING.clear()
-    with warnings.catch_warnings(), _signals(handlers):
+    with warnings.catch_warnings(), _signals(handlers), _swallowed_interrupts_kept():
         _quiet_library_warnings()
         return _run(args)
 
