@@ -25,7 +25,17 @@ import time
 
 Frame = str  # "file.py:function"
 Sample = tuple[float, tuple[Frame, ...], tuple[int, ...]]  # (seconds since start, stack
-# outermost first, each frame's id: two calls of one function are told apart by it)
+# outermost first, each frame's id: two calls of one function are told apart by it, see
+# [Note: frame ids that tell calls apart])
+
+# Note: frame ids that tell calls apart
+# A frame object's id is its address, which CPython hands to the next frame object once
+# the old one is freed: two back-to-back calls of one function, at one depth, often get
+# the same id. The sampler therefore holds the frames of its previous sample until it
+# takes the next one: a call that began between two samples cannot get the address of a
+# frame still held, so the ids of consecutive samples differ exactly when the calls do.
+# A sample without the marker ends its window (``passes``), so samples further apart are
+# never compared.
 
 
 def _frame_name(frame) -> Frame:
@@ -44,6 +54,7 @@ class StackSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._start = 0.0
+        self._held: list = []  # the previous sample's frames: [Note: frame ids that tell calls apart]
 
     def __enter__(self) -> "StackSampler":
         self.ident = self.ident or threading.get_ident()
@@ -55,26 +66,31 @@ class StackSampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self._held = []
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             frame = sys._current_frames().get(self.ident)
-            stack, ids = [], []
+            stack, ids, frames = [], [], []
             while frame is not None:
                 stack.append(_frame_name(frame))
                 ids.append(id(frame))
+                frames.append(frame)
                 frame = frame.f_back
+            self._held = frames
             self.samples.append((time.perf_counter() - self._start, tuple(reversed(stack)), tuple(reversed(ids))))
 
 
 def passes(samples: list[Sample], marker: str) -> list[list[Sample]]:
     """The samples taken inside each call of the function named ``marker``, one list per
-    call (told apart by the call's frame), each stack trimmed to the frames below it."""
+    call (told apart by the call's frame, [Note: frame ids that tell calls apart]), each
+    stack trimmed to the frames below it."""
     windows: list[list[Sample]] = []
     last = None
     for t, stack, ids in samples:
         at = next((i for i, frame in enumerate(stack) if frame.endswith(":" + marker)), None)
         if at is None:
+            last = None
             continue
         if ids[at] != last:
             windows.append([])

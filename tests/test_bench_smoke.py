@@ -554,6 +554,19 @@ def test_the_stack_sampler_splits_calls_of_the_marker_and_attributes_their_time(
     assert top.strip().endswith(":busy") and float(share) >= 90, (share, top)
 
 
+def test_a_sample_without_the_marker_ends_its_window():
+    """Two calls of the marker with a sample outside both between them are two windows even
+    when the second call's frame reuses the first one's address (its id)."""
+    from bench import stack_sampler
+
+    inside = ("a.py:main", "a.py:run_within", "a.py:busy")
+    samples = [(0.0, inside, (1, 7, 8)), (0.1, inside, (1, 7, 8)), (0.2, ("a.py:main",), (1,)),
+               (0.3, inside, (1, 7, 9))]
+    windows = stack_sampler.passes(samples, "run_within")
+    assert [len(w) for w in windows] == [2, 1]
+    assert windows[1][0][1] == ("a.py:busy",)
+
+
 def test_loop_instructions_count_the_body_of_each_backward_branch():
     """``bench.build_times --sass`` counts a loop as the instructions from a backward
     branch's target to the branch, opcodes without predicates or modifiers; a forward
