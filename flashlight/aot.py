@@ -17,7 +17,8 @@ from typing import Sequence
 import torch
 
 from flashlight import settings
-from flashlight.runtime import Launcher, load_module, read_sizes, integer_arguments as runtime_integer_arguments
+from flashlight.launch_sizes import integer_arguments as runtime_integer_arguments, read_sizes
+from flashlight.runtime import Launcher, load_module
 from flashlight.codegen import NARROW_BITS, KernelSource
 
 

@@ -34,7 +34,8 @@ from flashlight.pipeline import Plan, compile_graph, fix_tile_sizes
 from flashlight.random_ops import draw_seeds_first
 from flashlight.report import ExplainReport, FallbackOp, KernelReport
 from flashlight.aot import aot_compile
-from flashlight.runtime import COMPILE_EVENTS, Launcher, UnreadableSizes, config_space
+from flashlight.launch_sizes import UnreadableSizes
+from flashlight.runtime import COMPILE_EVENTS, Launcher, config_space
 
 log = logging.getLogger("flashlight")
 aten = torch.ops.aten

@@ -28,7 +28,7 @@ stack at 2048 residues (5120 rows of 2048 positions of ``4 * 64`` values) reache
 offsets of 2.7e9. So every offset derives from ``pid`` and ``index0`` (zero in the
 type of ``pid``), and the constant ``INDEX_BITS`` (32 by default) makes them 64-bit
 where the launcher finds that some tensor of the launch reaches past 2**31 - 1
-(:func:`flashlight.runtime.index_kwargs`; such a launch compiles where it runs,
+(:func:`flashlight.launch_sizes.index_kwargs`; such a launch compiles where it runs,
 not in the background). The 32-bit build is the one every smaller launch
 runs: adding ``index0`` (a constant zero there) costs nothing, and 64-bit address
 arithmetic, which would cost instructions in every tile's loads, is only paid where

@@ -96,7 +96,7 @@ def base_symbols(text: str) -> frozenset[str]:
 # integer symbol ``a_over_b`` (and ``a // b`` becomes ``q``). Every size of the graph
 # goes through this, so equal sizes stay equal, ``H`` factors into ``h`` and ``H // h``
 # as a static ``8`` factors into ``2 * 4``, and at run time ``q`` is read as ``a``'s axis
-# divided by ``b`` (a merged axis, :func:`flashlight.runtime.size_sources`).
+# divided by ``b`` (a merged axis, :func:`flashlight.launch_sizes.size_sources`).
 
 
 # [Note: sizes used as values]

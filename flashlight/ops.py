@@ -22,7 +22,8 @@ from typing import Sequence
 
 import torch
 
-from flashlight.runtime import Launcher, read_sizes
+from flashlight.launch_sizes import read_sizes
+from flashlight.runtime import Launcher
 
 _REGISTRY: dict[str, Launcher] = {}  # key -> the launcher of that kernel
 

@@ -125,12 +125,12 @@ def test_the_64_bit_offsets_build_compiles_for_hopper():
 def test_launches_reaching_past_32_bit_offsets_run_with_64_bit_ones(monkeypatch):
     """Every launch takes the 64-bit path when the limit is 0, and still matches
     float64; a tensor's reach is its largest offset, not its element count."""
-    from flashlight import runtime
+    from flashlight import launch_sizes
 
-    assert runtime.index_kwargs([torch.empty(3, 5)]) == {}
+    assert launch_sizes.index_kwargs([torch.empty(3, 5)]) == {}
     strided = torch.empty_strided((2, 3), (2**31, 1), device="meta")  # 6 elements, offset 2**31 + 2
-    assert runtime.index_kwargs([torch.empty(3, 5), strided]) == {"INDEX_BITS": 64}
-    monkeypatch.setattr(runtime, "OFFSET_LIMIT", 0)
+    assert launch_sizes.index_kwargs([torch.empty(3, 5), strided]) == {"INDEX_BITS": 64}
+    monkeypatch.setattr(launch_sizes, "OFFSET_LIMIT", 0)
     torch.compiler.reset()
     report = flashlight.api.ExplainReport()
     compiled = flashlight.compile(attention, report=report)
@@ -209,7 +209,7 @@ def test_bounds_checking_mode_asserts_every_offset(monkeypatch):
         out = flashlight.compile(attention)(*args)  # every real offset is inside its tensor
         torch.testing.assert_close(out.double(), attention(*(a.double() for a in args)), rtol=1e-5, atol=1e-5)
         # pretend the tensors were one element long: the kernel must refuse
-        monkeypatch.setattr(runtime, "_span", lambda t: 1)
+        monkeypatch.setattr(runtime, "span", lambda t: 1)  # the name the launcher calls
         torch.compiler.reset()
         with pytest.raises(Exception, match="out of bounds"):
             flashlight.compile(attention)(*args)
