@@ -50,7 +50,7 @@ from flashlight.lower_context import LowerContext, compared
 from flashlight.lower_gather import GATHER_LOWERINGS
 from flashlight.lower_reductions import REDUCTION_LOWERINGS, reduce_over
 from flashlight.lower_sources import SOURCE_LOWERINGS
-from flashlight.vocabulary import COMPARISONS, HALF_DTYPES, INTEGER_EXACT, KERNEL_DTYPES, OPS
+from flashlight.vocabulary import COMPARISONS, DISCONTINUOUS_ATEN, HALF_DTYPES, INTEGER_EXACT, KERNEL_DTYPES, OPS
 
 aten = torch.ops.aten
 
@@ -67,6 +67,20 @@ class Lowered:
 
 
 # ------------------------------------------------------------------------- the lowerer
+
+# [Note: a value compared with its copy]
+# A value needed outside Flashlight (an op with no lowering reads it) is materialized, and
+# a kernel that uses it may compute it again in its own loop rather than read it
+# (``Graph.recomputed``): scores recomputed tile by tile cost less than reading an
+# ``L x L`` tensor. The two copies agree to the last bits their summation orders allow,
+# which is enough for every continuous use. It is not where the kernel compares its copy
+# with a value computed outside *from the materialized one*: ``s < s.topk(8).values[...,
+# -1:]`` keeps exactly the 8 largest scores in eager, but a recomputed score one unit in
+# the last place below its materialized twin drops out, and a row keeps 7 (every row of
+# a test changed, by 0.2 relative). Such a nest is therefore read from memory: one whose
+# Flashlight-computed descendants include a discontinuous op (a comparison, a rounding,
+# ``DISCONTINUOUS`` in flashlight.vocabulary) with an operand derived from the nest
+# through an op outside Flashlight.
 
 
 class _Lowerer:
@@ -122,11 +136,39 @@ class _Lowerer:
                 lw.tuple_values.pop(node.name, None)
                 self._make_opaque(node, f"{_op_name(node)}: {why}")
         outside = frozenset(self.materialized)  # needed outside Flashlight; kernels may recompute them
-        graph = Graph(tuple(lw.nests), tuple(lw.inputs), outside | lw.stored, recomputed=outside - lw.stored)
+        read = self._compared_with_a_copy(outside)  # pinned: elementwise fusion inlines the others
+        graph = Graph(tuple(lw.nests), tuple(lw.inputs), outside | lw.stored, recomputed=outside - lw.stored - read,
+                      pinned=read)
         order = {node.name: k for k, node in enumerate(self.gm.graph.nodes)}
         users = {node.name: tuple(u.name for u in node.users) for node in self.gm.graph.nodes}
         views = frozenset(node.name for node in self.gm.graph.nodes if node.target in REINDEXING)
         return Lowered(graph, self.opaque, lw.nest_of_node, order=order, users=users, views=views)
+
+    def _compared_with_a_copy(self, outside: frozenset[str]) -> frozenset[str]:
+        """The nests needed outside Flashlight that a kernel must read rather than compute
+        again: [Note: a value compared with its copy]."""
+        readers: dict[str, list[fx.Node]] = {}  # nest -> the nodes that are it or a view of it
+        for node in self.gm.graph.nodes:
+            found = self.lw.env.get(node.name)
+            if isinstance(found, Access) and found.kind == "nest" and node.name not in self.opaque:
+                readers.setdefault(found.name, []).append(node)
+        kept = set()
+        for nest in outside:
+            inside: set[fx.Node] = set()  # computed from the nest by Flashlight alone
+            derived: set[fx.Node] = set()  # computed from it through an op outside Flashlight
+            stack = [(node, False) for node in readers.get(nest, ())]
+            while stack:
+                node, through_outside = stack.pop()
+                for user in node.users:
+                    via = through_outside or user.name in self.opaque
+                    reached = derived if via else inside
+                    if user.op == "call_function" and user not in reached:
+                        reached.add(user)
+                        stack.append((user, via))
+            if any(_aten_name(n) in DISCONTINUOUS_ATEN and any(a in derived for a in n.all_input_nodes)
+                   for n in inside):
+                kept.add(nest)
+        return frozenset(kept)
 
     def _use_outside(self, arg: Any) -> None:
         """``arg`` is consumed outside Flashlight: its base nest must be materialized."""
@@ -159,6 +201,12 @@ class _Lowerer:
                 self.lw.env[node.name] = self.lw.input_access(node)
             except Unsupported:
                 pass
+
+
+def _aten_name(node: fx.Node) -> str:
+    """``aten::packet.overload`` of an ATen node ("" for other targets)."""
+    name = getattr(node.target, "name", None)
+    return name() if callable(name) else ""
 
 
 def _op_name(node: fx.Node) -> str:

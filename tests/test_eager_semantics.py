@@ -163,3 +163,45 @@ def test_bf16_outputs_round_to_nearest_as_on_the_gpu(gen):
     # and it is rounded to nearest, not toward zero: errors fall on both sides
     toward_zero = ((out.double().abs() < exact.abs()) & (err > 0)).float().mean()
     assert 0.2 < toward_zero < 0.8, toward_zero
+
+
+# ------------------------------------------------- a value compared with its copy
+
+
+def _top_k_attention(q, k, v):
+    """Each row attends to its 6 largest scores: the threshold is computed outside
+    Flashlight (``topk`` has no lowering) from the materialized scores."""
+    s = _scores(q, k)
+    kth = s.topk(6, dim=-1).values[..., -1:]
+    return _attend(s.masked_fill(s < kth, -math.inf), v)
+
+
+def _kth_value_gate(q, k, v):
+    """Keys at or above each row's median score kept, by ``kthvalue`` and ``ge``."""
+    s = _scores(q, k)
+    median = s.kthvalue(s.shape[-1] // 2, dim=-1, keepdim=True).values
+    return _attend(torch.where(s >= median, s, -math.inf), v)
+
+
+@pytest.mark.parametrize("fn", [_top_k_attention, _kth_value_gate], ids=["topk", "kthvalue"])
+def test_scores_compared_with_a_threshold_taken_from_them_are_read_not_recomputed(fn, gen):
+    """[Note: a value compared with its copy]: the kernel compares the very scores the
+    threshold was taken from, so every row keeps exactly the keys eager keeps (a
+    recomputed copy one unit in the last place lower dropped the threshold's own key
+    from every row: 0.2 relative error). Gradients too."""
+    q, k, v = (torch.randn(2, 3, L, D, generator=gen) for _ in range(3))
+    with torch.no_grad():
+        out = flashlight.compile(fn)(q, k, v)
+    ref = fn(q.double(), k.double(), v.double())
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    report = ExplainReport()
+    out = torch.compile(fn, backend=make_backend(report=report))(*leaves)
+    grad_out = torch.randn(out.shape, generator=gen)
+    grads = torch.autograd.grad(out, leaves, grad_out)
+    exact = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    refs = torch.autograd.grad(fn(*exact), exact, grad_out.double())
+    assert report.kernels, str(report)
+    for got, want in zip(grads, refs, strict=True):
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
