@@ -50,7 +50,7 @@ from flashlight.lower_context import LowerContext, compared
 from flashlight.lower_gather import GATHER_LOWERINGS
 from flashlight.lower_reductions import REDUCTION_LOWERINGS, reduce_over
 from flashlight.lower_sources import SOURCE_LOWERINGS
-from flashlight.vocabulary import COMPARISONS, DISCONTINUOUS_ATEN, HALF_DTYPES, INTEGER_EXACT, KERNEL_DTYPES, OPS
+from flashlight.vocabulary import COMPARISONS, DISCONTINUOUS, DISCONTINUOUS_ATEN, HALF_DTYPES, INTEGER_EXACT, KERNEL_DTYPES, OPS
 
 aten = torch.ops.aten
 
@@ -308,6 +308,9 @@ def _pointwise(op: str, nargs: int | None = None):
             return operands[0]  # integers are their own floor and ceiling
         axes = lw.result_axes(node, operands)
         reads = [lw.read(v, axes) for v in operands]
+        if op in DISCONTINUOUS:  # [Note: a comparison sees 16-bit values rounded]
+            reads = [_as_eager_holds(r) if isinstance(v, Access) and v.kind == "nest" else r
+                     for v, r in zip(operands, reads)]
         if op == "relu" and not dtype.is_floating_point:
             return lw.add_nest(axes, eager_arithmetic("maximum", (reads[0], Const(0, dtype)), dtype), dtype, op)
         if (nargs == 1 or op == "pow") and dtype.is_floating_point and not reads[0].dtype.is_floating_point:
@@ -315,6 +318,23 @@ def _pointwise(op: str, nargs: int | None = None):
         return lw.add_nest(axes, eager_arithmetic(op, tuple(reads), dtype), dtype, op)
 
     return rule
+
+
+# [Note: a comparison sees 16-bit values rounded]
+# A kernel computes a 16-bit float value in float32 and rounds it only where it is stored
+# (more precise than eager, which rounds every op's result): for arithmetic that is the
+# point. A comparison (or a rounding, ``DISCONTINUOUS``) of such a value with one that
+# was stored is different: the row max of bfloat16 scores, kept by one kernel in
+# bfloat16, equals no score another kernel recomputes in float32, so ``s == s.amax(-1)``
+# selected no key and the row was 0 / 0 (NaN where eager has a value). A computed
+# 16-bit operand of such an op is therefore rounded to its dtype first, as eager holds
+# it; rounding is monotone, so the rounded max is the max of the rounded scores. Loaded
+# values are already rounded, and float32 values need nothing.
+def _as_eager_holds(read: Expr) -> Expr:
+    """``read`` rounded to its 16-bit float dtype (as a float32 value), else as it is."""
+    if read.dtype not in HALF_DTYPES:
+        return read
+    return Pointwise("cast", (Pointwise("cast", (read,), torch.float32),), read.dtype)
 
 
 def _operand_dtype(arg: Any, default: torch.dtype) -> torch.dtype:

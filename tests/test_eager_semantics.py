@@ -3,7 +3,9 @@ error of the same type; mixed-dtype elementwise work in the scores has the dtype
 values PyTorch's promotion gives ([Note: integer and boolean arithmetic] in
 ``flashlight/lower.py``): integer arithmetic wraps in its own width, scalars wrap into
 an integer dtype and round into a 16-bit float one where PyTorch compares in it, bool
-sums and products are logical."""
+sums and products are logical. Last, comparisons whose result jumps at a last-bit
+difference: a score compared with a threshold taken from the stored scores, or with a
+16-bit row max another kernel stored, sees the value eager would hold."""
 from __future__ import annotations
 
 import math
@@ -205,3 +207,35 @@ def test_scores_compared_with_a_threshold_taken_from_them_are_read_not_recompute
     assert report.kernels, str(report)
     for got, want in zip(grads, refs, strict=True):
         torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
+def _hard_attention(q, k, v):
+    """Each row averages the values of its highest-scoring keys: a score equal to the
+    row max, which a kernel of its own computes and stores."""
+    s = _scores(q, k)
+    hit = (s == s.amax(-1, keepdim=True)).to(v.dtype)
+    return (hit / hit.sum(-1, keepdim=True)) @ v
+
+
+def _near_the_max(q, k, v):
+    """Keys within 0.5 of the row's max score."""
+    s = _scores(q, k)
+    return _attend(s.masked_fill(s < s.amax(-1, keepdim=True) - 0.5, -math.inf), v)
+
+
+@pytest.mark.parametrize("fn", [_hard_attention, _near_the_max], ids=["hard", "near_max"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_comparisons_see_16_bit_scores_as_eager_holds_them(fn, dtype, gen):
+    """[Note: a comparison sees 16-bit values rounded]: the bfloat16 row max one kernel
+    stores equals the score another kernel recomputes once that score is rounded as eager
+    rounds it (unrounded, no key matched and every row was 0 / 0). Against eager in the
+    same dtype: the keys selected are eager's, so the outputs differ by rounding only."""
+    q, k, v = (torch.randn(2, 3, L, D, generator=gen).to(dtype) for _ in range(3))
+    with torch.no_grad():
+        report = flashlight.explain(fn, q, k, v)
+        out = flashlight.compile(fn)(q, k, v)
+        want = fn(q, k, v)
+    assert report.kernels and not report.fallback_ops, str(report)
+    assert torch.isfinite(out).all()
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(out.float(), want.float(), rtol=tol, atol=tol)
