@@ -46,11 +46,12 @@ from flashlight.ir import (
     dim_names,
     walk,
 )
+from flashlight.lower_compare import as_eager_holds, check_not_a_tie, compared_with_a_copy
 from flashlight.lower_context import LowerContext, compared
 from flashlight.lower_gather import GATHER_LOWERINGS
 from flashlight.lower_reductions import REDUCTION_LOWERINGS, reduce_over
 from flashlight.lower_sources import SOURCE_LOWERINGS
-from flashlight.vocabulary import COMPARISONS, DISCONTINUOUS, DISCONTINUOUS_ATEN, HALF_DTYPES, INTEGER_EXACT, KERNEL_DTYPES, OPS
+from flashlight.vocabulary import COMPARISONS, DISCONTINUOUS, HALF_DTYPES, INTEGER_EXACT, KERNEL_DTYPES, OPS
 
 aten = torch.ops.aten
 
@@ -67,21 +68,6 @@ class Lowered:
 
 
 # ------------------------------------------------------------------------- the lowerer
-
-# [Note: a value compared with its copy]
-# A value needed outside Flashlight (an op with no lowering reads it) is materialized, and
-# a kernel that uses it may compute it again in its own loop rather than read it
-# (``Graph.recomputed``): scores recomputed tile by tile cost less than reading an
-# ``L x L`` tensor. The two copies agree to the last bits their summation orders allow,
-# which is enough for every continuous use. It is not where the kernel compares its copy
-# with a value computed outside *from the materialized one*: ``s < s.topk(8).values[...,
-# -1:]`` keeps exactly the 8 largest scores in eager, but a recomputed score one unit in
-# the last place below its materialized twin drops out, and a row keeps 7 (every row of
-# a test changed, by 0.2 relative). Such a nest is therefore read from memory: one whose
-# Flashlight-computed descendants include a discontinuous op (a comparison, a rounding,
-# ``DISCONTINUOUS`` in flashlight.vocabulary) with an operand derived from the nest
-# through an op outside Flashlight.
-
 
 class _Lowerer:
     """Lowers the nodes of ``gm`` in order through the rules, into one context."""
@@ -136,39 +122,14 @@ class _Lowerer:
                 lw.tuple_values.pop(node.name, None)
                 self._make_opaque(node, f"{_op_name(node)}: {why}")
         outside = frozenset(self.materialized)  # needed outside Flashlight; kernels may recompute them
-        read = self._compared_with_a_copy(outside)  # pinned: elementwise fusion inlines the others
-        graph = Graph(tuple(lw.nests), tuple(lw.inputs), outside | lw.stored, recomputed=outside - lw.stored - read,
-                      pinned=read)
+        # pinned: elementwise fusion inlines the others
+        read = compared_with_a_copy(self.gm, lw.env, self.opaque, outside) | lw.tied
+        graph = Graph(tuple(lw.nests), tuple(lw.inputs), outside | lw.stored | read,
+                      recomputed=outside - lw.stored - read, pinned=read)
         order = {node.name: k for k, node in enumerate(self.gm.graph.nodes)}
         users = {node.name: tuple(u.name for u in node.users) for node in self.gm.graph.nodes}
         views = frozenset(node.name for node in self.gm.graph.nodes if node.target in REINDEXING)
         return Lowered(graph, self.opaque, lw.nest_of_node, order=order, users=users, views=views)
-
-    def _compared_with_a_copy(self, outside: frozenset[str]) -> frozenset[str]:
-        """The nests needed outside Flashlight that a kernel must read rather than compute
-        again: [Note: a value compared with its copy]."""
-        readers: dict[str, list[fx.Node]] = {}  # nest -> the nodes that are it or a view of it
-        for node in self.gm.graph.nodes:
-            found = self.lw.env.get(node.name)
-            if isinstance(found, Access) and found.kind == "nest" and node.name not in self.opaque:
-                readers.setdefault(found.name, []).append(node)
-        kept = set()
-        for nest in outside:
-            inside: set[fx.Node] = set()  # computed from the nest by Flashlight alone
-            derived: set[fx.Node] = set()  # computed from it through an op outside Flashlight
-            stack = [(node, False) for node in readers.get(nest, ())]
-            while stack:
-                node, through_outside = stack.pop()
-                for user in node.users:
-                    via = through_outside or user.name in self.opaque
-                    reached = derived if via else inside
-                    if user.op == "call_function" and user not in reached:
-                        reached.add(user)
-                        stack.append((user, via))
-            if any(_aten_name(n) in DISCONTINUOUS_ATEN and any(a in derived for a in n.all_input_nodes)
-                   for n in inside):
-                kept.add(nest)
-        return frozenset(kept)
 
     def _use_outside(self, arg: Any) -> None:
         """``arg`` is consumed outside Flashlight: its base nest must be materialized."""
@@ -201,12 +162,6 @@ class _Lowerer:
                 self.lw.env[node.name] = self.lw.input_access(node)
             except Unsupported:
                 pass
-
-
-def _aten_name(node: fx.Node) -> str:
-    """``aten::packet.overload`` of an ATen node ("" for other targets)."""
-    name = getattr(node.target, "name", None)
-    return name() if callable(name) else ""
 
 
 def _op_name(node: fx.Node) -> str:
@@ -302,6 +257,7 @@ def _pointwise(op: str, nargs: int | None = None):
         if op in COMPARISONS:
             common = _common_dtype(args)
             operands = [compared(lw.value(a, _operand_dtype(a, common))) for a in args]
+            check_not_a_tie(lw, op, operands)
         else:
             operands = [lw.value(a, _operand_dtype(a, dtype)) for a in args]
         if op in ("floor", "ceil") and not dtype.is_floating_point and isinstance(operands[0], Access):
@@ -309,7 +265,7 @@ def _pointwise(op: str, nargs: int | None = None):
         axes = lw.result_axes(node, operands)
         reads = [lw.read(v, axes) for v in operands]
         if op in DISCONTINUOUS:  # [Note: a comparison sees 16-bit values rounded]
-            reads = [_as_eager_holds(r) if isinstance(v, Access) and v.kind == "nest" else r
+            reads = [as_eager_holds(r) if isinstance(v, Access) and v.kind == "nest" else r
                      for v, r in zip(operands, reads)]
         if op == "relu" and not dtype.is_floating_point:
             return lw.add_nest(axes, eager_arithmetic("maximum", (reads[0], Const(0, dtype)), dtype), dtype, op)
@@ -318,23 +274,6 @@ def _pointwise(op: str, nargs: int | None = None):
         return lw.add_nest(axes, eager_arithmetic(op, tuple(reads), dtype), dtype, op)
 
     return rule
-
-
-# [Note: a comparison sees 16-bit values rounded]
-# A kernel computes a 16-bit float value in float32 and rounds it only where it is stored
-# (more precise than eager, which rounds every op's result): for arithmetic that is the
-# point. A comparison (or a rounding, ``DISCONTINUOUS``) of such a value with one that
-# was stored is different: the row max of bfloat16 scores, kept by one kernel in
-# bfloat16, equals no score another kernel recomputes in float32, so ``s == s.amax(-1)``
-# selected no key and the row was 0 / 0 (NaN where eager has a value). A computed
-# 16-bit operand of such an op is therefore rounded to its dtype first, as eager holds
-# it; rounding is monotone, so the rounded max is the max of the rounded scores. Loaded
-# values are already rounded, and float32 values need nothing.
-def _as_eager_holds(read: Expr) -> Expr:
-    """``read`` rounded to its 16-bit float dtype (as a float32 value), else as it is."""
-    if read.dtype not in HALF_DTYPES:
-        return read
-    return Pointwise("cast", (Pointwise("cast", (read,), torch.float32),), read.dtype)
 
 
 def _operand_dtype(arg: Any, default: torch.dtype) -> torch.dtype:

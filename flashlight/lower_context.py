@@ -30,6 +30,9 @@ class LowerContext:
         self.tuple_values: dict[str, tuple[Access | Const, ...]] = {}  # tuple-valued node -> its items
         self.origin = ""  # the FX node being lowered: the origin of the nests added
         self.stored: set[str] = set()  # nests read from memory by a lookup: kept separate
+        # nests compared outside Flashlight for a tie, and those a max or min of them reads:
+        # every kernel reads them from memory ([Note: ties between recomputed values])
+        self.tied: set[str] = set()
 
     def stored_tensor(self, nest: str) -> str | None:
         """The FX node whose value nest ``nest`` computes, now to be read from memory (at
