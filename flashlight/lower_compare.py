@@ -102,7 +102,12 @@ def as_eager_holds(read: Expr) -> Expr:
 # PyTorch, which compares stored values; the values compared and those a max or min
 # selects from are read from memory by every kernel (``LowerContext.tied``), so the
 # max is taken from the very values compared. A threshold away from the selected value
-# (``s < s.amax(-1) - 0.5``) fuses.
+# (``s < s.amax(-1) - 0.5``) fuses. Across a forward and its backward the same holds:
+# the derivative of ``amax`` (``s - s.amax(-1)`` written by hand, not detached) sends
+# the gradient to the keys equal to the forward's saved max and divides by their count;
+# a max taken from a forward kernel's own scores matched none of the backward's, the
+# count was 0 and every gradient of q and k NaN. Such a max is not saved but computed
+# again in the backward, beside the comparison (``flashlight.partition``).
 
 
 def check_not_a_tie(lw: LowerContext, op: str, operands: list) -> None:

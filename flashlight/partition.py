@@ -73,10 +73,41 @@ def partition(joint: fx.GraphModule, joint_inputs, *, num_fwd_outputs: int, **kw
         log.warning("[flashlight] the backward saves what AOTAutograd chooses: %s", error)
         names = frozenset()
     names |= _repeats_and_their_views(joint)
+    names |= _selections_tied_in_backward(joint, num_fwd_outputs)
     for node in joint.graph.nodes:  # topological order: a view's source is tagged first
         if node.name in names or _view_of_recomputed(node):
             node.meta[RECOMPUTE_TAG] = CheckpointPolicy.MUST_RECOMPUTE
     return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+
+
+# A row max the forward saves and the backward compares for equality with the scores it
+# computes again (the derivative of ``amax``: the keys equal to the max share its
+# gradient) is computed again too, from the very scores compared: [Note: ties between
+# recomputed values] in flashlight/lower_compare.py.
+_SELECTIONS = frozenset({torch.ops.aten.amax.default, torch.ops.aten.amin.default})
+_TIES = frozenset({torch.ops.aten.eq.Tensor, torch.ops.aten.ne.Tensor, torch.ops.aten.ge.Tensor,
+                   torch.ops.aten.le.Tensor, torch.ops.aten.gt.Tensor, torch.ops.aten.lt.Tensor})
+
+
+def _selections_tied_in_backward(joint: fx.GraphModule, num_fwd_outputs: int) -> frozenset[str]:
+    """The float maxima and minima of the forward that a node outside the forward (the
+    backward) compares with another tensor, looking through views and detaches."""
+    forward = {node.name for node in _forward_module(joint, num_fwd_outputs).graph.nodes}
+    found = set()
+    for node in joint.graph.nodes:
+        if node.target not in _SELECTIONS or not node.meta.get("val", torch.empty(0)).is_floating_point():
+            continue
+        stack, seen = list(node.users), set()
+        while stack:
+            user = stack.pop()
+            if user in seen:
+                continue
+            seen.add(user)
+            if user.target is torch.ops.aten.detach.default or _is_view(user):
+                stack.extend(user.users)
+            elif user.target in _TIES and user.name not in forward:
+                found.add(node.name)
+    return frozenset(found)
 
 
 # [Note: repeated values are not saved]

@@ -262,3 +262,34 @@ def test_a_tie_with_the_row_max_is_compared_by_pytorch(dtype, gen):
     eager = [x.clone().requires_grad_() for x in (q, k, v)]
     want = torch.autograd.grad(_hard_attention(*eager), eager[2], grad_out)[0]
     torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+def _max_subtracted(q, k, v):
+    """The row max subtracted by hand, not detached, before the exponentials."""
+    s = _scores(q, k)
+    e = (s - s.amax(-1, keepdim=True)).exp()
+    return (e / e.sum(-1, keepdim=True)) @ v.to(e.dtype)
+
+
+def _max_normalised(q, k, v):
+    """Non-negative scores divided by their row max: a gradient flows through the max."""
+    s = torch.relu(_scores(q, k))
+    return (s / s.amax(-1, keepdim=True).clamp_min(1e-3)) @ v
+
+
+@pytest.mark.parametrize("fn", [_max_subtracted, _max_normalised], ids=["subtracted", "normalised"])
+def test_a_row_max_saved_for_the_backward_is_one_of_the_scores_it_recomputes(fn, gen):
+    """[Note: ties between recomputed values]: the backward sends the max's gradient to
+    the keys equal to the forward's saved max and divides by their count; a max taken
+    from a kernel's own recomputed scores matched none of the backward's, and every
+    gradient of q and k was NaN (0 / 0). Gradients of every input against float64."""
+    q, k, v = (torch.randn(2, 3, L, D, generator=gen) for _ in range(3))
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    out = torch.compile(fn, backend=make_backend())(*leaves)
+    grad_out = torch.randn(out.shape, generator=gen)
+    grads = torch.autograd.grad(out, leaves, grad_out)
+    exact = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    refs = torch.autograd.grad(fn(*exact), exact, grad_out.double())
+    for got, want in zip(grads, refs, strict=True):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
