@@ -69,6 +69,7 @@ class Lowered:
 
 # ------------------------------------------------------------------------- the lowerer
 
+
 class _Lowerer:
     """Lowers the nodes of ``gm`` in order through the rules, into one context."""
 
@@ -122,8 +123,10 @@ class _Lowerer:
                 lw.tuple_values.pop(node.name, None)
                 self._make_opaque(node, f"{_op_name(node)}: {why}")
         outside = frozenset(self.materialized)  # needed outside Flashlight; kernels may recompute them
-        # pinned: elementwise fusion inlines the others
-        read = compared_with_a_copy(self.gm, lw.env, self.opaque, outside) | lw.tied
+        # nests every kernel reads from memory (flashlight/lower_compare.py), pinned: else
+        # elementwise fusion would inline them; only those an FX node computes can be stored
+        read = (compared_with_a_copy(self.gm, lw.env, self.opaque, outside) | lw.tied) \
+            & frozenset(lw.nest_of_node.values())
         graph = Graph(tuple(lw.nests), tuple(lw.inputs), outside | lw.stored | read,
                       recomputed=outside - lw.stored - read, pinned=read)
         order = {node.name: k for k, node in enumerate(self.gm.graph.nodes)}

@@ -95,7 +95,8 @@ def _selections_tied_in_backward(joint: fx.GraphModule, num_fwd_outputs: int) ->
     forward = {node.name for node in _forward_module(joint, num_fwd_outputs).graph.nodes}
     found = set()
     for node in joint.graph.nodes:
-        if node.target not in _SELECTIONS or not node.meta.get("val", torch.empty(0)).is_floating_point():
+        value = node.meta.get("val")
+        if node.target not in _SELECTIONS or not (isinstance(value, torch.Tensor) and value.is_floating_point()):
             continue
         stack, seen = list(node.users), set()
         while stack:

@@ -98,8 +98,7 @@ OPS: dict[str, Op] = {
 
 COMPARISONS = frozenset(name for name, op in OPS.items() if op.kind == "comparison")
 # ops whose result jumps where an operand crosses some value: a last-bit difference in
-# that operand can change the result entirely ([Note: a value compared with its copy]
-# in flashlight.lower)
+# that operand can change the result entirely (flashlight/lower_compare.py)
 DISCONTINUOUS = COMPARISONS | {"floor", "ceil", "remainder", "floordiv", "truncdiv"}
 DISCONTINUOUS_ATEN = frozenset(f"aten::{overload}" for name in DISCONTINUOUS for overload in OPS[name].aten)
 INTEGER_EXACT = frozenset(name for name, op in OPS.items() if op.integer_exact)
