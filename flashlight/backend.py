@@ -27,6 +27,7 @@ from flashlight.concatenations import split_concatenations
 from flashlight.shifts import drop_repeated_maxes
 from flashlight.decompositions import decompositions, recompose_softmax
 from flashlight.graph_edits import sizes_read_from_inputs
+from flashlight.layer_norms import write_out_layer_norms
 from flashlight.indexing import Unsupported, node_shape
 from flashlight.ir import Reduce, TiledKernel, walk
 from flashlight.lower import REINDEXING, lower
@@ -100,6 +101,7 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
     sizes_read_from_inputs(gm)  # [Note: sizes read off computed tensors]
     split = _split_concatenations(gm)
     shifted = drop_repeated_maxes(gm)  # [Note: a softmax of scores less their row max]
+    written_out = write_out_layer_norms(gm)  # [Note: a layer norm written out]
     draw_seeds_first(gm)  # [Note: dropout inside a kernel]
     lowered = lower_and_log(gm)
     if fix_tile_sizes(gm, example_inputs, lowered):
@@ -130,6 +132,8 @@ def build(gm: fx.GraphModule, example_inputs, report: ExplainReport | None, opti
                                "on their pieces")
     if shifted and report is not None:
         report.rewrites.append(f"{shifted} max(es) of values already less their row max: known, not taken again")
+    if written_out and report is not None:
+        report.rewrites.append(f"{written_out} layer norm(s) of computed values written out as their ATen ops")
     return gm
 
 

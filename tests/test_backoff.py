@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import flashlight
 from bench.new_forms import latent  # absorbed multi-head latent attention
@@ -184,6 +185,22 @@ def test_scores_scaled_by_their_own_spread_are_three_online_kernels(spread):
         return torch.softmax(s / (spread(s) + 1).sqrt(), -1) @ v
 
     _check(fn, (q, k, v), kernels=3)
+
+
+@pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
+def test_scores_layer_normed_over_the_keys_are_three_online_kernels(affine):
+    """``F.layer_norm`` of the scores over the keys is the case above as one ATen node,
+    whose mean and variance the back-off could not keep separate: every operation was
+    left to PyTorch. Written out ([Note: a layer norm written out]), it is three kernels."""
+    q, k, v = _qkv(17)
+    w, b = rand(29, seed=23), rand(29, seed=24)  # a learned gain and bias over the keys
+
+    def fn(q, k, v, w, b):
+        s = q @ k.transpose(-1, -2)  # [B, H, L, L]
+        return torch.softmax(F.layer_norm(s, (s.shape[-1],), *((w, b) if affine else ())), -1) @ v
+
+    report = _check(fn, (q, k, v, w, b), kernels=3)
+    assert any("layer norm" in r for r in report.rewrites), str(report)
 
 
 def test_nan_to_num_of_the_scores_fuses_and_replaces_every_non_finite_value():
