@@ -63,9 +63,10 @@ def write_out_layer_norms(gm: fx.GraphModule) -> int:
 
 def _written_out(graph: fx.Graph, x: fx.Node, dims: list[int], size: float, weight, bias, eps: float,
                  dtype: torch.dtype) -> fx.Node:
-    """``(x - mean) * rsqrt(var + eps) * weight + bias`` over ``dims``, computed in
-    float32 and rounded to ``dtype`` at the end."""
-    wide = add_call(graph, aten._to_copy.default, (x,), {"dtype": torch.float32}) if dtype != torch.float32 else x
+    """``(x - mean) * rsqrt(var + eps) * weight + bias`` over ``dims``; a 16-bit ``dtype``
+    computed in float32 and rounded at the end."""
+    narrow = dtype in (torch.float16, torch.bfloat16)  # computed in float32, as the node does
+    wide = add_call(graph, aten._to_copy.default, (x,), {"dtype": torch.float32}) if narrow else x
     mean = add_call(graph, aten.div.Tensor, (add_call(graph, aten.sum.dim_IntList, (wide, dims, True)), size))
     centred = add_call(graph, aten.sub.Tensor, (wide, mean))
     squares = add_call(graph, aten.sum.dim_IntList, (add_call(graph, aten.mul.Tensor, (centred, centred)), dims, True))
@@ -76,7 +77,7 @@ def _written_out(graph: fx.Graph, x: fx.Node, dims: list[int], size: float, weig
         out = add_call(graph, aten.mul.Tensor, (out, weight))
     if bias is not None:
         out = add_call(graph, aten.add.Tensor, (out, bias))
-    if dtype != torch.float32:  # rounded once, at the end, as the node rounds it
+    if narrow:  # rounded once, at the end, as the node rounds it
         out = add_call(graph, aten._to_copy.default, (out,), {"dtype": dtype})
     return out
 

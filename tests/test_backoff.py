@@ -203,6 +203,20 @@ def test_scores_layer_normed_over_the_keys_are_three_online_kernels(affine):
     assert any("layer norm" in r for r in report.rewrites), str(report)
 
 
+def test_a_float64_layer_norm_of_the_scores_stays_in_float64():
+    """Written out, a layer norm computes in float32 only for 16-bit values, as the node
+    does: float64 scores (left to PyTorch) keep float64's precision."""
+    q, k, v = (x.double() for x in _qkv(19))
+
+    def fn(q, k, v):
+        s = q @ k.transpose(-1, -2)
+        return torch.softmax(F.layer_norm(s, (s.shape[-1],)), -1) @ v
+
+    with torch.no_grad():
+        out = flashlight.compile(fn)(q, k, v)
+    torch.testing.assert_close(out, fn(q, k, v), rtol=1e-12, atol=1e-12)
+
+
 def test_nan_to_num_of_the_scores_fuses_and_replaces_every_non_finite_value():
     q, k, v = _qkv(13)
     bias = rand(3, 29, 29, seed=17)  # [H, L, L]
