@@ -28,7 +28,7 @@ Sample = tuple[float, tuple[Frame, ...], tuple[int, ...]]  # (seconds since star
 # outermost first, each frame's id: two calls of one function are told apart by it, see
 # [Note: frame ids that tell calls apart])
 
-# Note: frame ids that tell calls apart
+# [Note: frame ids that tell calls apart]
 # A frame object's id is its address, which CPython hands to the next frame object once
 # the old one is freed: two back-to-back calls of one function, at one depth, often get
 # the same id. The sampler therefore holds the frames of its previous sample until it
