@@ -92,7 +92,7 @@ _TIES = frozenset({torch.ops.aten.eq.Tensor, torch.ops.aten.ne.Tensor, torch.ops
 def _selections_tied_in_backward(joint: fx.GraphModule, num_fwd_outputs: int) -> frozenset[str]:
     """The float maxima and minima of the forward that a node outside the forward (the
     backward) compares with another tensor, looking through views and detaches."""
-    forward = {node.name for node in _forward_module(joint, num_fwd_outputs).graph.nodes}
+    forward = _forward_nodes(joint, num_fwd_outputs)[0]
     found = set()
     for node in joint.graph.nodes:
         value = node.meta.get("val")
@@ -106,7 +106,7 @@ def _selections_tied_in_backward(joint: fx.GraphModule, num_fwd_outputs: int) ->
             seen.add(user)
             if user.target is torch.ops.aten.detach.default or _is_view(user):
                 stack.extend(user.users)
-            elif user.target in _TIES and user.name not in forward:
+            elif user.target in _TIES and user not in forward:
                 found.add(node.name)
     return frozenset(found)
 
@@ -203,9 +203,9 @@ def _view_of_recomputed(node: fx.Node) -> bool:
 _COPIES = {torch.ops.aten.clone.default, torch.ops.aten.detach.default, torch.ops.aten._unsafe_view.default}
 
 
-def _forward_module(joint: fx.GraphModule, num_fwd_outputs: int) -> fx.GraphModule:
-    """The nodes of ``joint`` that its first ``num_fwd_outputs`` outputs need, as a
-    graph returning those outputs (node names kept)."""
+def _forward_nodes(joint: fx.GraphModule, num_fwd_outputs: int) -> tuple[set[fx.Node], list[fx.Node]]:
+    """The nodes of ``joint`` that its first ``num_fwd_outputs`` outputs need, and those
+    outputs."""
     output = next(n for n in joint.graph.nodes if n.op == "output")
     results = [r for r in output.args[0][:num_fwd_outputs] if isinstance(r, fx.Node)]
     needed, stack = set(), list(results)
@@ -214,6 +214,13 @@ def _forward_module(joint: fx.GraphModule, num_fwd_outputs: int) -> fx.GraphModu
         if node not in needed:
             needed.add(node)
             stack.extend(node.all_input_nodes)
+    return needed, results
+
+
+def _forward_module(joint: fx.GraphModule, num_fwd_outputs: int) -> fx.GraphModule:
+    """The nodes of ``joint`` that its first ``num_fwd_outputs`` outputs need, as a
+    graph returning those outputs (node names kept)."""
+    needed, results = _forward_nodes(joint, num_fwd_outputs)
     graph, env = fx.Graph(), {}
     for node in joint.graph.nodes:  # topological order
         if node in needed:
