@@ -285,11 +285,13 @@ def test_a_row_max_saved_for_the_backward_is_one_of_the_scores_it_recomputes(fn,
     gradient of q and k was NaN (0 / 0). Gradients of every input against float64."""
     q, k, v = (torch.randn(2, 3, L, D, generator=gen) for _ in range(3))
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-    out = torch.compile(fn, backend=make_backend())(*leaves)
+    report = ExplainReport()
+    out = torch.compile(fn, backend=make_backend(report=report))(*leaves)
     grad_out = torch.randn(out.shape, generator=gen)
     grads = torch.autograd.grad(out, leaves, grad_out)
     exact = [x.detach().double().requires_grad_() for x in (q, k, v)]
     refs = torch.autograd.grad(fn(*exact), exact, grad_out.double())
+    assert len(report.kernels) >= 2, str(report)  # forward and backward kernels, not PyTorch alone
     for got, want in zip(grads, refs, strict=True):
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
