@@ -54,48 +54,64 @@ def _base2_form(node: Expr) -> Expr | None:
     if not (isinstance(node, Pointwise) and node.op == "exp" and node.dtype.is_floating_point):
         return None
     arg = replace_nodes(node.args[0], _base2_form)
-    scaled, folded = _times(arg, LOG2E)
+    scaled, folded, _ = _times(arg, LOG2E)
     if not folded:
         return None if arg == node.args[0] else Pointwise("exp", (arg,), node.dtype)
     return Pointwise("exp2", (scaled,), node.dtype)
 
 
-def _times(expr: Expr, k: float, limit: float = math.inf) -> tuple[Expr, bool]:
+def _times(expr: Expr, k: float, limit: float = math.inf) -> tuple[Expr, bool, bool]:
     """``k * expr`` distributed over sums, differences, negations, float casts and
     selections with a constant branch, and folded into constant factors and constants;
     whether a constant absorbed ``k`` (an operation per score saved: a folded factor, or a
-    multiply-add where a multiply and an add were). Nothing is distributed or folded
+    multiply-add where a multiply and an add were); and whether distributing ``k`` into
+    ``expr`` makes a finite constant infinite (or zero). Nothing is distributed or folded
     where a constant would leave the range of its dtype, or of a narrower float it is
-    cast to on the way (``limit``: [Note: constants that absorb a factor])."""
+    cast to on the way (``limit``): a sum with such a term keeps its multiply, since an
+    infinite term beside another is ``inf - inf`` where the program's sum was finite
+    ([Note: constants that absorb a factor])."""
     limit = _narrowed(limit, expr)
+    kept = Pointwise("mul", (expr, Const(k, expr.dtype)), expr.dtype)
     value = _constant(expr)
-    if value is not None and expr.dtype.is_floating_point:
+    if value is not None:
+        leaves = math.isfinite(value) and not _in_range(k * value, value, limit)
+        if not expr.dtype.is_floating_point:
+            return kept, False, leaves
         scaled = k * value  # beyond the range: the infinity the kernel computes
-        return Const(scaled if abs(scaled) <= limit else math.copysign(math.inf, scaled), expr.dtype), True
-    if isinstance(expr, Pointwise):
-        op, args, dtype = expr.op, expr.args, expr.dtype
-        if op in ("add", "sub") and not any(_leaves_range(a, k, limit) for a in args):
-            (a, fa), (b, fb) = _times(args[0], k, limit), _times(args[1], k, limit)
-            return Pointwise(op, (a, b), dtype), fa or fb
-        if op == "neg":
-            return _times(args[0], -k, limit)[0], True
-        if _float_cast(expr):  # computed in float32 either way, as base2 treats casts
-            inner, folded = _times(args[0], k, limit)
-            return Pointwise("cast", (inner,), dtype), folded
-        constant = [_constant(a) is not None for a in args[1:]] if op == "where" else []
-        if any(constant):  # a where with a constant branch (two computed: two multiplies)
-            (a, fa), (b, fb) = _times(args[1], k, limit), _times(args[2], k, limit)
-            # the constant branch saves nothing per score; the computed one may
-            folded = (fa and not constant[0]) or (fb and not constant[1])
-            return Pointwise("where", (args[0], a, b), dtype), folded
-        if op in ("mul", "div"):
-            for x, factor in _factors(expr):
-                c = _constant(factor)
-                if c is not None and math.isfinite(c) and c != 0:
-                    scaled = k * c if op == "mul" else k / c
-                    if _in_range(scaled, c, limit):
-                        return _times(x, scaled, limit)[0], True
-    return Pointwise("mul", (expr, Const(k, expr.dtype)), expr.dtype), False
+        return Const(scaled if abs(scaled) <= limit else math.copysign(math.inf, scaled), expr.dtype), True, leaves
+    if not isinstance(expr, Pointwise):
+        return kept, False, False
+    op, args, dtype = expr.op, expr.args, expr.dtype
+    if op in ("add", "sub"):
+        (a, fa, la), (b, fb, lb) = _times(args[0], k, limit), _times(args[1], k, limit)
+        return (kept, False, True) if la or lb else (Pointwise(op, (a, b), dtype), fa or fb, False)
+    if op == "neg":
+        inner, _, leaves = _times(args[0], -k, limit)
+        return inner, True, leaves
+    if _float_cast(expr):  # computed in float32 either way, as base2 treats casts
+        inner, folded, leaves = _times(args[0], k, limit)
+        return Pointwise("cast", (inner,), dtype), folded, leaves
+    if op == "where":
+        (a, fa, la), (b, fb, lb) = _times(args[1], k, limit), _times(args[2], k, limit)
+        constant = [_constant(x) is not None for x in args[1:]]
+        if not any(constant):  # two computed branches: two multiplies
+            return kept, False, la or lb
+        # the constant branch saves nothing per score; the computed one may
+        folded = (fa and not constant[0]) or (fb and not constant[1])
+        return Pointwise("where", (args[0], a, b), dtype), folded, la or lb
+    leaves = None  # as the first constant factor has it
+    if op in ("mul", "div"):
+        for x, factor in _factors(expr):
+            c = _constant(factor)
+            if c is None or not math.isfinite(c) or c == 0:
+                continue
+            scaled = k * c if op == "mul" else k / c
+            if not _in_range(scaled, c, limit):
+                leaves = True if leaves is None else leaves
+                continue
+            inner, _, inner_leaves = _times(x, scaled, limit)
+            return inner, True, inner_leaves if leaves is None else leaves
+    return kept, False, bool(leaves)
 
 
 def _factors(expr: Pointwise) -> list[tuple[Expr, Expr]]:
@@ -109,29 +125,6 @@ def _narrowed(limit: float, expr: Expr) -> float:
     where ``expr``'s dtype is a narrower float (a cast to float16 on the way)."""
     dtype = expr.dtype
     return min(limit, float(torch.finfo(dtype).max)) if dtype.is_floating_point else limit
-
-
-def _leaves_range(expr: Expr, k: float, limit: float) -> bool:
-    """Whether distributing ``k`` into ``expr`` as :func:`_times` does would make a finite
-    constant of it infinite (or zero): a sum with such a term keeps its multiply, since an
-    infinite term beside another is ``inf - inf`` where the program's sum was finite."""
-    limit = _narrowed(limit, expr)
-    value = _constant(expr)
-    if value is not None:
-        return math.isfinite(value) and not _in_range(k * value, value, limit)
-    if not isinstance(expr, Pointwise):
-        return False
-    if expr.op in ("add", "sub", "where"):
-        return any(_leaves_range(a, k, limit) for a in expr.args[expr.op == "where":])
-    if expr.op == "neg" or _float_cast(expr):
-        return _leaves_range(expr.args[0], k, limit)
-    if expr.op in ("mul", "div"):
-        for x, factor in _factors(expr):
-            c = _constant(factor)
-            if c is not None and math.isfinite(c) and c != 0:
-                scaled = k * c if expr.op == "mul" else k / c
-                return not _in_range(scaled, c, limit) or _leaves_range(x, scaled, limit)
-    return False
 
 
 def _in_range(scaled: float, constant: float, limit: float) -> bool:
