@@ -56,6 +56,8 @@ class Compiles:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="flashlight-compile")
         self._jobs: dict[Hashable, Future] = {}
         self._after: dict[Hashable, Callable[[], object]] = {}
+        self._installs: dict[Hashable, Callable[[], object]] = {}  # run once their job is done
+        self._installed: set[Hashable] = set()  # installs already run
         self._lock = threading.Lock()
         self._opened = time.perf_counter()
         self._times: dict[Hashable, dict[str, float]] = {}  # per job: seconds since the context opened
@@ -75,6 +77,45 @@ class Compiles:
                 times = self._times[key] = {"submitted_s": self._since()}
                 job = self._jobs[key] = self._pool.submit(self._timed, times, compile_fn)
             return job
+
+    def add(self, key: Hashable, job: Future) -> Future:
+        """Count ``job`` (run elsewhere, e.g. a capture in another process) among the
+        context's jobs under ``key``: waiting points wait for it as for a compile."""
+        with self._lock:
+            if key in self._jobs:
+                return self._jobs[key]
+            times = self._times[key] = {"submitted_s": self._since()}
+            self._jobs[key] = job
+        job.add_done_callback(lambda _: times.setdefault("finished_s", self._since()))
+        return job
+
+    def install(self, key: Hashable, fn: Callable[[], object]) -> None:
+        """Call ``fn`` on the context's thread at the next waiting point once job ``key`` is
+        done, before the deferred calls of :meth:`after`; jobs it submits are waited for in
+        turn (a captured graph run once, so that its kernels compile)."""
+        with self._lock:
+            self._installs.setdefault(key, fn)
+
+    def _finish_jobs(self) -> None:
+        """Wait for every job, run the installs whose jobs are done, and again while those
+        submitted more."""
+        while True:
+            for job in self.jobs().values():
+                try:
+                    job.result()
+                except Exception:  # noqa: BLE001 - reported by _wait; the launch compiles in place
+                    pass
+            with self._lock:
+                pending = [(k, fn) for k, fn in self._installs.items() if k not in self._installed]
+                self._installed.update(k for k, _ in pending)
+            if not pending:
+                return
+            for key, fn in pending:
+                try:
+                    fn()
+                except Exception as error:  # noqa: BLE001 - the next call does it in place
+                    log.warning("flashlight: running %s after its background job failed (%s: %s)",
+                                key, type(error).__name__, error)
 
     def _since(self) -> float:
         return round(time.perf_counter() - self._opened, 4)
@@ -109,6 +150,7 @@ class Compiles:
 
     def _wait(self) -> None:
         start = time.perf_counter()
+        self._finish_jobs()
         self._pool.shutdown(wait=True)
         self.wait_s = time.perf_counter() - start
         for key, job in self.jobs().items():
@@ -125,11 +167,7 @@ class Compiles:
         pass] in ``flashlight/structures/compile_pass.py``). A failed job is reported at the
         context's end."""
         start = time.perf_counter()
-        for job in self.jobs().values():
-            try:
-                job.result()
-            except Exception:  # noqa: BLE001 - reported by _wait; the launch compiles in place
-                pass
+        self._finish_jobs()
         waited = time.perf_counter() - start
         self.settle_s += waited
         self._run_after()

@@ -59,6 +59,10 @@ FLASHLIGHT_COMPILE_    -1          worker processes that compile the warm-up's
 PROCESSES                          kernels in the background (-1: one per CPU core,
                                    at most 8; 0: on threads of this process;
                                    flashlight.compile_workers)
+FLASHLIGHT_CAPTURE_    1           a fold starts a process that traces the attention
+PROCESS                            cores its first pass meets, while the pass runs
+                                   them unfused (0: traced on the calling thread;
+                                   on CUDA devices only; flashlight.capture_worker)
 FLASHLIGHT_LAUNCHER_   0           1: build each kernel's launcher (Triton's C code per
 BESIDE                             signature) on a thread while a worker compiles the
                                    kernel (0: after the compile, as Triton does;
@@ -138,6 +142,7 @@ _KNOBS: dict[str, _Knob] = {
     "prepare": _Knob("FLASHLIGHT_PREPARE", True, _bool),
     "preload": _Knob("FLASHLIGHT_PRELOAD", True, _bool),
     "compile_processes": _Knob("FLASHLIGHT_COMPILE_PROCESSES", -1, int),
+    "capture_process": _Knob("FLASHLIGHT_CAPTURE_PROCESS", True, _bool),
     "launcher_beside": _Knob("FLASHLIGHT_LAUNCHER_BESIDE", False, _bool),
     "graph_capture": _Knob("FLASHLIGHT_GRAPH_CAPTURE", "overlap", _choice("drain", "overlap")),
     "sum_dots": _Knob("FLASHLIGHT_SUM_DOTS", False, _bool),
@@ -170,6 +175,12 @@ _COMPILED = ("check_bounds", "sum_dots", "lazy_rescale", "repeats_outside")
 def compiled() -> dict[str, Any]:
     """The current values of the settings that change the generated code."""
     return {name: get(name) for name in _COMPILED}
+
+
+def current() -> dict[str, Any]:
+    """Every setting's current value, by name (what another process needs to compile as
+    this one would)."""
+    return {name: get(name) for name in _KNOBS}
 
 
 def changed() -> dict[str, str]:

@@ -163,6 +163,8 @@ class TracedFunction:
         entry = self._by_signature.get((signature, fp32_precision()))
         if entry is None:
             entry = self._entry_for(tensors, signature)
+            if entry is None:  # being captured in another process: this call runs eagerly
+                return self.fn(*tensors)
         return entry.call(*tensors)
 
     def _through_dynamo(self):
@@ -212,7 +214,9 @@ class TracedFunction:
                 warmed += 1
             return warmed
 
-    def _entry_for(self, tensors: list[torch.Tensor], signature: tuple) -> Entry:
+    def _entry_for(self, tensors: list[torch.Tensor], signature: tuple) -> Entry | None:
+        """The entry serving this call, captured where none does; None while another
+        process captures it ([Note: capturing in another process])."""
         with self._lock:
             self._load_kept()
             entry = next((e for e in self._entries if e.accepts(tensors, signature)), None)
@@ -220,7 +224,11 @@ class TracedFunction:
                 # as torch.compile's automatic dynamic: symbolic once a size changed, a
                 # call that only lays its inputs out otherwise (strides) is another static one
                 symbolic = self.dynamic if self.dynamic is not None else any(self._changed_dims(tensors))
-                entry = self._capture(tensors, signature, symbolic)
+                entry = None if symbolic else self._captured_elsewhere(tensors, signature)
+                if entry is _PENDING:
+                    return None
+                if entry is None:
+                    entry = self._capture(tensors, signature, symbolic)
                 self._entries.append(entry)
                 if entry.graph is not None:
                     save_entries(self._disk_key(), self._entries)
@@ -228,20 +236,30 @@ class TracedFunction:
             return entry
 
     def _capture(self, tensors: list[torch.Tensor], signature: tuple, symbolic: bool) -> Entry:
-        from flashlight.backend import compile_with_remainder
-
         try:
-            traced = self._trace(tensors, self._changed_dims(tensors) if symbolic else None)
-        except Exception as error:  # noqa: BLE001 - not a pure function of tensors
+            entry = self.traced_entry(tensors, signature, self._changed_dims(tensors) if symbolic else None)
+        except _Untraceable as error:  # not a pure function of tensors
             if settings.get("on_error") == "raise":
-                raise
+                raise error.__cause__ from None
             log.warning("[flashlight] %s cannot be traced (%s); it is compiled through Dynamo",
-                        self.__name__, " ".join(str(error).split())[:200])
+                        self.__name__, " ".join(str(error.__cause__).split())[:200])
             self._untraceable = True
             return Entry(self._through_dynamo(), family_of(tensors), signature)
-        gm, fakes, single = traced
-        compiled = compile_with_remainder(gm, fakes, None, self.options, "inference")
         self.captures += 1
+        return entry
+
+    def traced_entry(self, tensors: list[torch.Tensor], signature: tuple, dynamic: list[set[int]] | None) -> Entry:
+        """``fn`` traced on ``tensors`` (real, or fake tensors of the call's layout: the trace
+        reads nothing else of them) and compiled; static unless ``dynamic`` names the sizes
+        left symbolic. Raises :class:`_Untraceable` where ``make_fx`` fails."""
+        from flashlight.backend import compile_with_remainder
+
+        symbolic = dynamic is not None
+        try:
+            gm, fakes, single = self._trace(tensors, dynamic)
+        except Exception as error:  # noqa: BLE001 - the caller decides
+            raise _Untraceable(str(error)) from error
+        compiled = compile_with_remainder(gm, fakes, None, self.options, "inference")
         guard_text = None
         if symbolic:  # after the compile: fixing a size a tile needs adds a guard
             shape_env = fakes[0].fake_mode.shape_env
@@ -250,6 +268,45 @@ class TracedFunction:
             log.warning("[flashlight] traced %s (%s)", self.__name__, "symbolic" if symbolic else "static")
         return Entry(compiled, family_of(tensors), None if symbolic else signature, guard_text,
                      dump_graph(compiled) if isinstance(compiled, fx.GraphModule) else None, single)
+
+    def _captured_elsewhere(self, tensors: list[torch.Tensor], signature: tuple):
+        """Inside a background-compile context with a capture process started ([Note:
+        capturing in another process] in flashlight.capture_worker): the entry that process
+        captured for this static signature, or :data:`_PENDING` while it works (the job is
+        submitted on the first such call); None where the capture is made here."""
+        from flashlight import background, capture_worker
+
+        compiles = background.active()
+        if compiles is None or not capture_worker.running():
+            return None
+        key = (f"{capture_worker.KEY_PREFIX}{self.__name__}", self._key_digest, signature, fp32_precision())
+        job = compiles.job(key)
+        if job is None:
+            request = capture_worker.request(self.fn, self.__name__, self.options, self.version, self.dynamic,
+                                             signature, fp32_precision())
+            if request is None:
+                return None
+            compiles.add(key, capture_worker.submit(request))
+            compiles.install(key, lambda: self._run_captured(signature))
+            return _PENDING
+        if not job.done():
+            return _PENDING
+        result = job.result() if job.exception() is None else {"ok": False, "error": repr(job.exception())}
+        if not result.get("ok") or result["entry"][0] != family_of(tensors):
+            log.debug("flashlight: %s captured here (%s)", self.__name__, result.get("error", "another family"))
+            return None
+        family, _, guard_text, graph, single = result["entry"]
+        self.captures += 1
+        return Entry(load_graph(graph), family, signature, guard_text, graph, single)
+
+    def _run_captured(self, signature: tuple) -> None:
+        """Where no call has installed the graph captured elsewhere for ``signature``, run
+        it once on zeros of that layout, so that its kernels' compiles start now."""
+        if any(key[0] == signature for key in self._by_signature):
+            return
+        tensors = _zeros_of(signature, float("inf"))
+        with torch.no_grad(), launch_plan.on_device(tensors[0].device):
+            self(*tensors)
 
     def _changed_dims(self, tensors: list[torch.Tensor]) -> list[set[int]]:
         """Per input, the dims whose size differs from a static entry of the same family:
@@ -313,18 +370,44 @@ class TracedFunction:
         return f"{self.__name__}_{self._key_digest}"
 
 
-def _zeros_of(signature: tuple, max_bytes: int) -> list[torch.Tensor] | None:
+_PENDING = object()  # an entry another process is still capturing
+
+
+class _Untraceable(Exception):
+    """``make_fx`` could not trace the function (the cause is chained)."""
+
+
+def _extents(signature: tuple) -> list[int]:
+    """Elements of storage each input of ``signature`` (:func:`call_signature`) spans."""
+    (_, *layouts), offsets = signature
+    extents = []
+    for (shape, stride, _), offset in zip(layouts, offsets):
+        span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(n > 0 for n in shape) else 0
+        extents.append(offset + span)
+    return extents
+
+
+def _zeros_of(signature: tuple, max_bytes: float) -> list[torch.Tensor] | None:
     """Zero tensors with exactly the layout of ``signature`` (:func:`call_signature`), or
     None where they would take more than ``max_bytes``."""
     (device, *layouts), offsets = signature
-    extents = []
-    for (shape, stride, dtype), offset in zip(layouts, offsets):
-        span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(n > 0 for n in shape) else 0
-        extents.append(offset + span)
+    extents = _extents(signature)
     if sum(n * dtype.itemsize for n, (_, _, dtype) in zip(extents, layouts)) > max_bytes:
         return None
     return [torch.zeros(n, dtype=dtype, device=device).as_strided(shape, stride, offset)
             for n, (shape, stride, dtype), offset in zip(extents, layouts, offsets)]
+
+
+def stand_ins(signature: tuple) -> list[torch.Tensor]:
+    """Fake tensors with exactly the layout of ``signature`` (device included), for a
+    capture in a process that must not touch the device ([Note: capturing in another
+    process] in flashlight.capture_worker)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    (device, *layouts), offsets = signature
+    with FakeTensorMode():
+        return [torch.empty(n, dtype=dtype, device=device).as_strided(shape, stride, offset)
+                for n, (shape, stride, dtype), offset in zip(_extents(signature), layouts, offsets)]
 
 
 def _needs_grad(args) -> bool:

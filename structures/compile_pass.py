@@ -23,7 +23,7 @@ import logging
 
 import torch
 
-from flashlight import compile_workers, settings
+from flashlight import capture_worker, compile_workers, settings
 
 log = logging.getLogger("flashlight.fold")
 
@@ -53,12 +53,14 @@ def compiling_in_background(first: bool, device: torch.device, report: dict):
         return
     with background.compiling_in_background() as compiles:
         yield
-    report.update(mode=mode, kernels=len(compiles.jobs()), wait_s=compiles.wait_s,
+    kernels = sum(not capture_worker.is_capture(key) for key in compiles.jobs())
+    captures = len(compiles.jobs()) - kernels
+    report.update(mode=mode, kernels=kernels, captured_elsewhere=captures, wait_s=compiles.wait_s,
                   settle_s=round(compiles.settle_s, 4), workers=compile_workers.stats(),
-                  jobs=compiles.timeline())
+                  capture_process=capture_worker.stats(), jobs=compiles.timeline())
     if compiles.jobs():
-        log.info(f"  {len(compiles.jobs())} kernel(s) compiled in the background; the pass waited "
-                 f"{compiles.wait_s + compiles.settle_s:.2f} s for them (timeline in latency.json)")
+        log.info(f"  {kernels} kernel(s) compiled and {captures} core(s) traced in the background; the pass "
+                 f"waited {compiles.wait_s + compiles.settle_s:.2f} s for them (timeline in latency.json)")
     if compiles.jobs() and device.type == "cuda":
         torch.cuda.empty_cache()
 

@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import torch
 
-from flashlight import compile_workers, prepare, settings
+from flashlight import capture_worker, compile_workers, prepare, settings
 from flashlight.integrations import openfold_graphs
 from flashlight.structures import compile_pass, confidence
 from flashlight.structures import features as feature_builder
@@ -247,6 +247,9 @@ class Folder(RecordFiles):
             # built and the features are made ([Note: compiling in other processes] in
             # flashlight.compile_workers); they idle if Flashlight turns out unusable
             compile_workers.start_soon()
+            # and the process that traces the cores the first pass meets ([Note: capturing
+            # in another process] in flashlight.capture_worker)
+            capture_worker.start_soon()
         unusable = _flashlight_unusable(self.device)
         if options.flashlight and unusable is None:
             # the process's one-time compile costs, on a thread while the model is built
@@ -491,6 +494,7 @@ class Folder(RecordFiles):
             # no variant is timed while the workers start or the preparing thread runs
             # ([Note: a process's one-time costs] in flashlight.prepare)
             compile_workers.wait_ready()
+            capture_worker.wait_ready()
             prepare.wait()
             prepare.wait_preloads()
         for name in list(self.variants):

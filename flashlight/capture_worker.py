@@ -1,0 +1,244 @@
+"""Traced capture in another process, for the first pass of a fold.
+
+[Note: capturing in another process]
+Traced capture ([Note: traced capture] in :mod:`flashlight.traced`) runs ``make_fx`` and
+Flashlight's passes where a function is first called with a new call signature. Inside
+:func:`flashlight.background.compiling_in_background` the kernels then compile in worker
+processes while their unfused graphs answer, but the capture itself stays on the
+caller's thread: it cannot move to another thread, because an FX tracer replaces
+``nn.Module.__call__`` for the whole process while it traces. Sampled on an H100 host,
+the cold first fold of a single-sequence 256-residue record spent about 0.38 s of its
+main thread tracing six attention cores (``bench/results/first_call``): half of what it
+took beyond stock's first call.
+
+So the capture of a *static* call signature (the first of each function, dtypes and
+ranks) goes to a separate process started for it, which imports PyTorch and Flashlight
+(never initialising CUDA: it traces on fake tensors of the call's exact layout, device
+included) and returns the compiled graph in the form the graph cache keeps on disk
+(:func:`flashlight.traced.dump_graph`); generated kernel sources land in the shared
+cache folder. Until the graph is back, each call of that signature runs the function
+eagerly (its plain PyTorch operations); the first call after it installs the graph and
+launches its kernels, which then compile in the background as before. Waiting points
+of the context (``settle`` before a CUDA graph records, and its end) first wait for the
+captures, then run each returned graph that no call has installed yet once on zeros of
+its call signature, so that its kernels compile before anything is recorded or timed.
+
+The process is used only where one was started before the first call
+(:func:`start_soon`: ``flashlight-fold`` does it before building its model, on CUDA
+devices, with ``FLASHLIGHT_CAPTURE_PROCESS=1``, the default): starting one takes
+seconds (PyTorch's import), which a short warm-up would otherwise wait for. Symbolic
+captures (a second shape), functions that cannot be imported by name in another process,
+options that cannot be pickled, and any failure there are traced on the caller's thread
+as before. Captures run one at a time, in the order they were asked for.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import pickle
+import struct
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+from flashlight import compile_workers, settings
+
+log = logging.getLogger("flashlight")
+
+KEY_PREFIX = "capture "  # the first element of a capture job's key in the background context
+
+_SOURCE = "from flashlight.capture_worker import serve; serve()"
+
+_lock = threading.Lock()
+_worker: compile_workers._Worker | None = None
+_queue: ThreadPoolExecutor | None = None  # one thread, so one capture at a time
+_started = threading.Event()  # start() has run (successfully or not)
+STATS = {"captures": 0, "failed": 0, "seconds": 0.0, "device_touched": False}
+
+
+def wanted() -> bool:
+    """Whether a capture process is wanted here: ``FLASHLIGHT_CAPTURE_PROCESS`` on, and a
+    CUDA device (not the Triton interpreter), whose first pass it shortens."""
+    if not settings.get("capture_process") or settings.get("interpret"):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def start() -> bool:
+    """Start the capture process once (even where :func:`wanted` says no: tests use it
+    under the interpreter); returns whether one is running."""
+    global _worker, _queue
+    with _lock:
+        if _worker is None:
+            try:
+                _worker = compile_workers._Worker(source=_SOURCE)
+                _queue = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flashlight-capture")
+            except Exception as error:  # noqa: BLE001 - captures stay on the caller's thread
+                log.debug("flashlight: no capture process (%s: %s)", type(error).__name__, error)
+                _worker = None
+            else:
+                import atexit
+
+                atexit.register(_worker.close)
+        _started.set()
+        return _worker is not None
+
+
+def start_soon() -> None:
+    """:func:`start` on a daemon thread, where :func:`wanted`."""
+    if wanted():
+        threading.Thread(target=start, name="flashlight-capture-start", daemon=True).start()
+
+
+def running() -> bool:
+    """Whether a capture process was started (it may still be importing)."""
+    return _worker is not None
+
+
+def wait_ready() -> None:
+    """Block until a started capture process has finished its own start (a timing must
+    not share the CPU with it)."""
+    worker = _worker
+    if worker is not None:
+        try:
+            worker.wait_ready()
+        except compile_workers.WorkerError:
+            pass
+
+
+def is_capture(key: Any) -> bool:
+    """Whether a background job's key is a capture's (not a kernel compile's)."""
+    return isinstance(key, tuple) and bool(key) and isinstance(key[0], str) and key[0].startswith(KEY_PREFIX)
+
+
+def request(fn: Callable, name: str, options: dict, version: str, dynamic: bool | None,
+            signature: tuple, fp32_precision: str) -> dict | None:
+    """The job that captures ``fn`` for ``signature`` elsewhere, or None where it cannot:
+    ``fn`` not importable by its module and qualified name, or options that do not pickle."""
+    plain = inspect.unwrap(fn)
+    module, qualname = getattr(plain, "__module__", None), getattr(plain, "__qualname__", "")
+    if not module or not qualname or "<" in qualname:
+        return None
+    try:
+        if _resolve(module, qualname) is not plain:
+            return None
+        job = {"function": (module, qualname), "name": name, "options": dict(options), "version": version,
+               "dynamic": dynamic, "signature": signature, "tf32": fp32_precision == "tf32",
+               "settings": settings.current()}
+        pickle.dumps(job)
+    except Exception:  # noqa: BLE001 - not importable or not picklable: captured here
+        return None
+    return job
+
+
+def submit(job: dict) -> Future:
+    """Hand ``job`` to the capture process (one at a time); the future's result is the
+    process's answer: ``{"ok": True, "entry": (family, signature, guard, graph, single)}``
+    or ``{"ok": False, "error": ...}``."""
+    if _queue is None:
+        raise RuntimeError("no capture process was started")
+    return _queue.submit(_call, job)
+
+
+def _call(job: dict) -> dict:
+    start = time.perf_counter()
+    with compile_workers.phase("capture_s"):
+        try:
+            result = _worker.call(job)
+        except compile_workers.WorkerError as error:
+            result = {"ok": False, "error": str(error)}
+    with _lock:
+        STATS["captures"] += 1
+        STATS["failed"] += not result.get("ok")
+        STATS["seconds"] = round(STATS["seconds"] + time.perf_counter() - start, 4)
+        STATS["device_touched"] = STATS["device_touched"] or bool(result.get("device_touched"))
+    return result
+
+
+def stats() -> dict | None:
+    """Captures made, failed and their seconds (None where no process was started)."""
+    return dict(STATS) if _worker is not None else None
+
+
+def _resolve(module: str, qualname: str):
+    value = importlib.import_module(module)
+    for part in qualname.split("."):
+        value = getattr(value, part)
+    return value
+
+
+# ---- in the capture process -------------------------------------------------------------
+
+
+def serve() -> None:
+    """The capture process's loop: jobs in, results out, as length-prefixed pickles on
+    stdin and stdout."""
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # anything printed stays off the result channel
+    try:
+        _warm_up()
+    except Exception:  # noqa: BLE001 - only an optimisation: the first job pays it
+        pass
+    _send(out, {"ready": True})
+    while (job := _read()) is not None:
+        start = time.perf_counter()
+        try:
+            result = {"ok": True, "entry": capture(job)}
+        except BaseException as error:  # noqa: BLE001 - reported; the caller traces itself
+            result = {"ok": False, "error": f"{type(error).__name__}: {error}"[:2000]}
+        result["seconds"] = time.perf_counter() - start
+        result["device_touched"] = _device_touched()
+        _send(out, result)
+
+
+def capture(job: dict) -> tuple:
+    """Trace and compile ``job``'s function for its static call signature, on fake tensors
+    of that layout; returns what the graph cache keeps of the entry."""
+    import torch
+
+    from flashlight.traced import TracedFunction, stand_ins
+
+    fn = _resolve(*job["function"])
+    torch.backends.cuda.matmul.allow_tf32 = job["tf32"]
+    with settings.override(**job["settings"]):
+        traced = TracedFunction(fn, job["options"], name=job["name"], version=job["version"],
+                                dynamic=job["dynamic"])
+        entry = traced.traced_entry(stand_ins(job["signature"]), job["signature"], None)
+    if entry.graph is None:
+        raise RuntimeError("the compiled graph cannot be kept")
+    return entry.family, entry.signature, entry.guard_text, entry.graph, entry.single
+
+
+def _device_touched() -> bool:
+    """Whether this process initialised CUDA (it should not: a context costs the GPU's
+    memory and seconds)."""
+    import torch
+
+    return bool(torch.cuda.is_initialized())
+
+
+def _warm_up() -> None:
+    """Pay the process's one-time tracing costs before its first job."""
+    from flashlight import prepare
+    import flashlight.backend  # noqa: F401 - the compile path's imports
+
+    prepare._first_trace()
+    prepare._compile_modules()
+
+
+def _read() -> dict | None:
+    head = sys.stdin.buffer.read(8)
+    if len(head) < 8:
+        return None
+    return pickle.loads(sys.stdin.buffer.read(struct.unpack("<Q", head)[0]))
+
+
+def _send(out, result: dict) -> None:
+    blob = pickle.dumps(result)
+    out.write(struct.pack("<Q", len(blob)) + blob)
+    out.flush()
