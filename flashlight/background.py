@@ -58,6 +58,8 @@ class Compiles:
         self._after: dict[Hashable, Callable[[], object]] = {}
         self._installs: dict[Hashable, Callable[[], object]] = {}  # run once their job is done
         self._installed: set[Hashable] = set()  # installs already run
+        self._ready: list[Hashable] = []  # installs whose jobs have finished, not run yet
+        self._owner = threading.get_ident()  # the context's thread
         self._lock = threading.Lock()
         self._opened = time.perf_counter()
         self._times: dict[Hashable, dict[str, float]] = {}  # per job: seconds since the context opened
@@ -95,6 +97,25 @@ class Compiles:
         turn (a captured graph run once, so that its kernels compile)."""
         with self._lock:
             self._installs.setdefault(key, fn)
+            job = self._jobs.get(key)
+        if job is not None:
+            job.add_done_callback(lambda _: self._mark_ready(key))
+
+    def _mark_ready(self, key: Hashable) -> None:
+        with self._lock:
+            self._ready.append(key)
+
+    def run_ready(self) -> None:
+        """On the context's thread, run the installs whose jobs have finished (a cheap
+        check where none has: called on every call of a traced function)."""
+        if not self._ready or threading.get_ident() != self._owner:
+            return
+        with self._lock:
+            keys = [key for key in self._ready if key not in self._installed]
+            self._ready.clear()
+            self._installed.update(keys)
+        for key in keys:
+            self._run_install(key, self._installs[key])
 
     def _finish_jobs(self) -> None:
         """Wait for every job, run the installs whose jobs are done, and again while those
@@ -111,11 +132,15 @@ class Compiles:
             if not pending:
                 return
             for key, fn in pending:
-                try:
-                    fn()
-                except Exception as error:  # noqa: BLE001 - the next call does it in place
-                    log.warning("flashlight: running %s after its background job failed (%s: %s)",
-                                key, type(error).__name__, error)
+                self._run_install(key, fn)
+
+    @staticmethod
+    def _run_install(key: Hashable, fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except Exception as error:  # noqa: BLE001 - the next call does it in place
+            log.warning("flashlight: running %s after its background job failed (%s: %s)",
+                        key, type(error).__name__, error)
 
     def _since(self) -> float:
         return round(time.perf_counter() - self._opened, 4)

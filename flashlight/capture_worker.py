@@ -15,7 +15,7 @@ So the capture of a *static* call signature (the first of each function, dtypes 
 ranks) goes to a separate process started for it, which imports PyTorch and Flashlight
 (never initialising CUDA: it traces on fake tensors of the call's exact layout, device
 included) and returns the compiled graph in the form the graph cache keeps on disk
-(:func:`flashlight.traced.dump_graph`); generated kernel sources land in the shared
+(:func:`flashlight.graph_store.dump_graph`); generated kernel sources land in the shared
 cache folder. Until the graph is back, each call of that signature runs the function
 eagerly (its plain PyTorch operations); the first call after it installs the graph and
 launches its kernels, which then compile in the background as before. Waiting points
@@ -23,10 +23,14 @@ of the context (``settle`` before a CUDA graph records, and its end) first wait 
 captures, then run each returned graph that no call has installed yet once on zeros of
 its call signature, so that its kernels compile before anything is recorded or timed.
 
-The process is used only where one was started before the first call
-(:func:`start_soon`: ``flashlight-fold`` does it before building its model, on CUDA
-devices, with ``FLASHLIGHT_CAPTURE_PROCESS=1``, the default): starting one takes
-seconds (PyTorch's import), which a short warm-up would otherwise wait for. Symbolic
+The process is used only where one was started before the first call and has finished
+its own start (:func:`start_soon`: ``flashlight-fold`` does it before building its
+model, on CUDA devices, with ``FLASHLIGHT_CAPTURE_PROCESS=1``, the default): starting one
+takes seconds (PyTorch's import), which a short warm-up would otherwise wait for. It
+sees no GPU (``CUDA_VISIBLE_DEVICES`` empty): PyTorch makes a CUDA context for the first
+fake CUDA tensor where a device is visible, which a trace does not need. A returned
+graph is installed by the first call of *any* traced function after it came back (so
+its kernels start compiling at once, not at its own next call). Symbolic
 captures (a second shape), functions that cannot be imported by name in another process,
 options that cannot be pickled, and any failure there are traced on the caller's thread
 as before. Captures run one at a time, in the order they were asked for.
@@ -76,8 +80,12 @@ def start() -> bool:
     with _lock:
         if _worker is None:
             try:
-                _worker = compile_workers._Worker(source=_SOURCE)
+                # no visible GPU: PyTorch would create a CUDA context for the first fake CUDA
+                # tensor (seconds, and the GPU's memory), which tracing does not need
+                _worker = compile_workers._Worker(source=_SOURCE, env={"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""})
                 _queue = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flashlight-capture")
+                # its warm-up message is read as soon as it comes, so ready() can tell
+                threading.Thread(target=wait_ready, name="flashlight-capture-ready", daemon=True).start()
             except Exception as error:  # noqa: BLE001 - captures stay on the caller's thread
                 log.debug("flashlight: no capture process (%s: %s)", type(error).__name__, error)
                 _worker = None
@@ -98,6 +106,13 @@ def start_soon() -> None:
 def running() -> bool:
     """Whether a capture process was started (it may still be importing)."""
     return _worker is not None
+
+
+def ready() -> bool:
+    """Whether a capture process was started and has finished its own start: until then
+    captures are made on the caller's thread, which would otherwise wait for it."""
+    worker = _worker
+    return worker is not None and worker.ready
 
 
 def wait_ready() -> None:
@@ -139,7 +154,9 @@ def request(fn: Callable, name: str, options: dict, version: str, dynamic: bool 
 def submit(job: dict) -> Future:
     """Hand ``job`` to the capture process (one at a time); the future's result is the
     process's answer: ``{"ok": True, "entry": (family, signature, guard, graph, single)}``
-    or ``{"ok": False, "error": ...}``."""
+    or ``{"ok": False, "error": ...}``, the entry still pickled: unpickle it with
+    :func:`entry_of` on the thread that runs the model ([Note: graphs unpickled without
+    tracing] in flashlight.graph_store)."""
     if _queue is None:
         raise RuntimeError("no capture process was started")
     return _queue.submit(_call, job)
@@ -158,6 +175,11 @@ def _call(job: dict) -> dict:
         STATS["seconds"] = round(STATS["seconds"] + time.perf_counter() - start, 4)
         STATS["device_touched"] = STATS["device_touched"] or bool(result.get("device_touched"))
     return result
+
+
+def entry_of(result: dict) -> tuple:
+    """The entry of a successful capture's answer (:func:`submit`)."""
+    return pickle.loads(result["entry"])
 
 
 def stats() -> dict | None:
@@ -188,7 +210,7 @@ def serve() -> None:
     while (job := _read()) is not None:
         start = time.perf_counter()
         try:
-            result = {"ok": True, "entry": capture(job)}
+            result = {"ok": True, "entry": pickle.dumps(capture(job))}
         except BaseException as error:  # noqa: BLE001 - reported; the caller traces itself
             result = {"ok": False, "error": f"{type(error).__name__}: {error}"[:2000]}
         result["seconds"] = time.perf_counter() - start

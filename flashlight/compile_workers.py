@@ -194,8 +194,8 @@ class _Worker:
     """One ``python -c`` process running :data:`_WORKER_SOURCE` (or ``source``: any program
     that says ``{"ready": True}`` once, then answers each job, in the same framing)."""
 
-    def __init__(self, target: tuple | None = None, source: str | None = None):
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    def __init__(self, target: tuple | None = None, source: str | None = None, env: dict | None = None):
+        env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, **(env or {})}
         argv = [sys.executable, "-c", source or _WORKER_SOURCE] + ([json.dumps(list(target))] if target else [])
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)

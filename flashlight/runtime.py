@@ -36,6 +36,7 @@ import time
 from typing import Sequence
 
 import torch
+import torch.fx as fx
 
 from flashlight import background, compile_workers, launch_plan, prepare, settings, tuned_configs, tuning
 from flashlight.codegen import KernelSource
@@ -210,9 +211,15 @@ class Launcher:
 
     def __reduce__(self):
         """Pickled as what it is built from (a traced graph kept on disk, [Note: traced
-        capture] in :mod:`flashlight.traced`); choices and plans are made again."""
+        capture] in :mod:`flashlight.traced`), the unfused graph as its nodes ([Note: graphs
+        unpickled without tracing] in :mod:`flashlight.graph_store`); choices and plans are
+        made again."""
+        from flashlight.graph_store import dump_graph
+
+        eager = self.eager
+        nodes = dump_graph(eager) if isinstance(eager, fx.GraphModule) else None
         return (_rebuilt_launcher, (self.tiled, self.src, getattr(self, "_autotune_option", None),
-                                    self.input_dtypes, self.aten_ops, self.eager))
+                                    self.input_dtypes, self.aten_ops, eager if nodes is None else nodes))
 
     def chosen_configs(self) -> dict[tuple[int, ...], tuple[int, int, int, int] | str]:
         """Size arguments -> (BLOCK_M, BLOCK_N, num_warps, num_stages) autotuning chose for
@@ -610,6 +617,10 @@ def _multiprocessors(device: torch.device) -> int:
 
 
 def _rebuilt_launcher(tiled, src, autotune, input_dtypes, aten_ops, eager) -> Launcher:
+    if isinstance(eager, list):  # its nodes (Launcher.__reduce__)
+        from flashlight.graph_store import load_graph
+
+        eager = load_graph(eager)
     return Launcher(tiled, src, autotune, input_dtypes=input_dtypes, aten_ops=aten_ops, eager=eager)
 
 

@@ -42,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import importlib
 import inspect
 import logging
 import os
@@ -53,11 +52,12 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from flashlight import launch_plan, settings
+from flashlight import background, launch_plan, settings
+from flashlight.graph_store import dump_graph, load_graph
 from flashlight.codegen import fp32_precision
 
 log = logging.getLogger("flashlight")
-_FORMAT = 4  # of the on-disk entries; a change makes older files unread
+_FORMAT = 5  # of the on-disk entries; a change makes older files unread
 
 # [Note: preloading kept graphs]
 # In a process whose caches hold a function's graphs, its first call still pays their
@@ -158,6 +158,9 @@ class TracedFunction:
         if self._untraceable or kwargs or not args or not all(isinstance(a, torch.Tensor) for a in args) \
                 or _needs_grad(args):
             return self._through_dynamo()(*args, **kwargs)
+        compiles = background.active()
+        if compiles is not None:
+            compiles.run_ready()  # graphs captured elsewhere, back since the last call
         tensors = list(args)
         signature = call_signature(tensors)
         entry = self._by_signature.get((signature, fp32_precision()))
@@ -274,10 +277,10 @@ class TracedFunction:
         capturing in another process] in flashlight.capture_worker): the entry that process
         captured for this static signature, or :data:`_PENDING` while it works (the job is
         submitted on the first such call); None where the capture is made here."""
-        from flashlight import background, capture_worker
+        from flashlight import capture_worker
 
         compiles = background.active()
-        if compiles is None or not capture_worker.running():
+        if compiles is None or not capture_worker.ready():
             return None
         key = (f"{capture_worker.KEY_PREFIX}{self.__name__}", self._key_digest, signature, fp32_precision())
         job = compiles.job(key)
@@ -292,10 +295,12 @@ class TracedFunction:
         if not job.done():
             return _PENDING
         result = job.result() if job.exception() is None else {"ok": False, "error": repr(job.exception())}
-        if not result.get("ok") or result["entry"][0] != family_of(tensors):
-            log.debug("flashlight: %s captured here (%s)", self.__name__, result.get("error", "another family"))
+        if not result.get("ok"):
+            log.debug("flashlight: %s captured here (%s)", self.__name__, result.get("error"))
             return None
-        family, _, guard_text, graph, single = result["entry"]
+        family, _, guard_text, graph, single = capture_worker.entry_of(result)
+        if family != family_of(tensors):
+            return None
         self.captures += 1
         return Entry(load_graph(graph), family, signature, guard_text, graph, single)
 
@@ -452,70 +457,7 @@ def versions() -> dict[str, str]:
     return {"torch": torch.__version__, "triton": triton_version, "flashlight": source_digest()}
 
 
-# ---- graphs on disk -------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class _Ref:
-    """A node of the serialised graph, by name."""
-
-    name: str
-
-
-def dump_graph(gm: fx.GraphModule) -> list | None:
-    """``gm``'s nodes as picklable tuples ``(op, name, target, args, kwargs)``, or None
-    where a node's target cannot be named (the entry then stays in memory)."""
-    nodes = []
-    for node in gm.graph.nodes:
-        target = _target_ref(node)
-        if target is None:
-            return None
-        refer = lambda a: _Ref(a.name) if isinstance(a, fx.Node) else a  # noqa: E731
-        nodes.append((node.op, node.name, target, fx.node.map_aggregate(node.args, refer),
-                      fx.node.map_aggregate(node.kwargs, refer)))
-    return nodes
-
-
-def _target_ref(node: fx.Node):
-    from flashlight.runtime import Launcher
-
-    target = node.target
-    if node.op in ("placeholder", "output"):
-        return ("name", target)
-    if node.op != "call_function":
-        return None
-    if isinstance(target, Launcher):
-        return ("launcher", target)
-    if isinstance(target, torch._ops.OpOverload):
-        return ("op", str(target))
-    module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", "")
-    if module and qualname and "<" not in qualname:
-        return ("python", module, qualname)
-    return None
-
-
-def load_graph(nodes: list) -> fx.GraphModule:
-    """The graph :func:`dump_graph` wrote, as a callable ``GraphModule``."""
-    graph = fx.Graph()
-    made: dict[str, fx.Node] = {}
-    resolve = lambda a: made[a.name] if isinstance(a, _Ref) else a  # noqa: E731
-    for op, name, target, args, kwargs in nodes:
-        made[name] = graph.create_node(op, _resolve_target(target), fx.node.map_aggregate(args, resolve),
-                                       fx.node.map_aggregate(kwargs, resolve), name=name)
-    return fx.GraphModule(torch.nn.Module(), graph)
-
-
-def _resolve_target(ref: tuple):
-    kind = ref[0]
-    if kind in ("name", "launcher"):
-        return ref[1]
-    if kind == "op":
-        namespace, op, overload = ref[1].split(".")
-        return getattr(getattr(getattr(torch.ops, namespace), op), overload)
-    value = importlib.import_module(ref[1])
-    for part in ref[2].split("."):
-        value = getattr(value, part)
-    return value
+# ---- graphs on disk (flashlight.graph_store) ----------------------------------------------
 
 
 def _path(key: str) -> str:

@@ -112,3 +112,83 @@ def test_a_patched_openfold_attention_matches_stock_through_the_capture_process(
     assert core.captures == 1
     for out in outs + [core(*args)]:
         assert_matches_float64(stock, out, args)
+
+
+def test_a_returned_graph_is_installed_by_the_next_call_of_any_traced_function(gen, cache_dir, capture_process):
+    def local_cross(q, k, v, bias):  # traced here: not importable elsewhere
+        return torch.softmax(q @ k.transpose(-1, -2) + bias, -1) @ v
+
+    traced = flashlight.compile(gated, capture="trace")
+    other = flashlight.compile(local_cross, capture="trace")
+    args = gated_inputs(gen, 2, 13)
+    with torch.no_grad(), background.compiling_in_background() as compiles:
+        traced(*args)
+        (job,) = compiles.jobs().values()
+        job.result()  # the capture is back
+        assert traced.captures == 0
+        other(*args[:3], args[3])
+        # its kernels are on their way without a call of its own signature
+        assert traced.captures == 1 and len(traced._by_signature) == 1
+    assert_matches_float64(gated, traced(*args), args)
+
+
+def test_a_kept_kernel_unpickles_without_tracing(gen, cache_dir):
+    """[Note: graphs unpickled without tracing]: a kernel's unfused graph is pickled as its
+    nodes, so loading it never runs PyTorch's FX tracer (which patches nn.Module.__call__
+    for every thread)."""
+    import pickle
+
+    traced = flashlight.compile(gated, capture="trace")
+    args = gated_inputs(gen, 2, 11)
+    with torch.no_grad():
+        traced(*args)
+    (launcher,) = launchers(traced)
+    assert launcher.eager is not None
+    blob = pickle.dumps(launcher)
+    assert b"reduce_graph_module" not in blob and b"_deserialize_graph_module" not in blob
+    again = pickle.loads(blob)
+    assert again.eager.code == launcher.eager.code
+    # the same values from the rebuilt graph, on fresh inputs of the kernel's
+    values = [n.meta["val"] for n in launcher.eager.graph.nodes if n.op == "placeholder"]
+    inputs = [torch.randn(v.shape, dtype=v.dtype, generator=gen) for v in values]
+    torch.testing.assert_close(again.eager(*inputs), launcher.eager(*inputs), rtol=0, atol=0)
+
+
+def test_a_patched_model_folds_as_stock_while_its_cores_are_captured_elsewhere(cache_dir, capture_process):
+    """The first pass of a patched OpenFold model inside a background-compile context:
+    cores run eagerly until their graphs are back, the context's end installs and compiles
+    them, and both passes fold as stock does (tolerances of test_openfold_patch_model)."""
+    pytest.importorskip("openfold")
+    import copy
+
+    from flashlight.integrations import openfold_core
+    from flashlight.integrations import openfold_testing as oft
+    from flashlight.integrations.openfold_compat import cpu_compat
+
+    config = oft.small_model_config(chunk_size=None, max_msa_clusters=5, max_extra_msa=5)
+    model = oft.random_model(config, seed=3)
+    torch.manual_seed(3)
+    batch = oft.model_batch(config, "MKTAYIAKQR", n_alignments=6, seed=3)
+
+    def fold(m):
+        with torch.no_grad(), cpu_compat():
+            out = m({k: v.clone() for k, v in batch.items()})
+        return {k: out[k] for k in ("single", "pair", "final_atom_positions")}
+
+    want = fold(model)
+    patched = copy.deepcopy(model)
+    flashlight.patch_openfold(patched)
+    openfold_core._compiled.clear()  # every core captured again, in this test's cache folder
+    try:
+        with background.compiling_in_background() as compiles:
+            first = fold(patched)
+        captured = [key for key in compiles.jobs() if capture_worker.is_capture(key)]
+        second = fold(patched)
+    finally:
+        openfold_core._compiled.clear()
+    assert len(captured) >= 4  # row, column, triangle and the global column attention's cores
+    for out in (first, second):
+        for key in ("single", "pair"):
+            scale = want[key].abs().max().item()
+            assert (out[key] - want[key]).abs().max().item() <= 1e-4 * scale, key
+        assert torch.isfinite(out["final_atom_positions"]).all()
