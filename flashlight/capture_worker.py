@@ -33,14 +33,17 @@ graph is installed by the first call of *any* traced function after it came back
 its kernels start compiling at once, not at its own next call). Symbolic
 captures (a second shape), functions that cannot be imported by name in another process,
 options that cannot be pickled, and any failure there are traced on the caller's thread
-as before. Captures run one at a time, in the order they were asked for.
+as before. Up to :data:`MAX_PROCESSES` processes (one per two CPU cores) capture at once, in the
+order the captures were asked for.
 """
 from __future__ import annotations
 
 import importlib
 import inspect
 import logging
+import os
 import pickle
+import queue
 import struct
 import sys
 import threading
@@ -56,16 +59,19 @@ KEY_PREFIX = "capture "  # the first element of a capture job's key in the backg
 
 _SOURCE = "from flashlight.capture_worker import serve; serve()"
 
+MAX_PROCESSES = 3  # captures at once: a fold's first pass meets about six cores at its start
+_HIDDEN_GPUS = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
+
 _lock = threading.Lock()
-_worker: compile_workers._Worker | None = None
-_queue: ThreadPoolExecutor | None = None  # one thread, so one capture at a time
-_started = threading.Event()  # start() has run (successfully or not)
-STATS = {"captures": 0, "failed": 0, "seconds": 0.0, "device_touched": False}
+_workers: list[compile_workers._Worker] = []  # every process started
+_idle: queue.Queue | None = None  # the processes not working on a capture
+_queue: ThreadPoolExecutor | None = None  # one thread per process
+STATS = {"processes": 0, "captures": 0, "failed": 0, "seconds": 0.0, "device_touched": False}
 
 
 def wanted() -> bool:
-    """Whether a capture process is wanted here: ``FLASHLIGHT_CAPTURE_PROCESS`` on, and a
-    CUDA device (not the Triton interpreter), whose first pass it shortens."""
+    """Whether capture processes are wanted here: ``FLASHLIGHT_CAPTURE_PROCESS`` on, and a
+    CUDA device (not the Triton interpreter), whose first pass they shorten."""
     if not settings.get("capture_process") or settings.get("interpret"):
         return False
     import torch
@@ -73,28 +79,38 @@ def wanted() -> bool:
     return torch.cuda.is_available()
 
 
-def start() -> bool:
-    """Start the capture process once (even where :func:`wanted` says no: tests use it
-    under the interpreter); returns whether one is running."""
-    global _worker, _queue
+def wanted_processes() -> int:
+    """One per two CPU cores this process may use, at least one, at most :data:`MAX_PROCESSES`."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(MAX_PROCESSES, cores // 2))
+
+
+def start(processes: int | None = None) -> bool:
+    """Start the capture processes once (even where :func:`wanted` says no: tests use them
+    under the interpreter); returns whether any is running."""
+    global _idle, _queue
     with _lock:
-        if _worker is None:
+        if not _workers:
             try:
                 # no visible GPU: PyTorch would create a CUDA context for the first fake CUDA
                 # tensor (seconds, and the GPU's memory), which tracing does not need
-                _worker = compile_workers._Worker(source=_SOURCE, env={"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""})
-                _queue = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flashlight-capture")
-                # its warm-up message is read as soon as it comes, so ready() can tell
-                threading.Thread(target=wait_ready, name="flashlight-capture-ready", daemon=True).start()
+                for _ in range(processes or wanted_processes()):
+                    _workers.append(compile_workers._Worker(source=_SOURCE, env=_HIDDEN_GPUS))
             except Exception as error:  # noqa: BLE001 - captures stay on the caller's thread
                 log.debug("flashlight: no capture process (%s: %s)", type(error).__name__, error)
-                _worker = None
-            else:
+            if _workers:
                 import atexit
 
-                atexit.register(_worker.close)
-        _started.set()
-        return _worker is not None
+                _idle = queue.Queue()
+                for worker in _workers:
+                    _idle.put(worker)
+                    atexit.register(worker.close)
+                    # its warm-up message is read as soon as it comes, so ready() can tell
+                    threading.Thread(target=_ready_quietly, args=(worker,), name="flashlight-capture-ready",
+                                     daemon=True).start()
+                _queue = ThreadPoolExecutor(max_workers=len(_workers), thread_name_prefix="flashlight-capture")
+                STATS["processes"] = len(_workers)
+        return bool(_workers)
 
 
 def start_soon() -> None:
@@ -104,26 +120,28 @@ def start_soon() -> None:
 
 
 def running() -> bool:
-    """Whether a capture process was started (it may still be importing)."""
-    return _worker is not None
+    """Whether capture processes were started (they may still be importing)."""
+    return bool(_workers)
 
 
 def ready() -> bool:
-    """Whether a capture process was started and has finished its own start: until then
-    captures are made on the caller's thread, which would otherwise wait for it."""
-    worker = _worker
-    return worker is not None and worker.ready
+    """Whether a capture process has finished its own start: until one has, captures are
+    made on the caller's thread, which would otherwise wait for it."""
+    return any(worker.ready for worker in list(_workers))
 
 
 def wait_ready() -> None:
-    """Block until a started capture process has finished its own start (a timing must
-    not share the CPU with it)."""
-    worker = _worker
-    if worker is not None:
-        try:
-            worker.wait_ready()
-        except compile_workers.WorkerError:
-            pass
+    """Block until every started capture process has finished its own start (a timing
+    must not share the CPU with them)."""
+    for worker in list(_workers):
+        _ready_quietly(worker)
+
+
+def _ready_quietly(worker: compile_workers._Worker) -> None:
+    try:
+        worker.wait_ready()
+    except compile_workers.WorkerError:
+        pass
 
 
 def is_capture(key: Any) -> bool:
@@ -152,7 +170,7 @@ def request(fn: Callable, name: str, options: dict, version: str, dynamic: bool 
 
 
 def submit(job: dict) -> Future:
-    """Hand ``job`` to the capture process (one at a time); the future's result is the
+    """Hand ``job`` to an idle capture process (in order of submission); the future's result is the
     process's answer: ``{"ok": True, "entry": (family, signature, guard, graph, single)}``
     or ``{"ok": False, "error": ...}``, the entry still pickled: unpickle it with
     :func:`entry_of` on the thread that runs the model ([Note: graphs unpickled without
@@ -164,11 +182,22 @@ def submit(job: dict) -> Future:
 
 def _call(job: dict) -> dict:
     start = time.perf_counter()
-    with compile_workers.phase("capture_s"):
+    worker = None
+    while worker is None:
+        if not _workers:
+            return {"ok": False, "error": "no capture process is left"}
         try:
-            result = _worker.call(job)
-        except compile_workers.WorkerError as error:
-            result = {"ok": False, "error": str(error)}
+            worker = _idle.get(timeout=0.5)
+        except queue.Empty:
+            pass
+    try:
+        result = worker.call(job)
+    except compile_workers.WorkerError as error:
+        result = {"ok": False, "error": str(error)}
+        with _lock:  # that process is gone: the others go on, and with none, captures are here
+            _workers.remove(worker)
+    else:
+        _idle.put(worker)
     with _lock:
         STATS["captures"] += 1
         STATS["failed"] += not result.get("ok")
@@ -184,7 +213,7 @@ def entry_of(result: dict) -> tuple:
 
 def stats() -> dict | None:
     """Captures made, failed and their seconds (None where no process was started)."""
-    return dict(STATS) if _worker is not None else None
+    return dict(STATS) if _workers else None
 
 
 def _resolve(module: str, qualname: str):

@@ -90,7 +90,7 @@ def test_without_a_capture_process_or_outside_a_context_the_capture_is_here(gen,
     with torch.no_grad():
         assert_matches_float64(gated, traced(*args), args)  # no context: traced at once
     assert traced.captures == 1
-    monkeypatch.setattr(capture_worker, "_worker", None)  # as in a process that started none
+    monkeypatch.setattr(capture_worker, "_workers", [])  # as in a process that started none
     again = flashlight.compile(gated, capture="trace", version="another")
     with torch.no_grad(), background.compiling_in_background() as compiles:
         assert_matches_float64(gated, again(*args), args)
