@@ -238,7 +238,10 @@ def summarise(report: dict) -> dict:
         if run.get("kernels") is not None:
             row[f"{name}_kernels"] = run["kernels"]
         row["chunk_size"] = run.get("chunk_size")
-    if row.get("stock_model_s") and row.get("flashlight_model_s"):
+    fell_back = (runs.get("flashlight") or {}).get("fell_back")
+    if fell_back is not None:  # the fold ran stock in Flashlight's place: no Flashlight timing
+        row["fell_back"] = fell_back or "Flashlight fell back to stock"
+    elif row.get("stock_model_s") and row.get("flashlight_model_s"):
         row["speedup"] = round(row["stock_model_s"] / row["flashlight_model_s"], 4)
     comparison = report.get("comparison") or {}
     row["comparison"] = comparison
@@ -277,8 +280,11 @@ def run_fold(cmd: list[str], env: dict, out_dir: pathlib.Path, record_id: str, t
         tail = " | ".join((done.stderr or done.stdout or "").strip().splitlines()[-4:])
         return {"status": "error", "exit_status": done.returncode, "wall_s": wall,
                 "message": f"exit status {done.returncode}: {tail[:600]}"}
-    return {"status": "ok", "exit_status": 0, "wall_s": wall, "gpu_samples": sampled["gpu"],
-            **summarise(json.loads(latency.read_text()))}
+    row = summarise(json.loads(latency.read_text()))
+    if row.get("fell_back"):  # a row, but not of Flashlight: say so wherever it is read
+        return {"status": "fell_back", "exit_status": 0, "wall_s": wall, "gpu_samples": sampled["gpu"],
+                "message": f"Flashlight fell back to stock: {row['fell_back']}"[:600], **row}
+    return {"status": "ok", "exit_status": 0, "wall_s": wall, "gpu_samples": sampled["gpu"], **row}
 
 
 def first_fold(rec: dict, name: str) -> float | None:

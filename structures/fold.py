@@ -510,7 +510,9 @@ class Folder(RecordFiles):
                         self.stock, batch, on_recycle
                     )
                 if name in self.variants:
-                    runs[name], predictions[name] = copy.deepcopy(runs["stock"]), predictions["stock"]
+                    # stock's run, marked: no report may read it as Flashlight's timing
+                    runs[name] = {**copy.deepcopy(runs["stock"]), "fell_back": self.status.reason}
+                    predictions[name] = predictions["stock"]
 
         primary = "flashlight" if ("flashlight" in runs and self.status.active) else "stock"
         comparison = None

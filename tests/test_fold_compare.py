@@ -149,6 +149,13 @@ def test_failure_with_compare_still_compares(tmp_path, fake_flashlight):
     assert report["comparison"]["flashlight_active"] is False
     assert report["comparison"]["max_atom_deviation_A"] == 0.0
     assert any("compares stock OpenFold with itself" in w for w in warnings)
+    # stock's run stands in Flashlight's place, marked, so no report reads it as Flashlight's
+    assert "kernel launch failed" in report["runs"]["flashlight"]["fell_back"]
+    assert "fell_back" not in report["runs"]["stock"]
+    from bench.fold_product import summarise
+
+    row = summarise(report)
+    assert "speedup" not in row and "kernel launch failed" in row["fell_back"]
 
 
 def test_required_flashlight_raises(tmp_path, monkeypatch):
