@@ -48,7 +48,9 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # The two launcher-beside-ab parts fold the same records from empty caches with the
 # launchers built after each compile (Triton's way, the default) and beside it, one after
 # the other on one machine ([Note: the launcher beside the compile] in
-# flashlight/compile_workers.py): run them in one call.
+# flashlight/compile_workers.py): run them in one call. So do the two capture-process-ab
+# parts: the cores traced on the main thread (the default) and in capture processes
+# ([Note: capturing in another process] in flashlight/capture_worker.py).
 # Parts writing to their own file re-measure cells of an earlier part after a compiler
 # change (the report keeps the newest cell of each implementation): the masked LM
 # variants after full-tile loops (and ALiBi's tile skipping) and again after the coarse
@@ -64,6 +66,8 @@ PARTS=(
     "tune-configs-fold|$PY -m bench.tune_configs --fold-synthetic 256,512 --max-minutes 9"
     "launcher-beside-ab-off|env FLASHLIGHT_LAUNCHER_BESIDE=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab_0.json"
     "launcher-beside-ab-on|env FLASHLIGHT_LAUNCHER_BESIDE=1 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab_1.json"
+    "capture-process-ab-off|env FLASHLIGHT_CAPTURE_PROCESS=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/capture_process_ab_0.json"
+    "capture-process-ab-on|env FLASHLIGHT_CAPTURE_PROCESS=1 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/capture_process_ab_1.json"
     "warm-first-fold|$PY -m bench.warm_first_fold structures/examples/synthetic_256.fasta --rounds 2 --out $R/fold_product_runs/warm_first_fold_256_single_fp32.json"
     "warm-first-fold-bf16|$PY -m bench.warm_first_fold structures/examples/synthetic_256.fasta --rounds 2 --fold-args=--dtype=bf16 --out $R/fold_product_runs/warm_first_fold_256_single_bf16.json"
     "new-forms|$PY -m bench.new_forms --out $R/new_forms.json"

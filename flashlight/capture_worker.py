@@ -25,7 +25,7 @@ its call signature, so that its kernels compile before anything is recorded or t
 
 The process is used only where one was started before the first call and has finished
 its own start (:func:`start_soon`: ``flashlight-fold`` does it before building its
-model, on CUDA devices, with ``FLASHLIGHT_CAPTURE_PROCESS=1``, the default): starting one
+model, on CUDA devices, with ``FLASHLIGHT_CAPTURE_PROCESS=1``): starting one
 takes seconds (PyTorch's import), which a short warm-up would otherwise wait for. It
 sees no GPU (``CUDA_VISIBLE_DEVICES`` empty): PyTorch makes a CUDA context for the first
 fake CUDA tensor where a device is visible, which a trace does not need. A returned
@@ -33,7 +33,16 @@ graph is installed by the first call of *any* traced function after it came back
 its kernels start compiling at once, not at its own next call). Symbolic
 captures (a second shape), functions that cannot be imported by name in another process,
 options that cannot be pickled, and any failure there are traced on the caller's thread
-as before. Up to :data:`MAX_PROCESSES` processes (one per two CPU cores) capture at once, in the
+as before. Off by default (``FLASHLIGHT_CAPTURE_PROCESS=1`` turns it on) until a GPU measurement shows
+a gain. The one made so far was of an earlier build, which installed a returned graph
+only at its own signature's next call (for the extra-MSA stack's cores, at the end of
+the pass) and unpickled it on a thread: on an H200, one sequence of 256 residues, the
+warm-up's pass ran faster (its stages 0.53 s against 1.43 s, fp32), but its kernels were
+submitted later and it then waited 1.2-1.7 s for them, so its first calls took 1.72 /
+2.59 s (fp32 / bf16) against 1.48 / 1.45 s traced in place
+(``bench/results/fold_product_runs/h200_20261207_capture_trial.json``).
+
+Up to :data:`MAX_PROCESSES` processes (one per two CPU cores) capture at once, in the
 order the captures were asked for.
 """
 from __future__ import annotations
