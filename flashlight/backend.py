@@ -36,7 +36,8 @@ from flashlight.random_ops import draw_seeds_first
 from flashlight.report import ExplainReport, FallbackOp, KernelReport
 from flashlight.aot import aot_compile
 from flashlight.launch_sizes import UnreadableSizes
-from flashlight.runtime import COMPILE_EVENTS, Launcher, config_space
+from flashlight.runtime import COMPILE_EVENTS, Launcher
+from flashlight.tile_configs import config_space
 
 log = logging.getLogger("flashlight")
 aten = torch.ops.aten

@@ -12,7 +12,7 @@ first launch at some sizes takes the first of these that answers:
    powers of two), launched without autotuning;
 3. autotuning: ``triton.autotune`` over a few candidates a cost model picks
    (:func:`flashlight.tuning.pruned_space`; ``FLASHLIGHT_AUTOTUNE=full``: the whole
-   :func:`config_space`, and no shipped choices), compiled on a thread pool first
+   :func:`flashlight.tile_configs.config_space`, and no shipped choices), compiled on a thread pool first
    (:func:`flashlight.tuning_cache.precompile`); then the best candidate is timed
    against the unfused graph the kernel replaces (``Launcher.eager``, built by the
    backend), and the faster one is kept (:func:`flashlight.tuning.choose`) and recorded
@@ -40,6 +40,7 @@ import torch.fx as fx
 
 from flashlight import background, compile_workers, launch_plan, prepare, settings, tuned_configs, tuning
 from flashlight.codegen import KernelSource
+from flashlight.tile_configs import SMALL_FOOTPRINT_CONFIGS, candidate_space, configs, triton_configs
 from flashlight.ir import Dim, TiledKernel
 from flashlight.launch_sizes import index_kwargs, integer_arguments, read_sizes, size_sources, span
 from flashlight.tuning_cache import gpu_capability, gpu_name, precompile, recall_choice, remember_choice
@@ -67,26 +68,6 @@ _TUNED_AT_SETTLE = "tuned at settle"  # a background job that built every candid
 # failed tuning is logged, and the next launch outside the context tunes in place. The
 # first call's tensors are kept until then (the timing runs on them).
 
-_GPU_CONFIGS = [  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
-    (64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 4, 2), (128, 64, 8, 2), (128, 32, 4, 2),
-    (64, 128, 4, 2), (128, 128, 8, 2), (64, 32, 4, 3),
-]
-# Added for kernels whose dots run on tensor cores, for Hopper (sm_90): 128-row tiles, also
-# with 8 warps (two warpgroups), and deeper pipelines of the loop's loads (what does not
-# fit in shared memory is left out: flashlight.tuning.fitting)
-_TENSOR_CORE_CONFIGS = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3), (128, 32, 4, 3)]
-# Added for kernels whose dots run in IEEE float32 on CUDA cores (KernelSource.fma_dots):
-# there the operand and product tiles live in registers, and at head widths of 64-128
-# every configuration above spills thousands of bytes per thread to local memory on
-# sm_90 (cuobjdump of the AOT build); these fewer rows per warp do not.
-_FMA_DOT_CONFIGS = [(64, 32, 8, 2), (32, 32, 8, 2), (64, 16, 8, 2), (32, 32, 4, 2)]
-# Tried when no candidate above fits in the GPU's shared memory: operand tiles of 128-256
-# float32 values per row (differential attention's keys and values at head widths
-# 128 / 256 in TF32 asked for 320 KB on an H200, which has 227 KB). One pipeline stage
-# and fewer rows and keys per step shrink what a program stages in shared memory.
-_SMALL_FOOTPRINT_CONFIGS = [(64, 32, 4, 1), (32, 32, 4, 1), (64, 16, 4, 1), (32, 16, 4, 1), (16, 16, 4, 1)]
-
-
 def load_module(src: KernelSource):
     """Import generated source (cached by content); returns the JIT function."""
     return load_source(src.name, src.source)
@@ -113,50 +94,6 @@ def load_source(name: str, source: str):
         _MODULES[key] = module
         COMPILE_EVENTS.append(name)
     return getattr(module, name)
-
-
-# Left out for those kernels: key tiles of 128 spill the most there (9-12 KB per thread
-# at head width 64), are among the slowest to build (causal attention for sm_90: 16.5 and
-# 19.8 s, the slowest kept candidate 13.3 s; bench/results/build_times/) and were never
-# the fastest in an IEEE float32 benchmark cell. Candidates are built in parallel
-# (:func:`precompile`), so the slowest one bounds a kernel's first call.
-_FMA_DOT_MAX_BLOCK_N = 64
-
-
-def config_space(src: KernelSource, fma_dots: bool | None = None) -> list[tuple[int, int, int, int]]:
-    """The (BLOCK_M, BLOCK_N, num_warps, num_stages) configurations autotuning tries for
-    ``src`` (``fma_dots``: for the GPU's form of an interpreter kernel, from its plan)."""
-    if not (src.fma_dots if fma_dots is None else fma_dots):
-        return _GPU_CONFIGS + _TENSOR_CORE_CONFIGS
-    return [c for c in _GPU_CONFIGS if c[1] <= _FMA_DOT_MAX_BLOCK_N] + _FMA_DOT_CONFIGS
-
-
-def candidate_space(src: KernelSource, tiled: TiledKernel | None,
-                    autotune: bool | str = True) -> list[tuple[int, int, int, int]]:
-    """The configurations autotuning times on the GPU: the cost model's few
-    (:func:`flashlight.tuning.pruned_space`), or all of :func:`config_space` that fit in
-    shared memory (:func:`flashlight.tuning.fitting`) when ``autotune`` is ``"full"``
-    (all of it when no tiled kernel is given)."""
-    space = config_space(src)
-    if tiled is None:
-        return space
-    if autotune == "full":  # all that fit in shared memory
-        return tuning.fitting(tiled, space)
-    return tuning.pruned_space(tiled, src.fma_dots, space)
-
-
-def _configs(src: KernelSource, interpret: bool, autotune: bool | str, tiled: TiledKernel | None = None):
-    if interpret:
-        # unequal tiles under the interpreter, so a BLOCK_M / BLOCK_N mix-up cannot hide
-        return _triton_configs([(32, 16, 1, 1)])
-    space = candidate_space(src, tiled, autotune)
-    return _triton_configs(space if autotune else space[:1])
-
-
-def _triton_configs(space):
-    import triton
-
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in space]
 
 
 def _out_of_resources(error: BaseException) -> bool:
@@ -245,16 +182,16 @@ class Launcher:
             import triton
 
             self._raw = load_module(self.src)
-            self._fn = triton.autotune(configs=_configs(self.src, interpret, self.autotune, self.tiled),
+            self._fn = triton.autotune(configs=configs(self.src, interpret, self.autotune, self.tiled),
                                        key=self._tuning_keys())(self._raw)
         return self._fn
 
     def _small_footprint_tuner(self):
-        """The autotuner over :data:`_SMALL_FOOTPRINT_CONFIGS`, which replaces the usual one
+        """The autotuner over :data:`flashlight.tile_configs.SMALL_FOOTPRINT_CONFIGS`, which replaces the usual one
         for this kernel once none of its candidates fits the GPU."""
         import triton
 
-        self._fn = triton.autotune(configs=_triton_configs(_SMALL_FOOTPRINT_CONFIGS),
+        self._fn = triton.autotune(configs=triton_configs(SMALL_FOOTPRINT_CONFIGS),
                                    key=self._tuning_keys())(self._raw)
         return self._fn
 
@@ -269,7 +206,7 @@ class Launcher:
         recorded, else the shipped one, else through the autotuner (candidates compiled
         in parallel first), whose best candidate is then timed against the unfused graph
         (given ``eager_inputs``), and the choice recorded. When no candidate fits the
-        GPU, autotuning runs again over smaller tiles (:data:`_SMALL_FOOTPRINT_CONFIGS`).
+        GPU, autotuning runs again over smaller tiles (:data:`flashlight.tile_configs.SMALL_FOOTPRINT_CONFIGS`).
         Returns the unfused graph's result where that ran, else None (the kernel wrote
         the output). ``wide``: the launch's 64-bit offsets setting ([Note: 64-bit offsets])."""
         prepare.wait()  # [Note: a process's one-time costs]

@@ -5,7 +5,7 @@ Everything here is a pure function of a tiled kernel, its source and measured ti
 so it is tested without a GPU; :mod:`flashlight.runtime` calls it.
 
 - :func:`pruned_space`: the few configurations (at most :data:`MAX_CANDIDATES`) that
-  autotuning tries by default, out of :func:`flashlight.runtime.config_space`. A prior
+  autotuning tries by default, out of :func:`flashlight.tile_configs.config_space`. A prior
   order per kind of dot (:func:`prior`: 16-bit or TF32 operands on tensor cores, or IEEE
   float32 on CUDA cores), taken from the winners the H200 benchmarks recorded
   (``bench/results/*.csv``, column ``configs``) and Hopper's preferred tile shapes,

@@ -8,7 +8,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from flashlight import runtime, settings, tuning_cache  # noqa: E402
+from flashlight import runtime, settings, tile_configs, tuning_cache  # noqa: E402
 from tests.helpers import FakeJit, FakeTuner  # noqa: E402
 
 
@@ -105,13 +105,13 @@ def test_ieee_float32_kernels_leave_out_the_wide_key_tiles(dtype, tf32, fma_dots
     (kernel,) = report.kernels
     space = kernel.gpu_configs
     assert len(set(space)) == len(space)
-    assert set(runtime._GPU_CONFIGS[:2]) <= set(space)  # the usual winners stay
+    assert set(tile_configs.GPU_CONFIGS[:2]) <= set(space)  # the usual winners stay
     if fma_dots:
         assert max(block_n for _, block_n, _, _ in space) <= 64
-        assert set(runtime._FMA_DOT_CONFIGS) <= set(space)
-        assert not set(runtime._TENSOR_CORE_CONFIGS) & set(space)
+        assert set(tile_configs.FMA_DOT_CONFIGS) <= set(space)
+        assert not set(tile_configs.TENSOR_CORE_CONFIGS) & set(space)
     else:
-        assert space == tuple(runtime._GPU_CONFIGS + runtime._TENSOR_CORE_CONFIGS)
+        assert space == tuple(tile_configs.GPU_CONFIGS + tile_configs.TENSOR_CORE_CONFIGS)
 
 
 # --------------------------------------------------------- autotuning choices kept on disk
@@ -192,13 +192,13 @@ def test_when_no_candidate_fits_the_gpu_smaller_tiles_are_tuned(tmp_path, monkey
 
     src, device = _kernel_source(), torch.device("cpu")
     usual = [triton.Config({"BLOCK_M": 128, "BLOCK_N": n}, num_warps=8, num_stages=2) for n in (64, 128)]
-    small = runtime._triton_configs(runtime._SMALL_FOOTPRINT_CONFIGS)
+    small = tile_configs.triton_configs(tile_configs.SMALL_FOOTPRINT_CONFIGS)
     launcher, fallback = _fake_launcher(src), FakeTuner(small)
     launcher._small_footprint_tuner = lambda: fallback
     launcher._first_launch(_TooBig(usual), ("args",), None, (96,), device, tune=True)
     assert compiled == [2, len(small)] and fallback.launches == [("args",)]
-    assert launcher.chosen_configs() == {(96,): runtime._SMALL_FOOTPRINT_CONFIGS[-1]}  # the tuner's best
-    assert all(stages == 1 for _, _, _, stages in runtime._SMALL_FOOTPRINT_CONFIGS)
+    assert launcher.chosen_configs() == {(96,): tile_configs.SMALL_FOOTPRINT_CONFIGS[-1]}  # the tuner's best
+    assert all(stages == 1 for _, _, _, stages in tile_configs.SMALL_FOOTPRINT_CONFIGS)
 
     # any other error is the caller's to see, and so is running out without autotuning
     with pytest.raises(OutOfResources):

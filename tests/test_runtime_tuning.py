@@ -9,7 +9,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from flashlight import aot, backend, runtime, settings, tuned_configs, tuning, tuning_cache  # noqa: E402
+from flashlight import aot, backend, runtime, settings, tile_configs, tuned_configs, tuning, tuning_cache  # noqa: E402
 from flashlight.codegen import generate  # noqa: E402
 from flashlight.decompositions import decompositions  # noqa: E402
 from tests.helpers import FakeJit, FakeTuner  # noqa: E402
@@ -212,8 +212,8 @@ def test_a_signature_that_chose_the_graph_runs_it_without_the_kernels_launch_wor
 def test_the_pruned_candidates_are_a_few_ordered_members_of_the_full_space(dtype, tf32, monkeypatch):
     _, (launcher,) = _built(_attention, *_inputs(dtype), tf32=tf32)
     src = _gpu_source(launcher)
-    full = runtime.config_space(src)
-    pruned = runtime.candidate_space(src, launcher.tiled)
+    full = tile_configs.config_space(src)
+    pruned = tile_configs.candidate_space(src, launcher.tiled)
     assert 1 <= len(pruned) <= tuning.MAX_CANDIDATES < len(full)
     assert len(set(pruned)) == len(pruned) and set(pruned) <= set(full)
     prior = tuning.prior(launcher.tiled, src.fma_dots)
@@ -221,16 +221,16 @@ def test_the_pruned_candidates_are_a_few_ordered_members_of_the_full_space(dtype
                      else tuning._TF32_PRIOR)
     # at a narrow head width nothing is heavy: the prior's first members, in its order
     assert pruned == [c for c in prior if c in full][:len(pruned)]
-    assert [c.all_kwargs()["BLOCK_M"] for c in runtime._configs(src, False, True, launcher.tiled)] == \
+    assert [c.all_kwargs()["BLOCK_M"] for c in tile_configs.configs(src, False, True, launcher.tiled)] == \
         [c[0] for c in pruned]
-    (first,) = runtime._configs(src, False, False, launcher.tiled)  # FLASHLIGHT_AUTOTUNE=0
+    (first,) = tile_configs.configs(src, False, False, launcher.tiled)  # FLASHLIGHT_AUTOTUNE=0
     assert (first.all_kwargs()["BLOCK_M"], first.all_kwargs()["BLOCK_N"]) == pruned[0][:2]
 
     # the whole space back (at this head width all of it fits), by the setting or by the option
-    assert runtime.candidate_space(src, launcher.tiled, "full") == full == tuning.fitting(launcher.tiled, full)
+    assert tile_configs.candidate_space(src, launcher.tiled, "full") == full == tuning.fitting(launcher.tiled, full)
     monkeypatch.setenv("FLASHLIGHT_AUTOTUNE", "full")
     assert settings.get("autotune") == "full"
-    assert [c.all_kwargs()["BLOCK_M"] for c in runtime._configs(src, False, settings.get("autotune"),
+    assert [c.all_kwargs()["BLOCK_M"] for c in tile_configs.configs(src, False, settings.get("autotune"),
                                                                   launcher.tiled)] == [c[0] for c in full]
     with settings.override(autotune="full"):
         assert runtime.Launcher(launcher.tiled, src).candidate_configs() == full
@@ -241,7 +241,7 @@ def test_the_pruned_candidates_are_a_few_ordered_members_of_the_full_space(dtype
 def test_the_cost_model_drops_what_does_not_fit_and_demotes_wide_tiles():
     _, (launcher,) = _built(_attention, *_inputs(torch.float32, D=128), tf32=True)
     src = _gpu_source(launcher)
-    full = runtime.config_space(src)
+    full = tile_configs.config_space(src)
     pruned = tuning.pruned_space(launcher.tiled, src.fma_dots, full)
     # at head width 128 the 4-warp 128-row tiles hold too many values per thread: last if kept
     heavy = (128, 64, 4, 2)
@@ -265,7 +265,7 @@ def test_every_pruned_candidate_builds_for_sm90():
     inputs = variant.make_inputs(variant.default_shape, torch.float32, "cpu", torch.Generator().manual_seed(0))
     _, (launcher,) = _built(variant.fn, *inputs, tf32=True)
     src = _gpu_source(launcher)
-    for config in runtime.candidate_space(src, launcher.tiled):
+    for config in tile_configs.candidate_space(src, launcher.tiled):
         m, n, w, s = config
         built = aot.aot_compile(src, list(launcher.input_dtypes), launcher.kernel.dtype, 90,
                                     block_m=m, block_n=n, num_warps=w, num_stages=s)

@@ -9,7 +9,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from bench.variants import VARIANTS
-from flashlight import aot, runtime, tuning
+from flashlight import aot, runtime, tile_configs, tuning
 from flashlight.codegen import generate
 from flashlight.decompositions import decompositions
 from flashlight.lower import lower
@@ -49,9 +49,9 @@ def _built_shared(launcher, src, tensors, config) -> int:
 @pytest.mark.parametrize("dtype, tf32", [(torch.bfloat16, False), (torch.float32, True)])
 def test_tensor_core_kernels_draw_from_the_hopper_tiles(dtype, tf32):
     launcher, src, _ = _core(dtype, 32, tf32)
-    space = runtime.config_space(src)
+    space = tile_configs.config_space(src)
     assert set(HOPPER) <= set(space) and len(set(space)) == len(space)
-    candidates = runtime.candidate_space(src, launcher.tiled)
+    candidates = tile_configs.candidate_space(src, launcher.tiled)
     assert 3 <= len(candidates) <= tuning.MAX_CANDIDATES
     # 16-bit operands: FlexAttention's Hopper tile first, the 8-warp one next;
     # TF32: the earlier winners first, the 8-warp 3-stage tile among the few
@@ -62,8 +62,8 @@ def test_tensor_core_kernels_draw_from_the_hopper_tiles(dtype, tf32):
 def test_ieee_float32_kernels_keep_their_own_tiles():
     launcher, src, _ = _core(torch.float32, 32)
     assert src.fma_dots
-    assert not set(runtime._TENSOR_CORE_CONFIGS) & set(runtime.config_space(src))
-    assert runtime.candidate_space(src, launcher.tiled)[0] == tuning._FMA_PRIOR[0]
+    assert not set(tile_configs.TENSOR_CORE_CONFIGS) & set(tile_configs.config_space(src))
+    assert tile_configs.candidate_space(src, launcher.tiled)[0] == tuning._FMA_PRIOR[0]
 
 
 @pytest.mark.parametrize("dtype, tf32, c, config", [
@@ -83,14 +83,14 @@ def test_tiles_that_do_not_fit_in_shared_memory_are_left_out():
     an H200 has; the estimate says so, and neither the few nor the full set try it."""
     launcher, src, inputs = _core(torch.bfloat16, 128)
     config = (128, 128, 8, 3)
-    assert config in runtime.config_space(src)
+    assert config in tile_configs.config_space(src)
     assert tuning.estimates(launcher.tiled, src.fma_dots, config)[0] > tuning.SHARED_MEMORY_BUDGET
-    assert config not in runtime.candidate_space(src, launcher.tiled)
-    full = runtime.candidate_space(src, launcher.tiled, "full")
+    assert config not in tile_configs.candidate_space(src, launcher.tiled)
+    full = tile_configs.candidate_space(src, launcher.tiled, "full")
     assert config not in full and (128, 64, 4, 3) in full
     assert _built_shared(launcher, src, inputs, config) > H200_SHARED_MEMORY
-    fits = tuning.fitting(launcher.tiled, runtime.config_space(src), budget=1)  # none fits: all stay
-    assert fits == runtime.config_space(src)
+    fits = tuning.fitting(launcher.tiled, tile_configs.config_space(src), budget=1)  # none fits: all stay
+    assert fits == tile_configs.config_space(src)
 
 
 def test_a_reported_kernel_builds_as_the_jit_built_its_first_launch():
