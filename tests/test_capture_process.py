@@ -59,6 +59,10 @@ def test_the_graph_is_kept_on_disk_like_one_traced_here(gen, cache_dir, capture_
     with torch.no_grad(), background.compiling_in_background():
         traced = flashlight.compile(gated, capture="trace")
         traced(*args)
+    (kept,) = (cache_dir / "graphs").glob("*.pkl")
+    # no graph in it is pickled the way that traces when loaded ([Note: graphs unpickled
+    # without tracing])
+    assert b"reduce_graph_module" not in kept.read_bytes()
     fresh = flashlight.compile(gated, capture="trace")  # as a later process: loads, traces nothing
     with torch.no_grad():
         assert_matches_float64(gated, fresh(*args), args)
