@@ -113,6 +113,25 @@ def _float_cast(expr: Expr) -> bool:
             and expr.args[0].dtype.is_floating_point)
 
 
+# [Note: rounding keeps the max inside]
+# The online rewrite writes exp(c * (x - max)) with the loop's running max in place of the
+# row's max, which needs the exponent linear in the max. A cast to a float type that
+# holds every value of its operand exactly (bfloat16 to float32) keeps it linear; a
+# narrowing one rounds, and round(x - max) is not round(x) - max: eager's
+# exp(log_softmax(s)) in bfloat16 rounds the log-probabilities s - max - log(sum), values
+# near zero for the keys that matter, while the rewritten loop rounded s - log(sum), of
+# the scores' magnitude (2-3x eager's error from float64, where the plain softmax has
+# less than eager's). Through a narrowing cast the max is therefore not factored out:
+# the row's max is computed first and read, as eager does.
+def _exact_cast(expr: Expr) -> bool:
+    """A cast between float types whose destination holds every value of its source
+    (range and precision), so that it commutes with the arithmetic around it."""
+    if not _float_cast(expr):
+        return False
+    src, dst = torch.finfo(expr.args[0].dtype), torch.finfo(expr.dtype)
+    return dst.eps <= src.eps and dst.max >= src.max and dst.tiny <= src.tiny
+
+
 def _product(num: list[Expr], den: list[Expr], dtype) -> Expr:
     out: Expr = num[0] if num else Const(1.0, dtype)
     for f in num[1:]:
@@ -326,8 +345,8 @@ def _linear_coeff(expr: Expr, target: Expr) -> float | None:
         if expr.op == "neg":
             c = _linear_coeff(expr.args[0], target)
             return None if c is None else -c
-        if expr.op == "cast":
-            return _linear_coeff(expr.args[0], target)
+        if expr.op == "cast":  # rounding is not linear ([Note: rounding keeps the max inside])
+            return _linear_coeff(expr.args[0], target) if _exact_cast(expr) else None
         if expr.op in ("mul", "div"):  # by a constant: a temperature
             x, k = expr.args
             if expr.op == "mul" and _constant(k) is None:
@@ -353,7 +372,7 @@ def exp_power(expr: Expr, target: Expr) -> float | None:
             base, value = exp_power(expr.args[0], target), _constant(expr.args[1])
             return None if base is None or value is None else base * value
         if expr.op == "cast":
-            return exp_power(expr.args[0], target)
+            return exp_power(expr.args[0], target) if _exact_cast(expr) else None
         if expr.op == "exp":
             c = _linear_coeff(expr.args[0], target)
             return None if c is None else -c
