@@ -92,9 +92,10 @@ class Compiles:
         return job
 
     def install(self, key: Hashable, fn: Callable[[], object]) -> None:
-        """Call ``fn`` on the context's thread at the next waiting point once job ``key`` is
-        done, before the deferred calls of :meth:`after`; jobs it submits are waited for in
-        turn (a captured graph run once, so that its kernels compile)."""
+        """Call ``fn`` on the context's thread once job ``key`` is done: at the next
+        :meth:`run_ready` (each call of a traced function) or waiting point, before the
+        deferred calls of :meth:`after`; a waiting point waits in turn for the jobs it
+        submits (a captured graph run once, so that its kernels compile)."""
         with self._lock:
             self._installs.setdefault(key, fn)
             job = self._jobs.get(key)
@@ -139,7 +140,7 @@ class Compiles:
         try:
             fn()
         except Exception as error:  # noqa: BLE001 - the next call does it in place
-            log.warning("flashlight: running %s after its background job failed (%s: %s)",
+            log.warning("flashlight: what follows the background job %s failed (%s: %s)",
                         key, type(error).__name__, error)
 
     def _since(self) -> float:

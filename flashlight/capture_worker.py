@@ -17,30 +17,32 @@ ranks) goes to a separate process started for it, which imports PyTorch and Flas
 included) and returns the compiled graph in the form the graph cache keeps on disk
 (:func:`flashlight.graph_store.dump_graph`); generated kernel sources land in the shared
 cache folder. Until the graph is back, each call of that signature runs the function
-eagerly (its plain PyTorch operations); the first call after it installs the graph and
-launches its kernels, which then compile in the background as before. Waiting points
-of the context (``settle`` before a CUDA graph records, and its end) first wait for the
-captures, then run each returned graph that no call has installed yet once on zeros of
-its call signature, so that its kernels compile before anything is recorded or timed.
+eagerly (its plain PyTorch operations). The first call of *any* traced function after
+it came back installs it (:meth:`flashlight.background.Compiles.run_ready`) and runs it
+once on zeros of its call signature, so that its kernels start compiling at once in the
+background, not at its own signature's next call (the extra-MSA stack's cores are not
+called again in a one-iteration warm-up). Waiting points of the context (``settle``
+before a CUDA graph records, and its end) wait for the captures, install what is left
+and wait for those kernels, so nothing recorded or timed runs a graph still compiling.
 
-The process is used only where one was started before the first call and has finished
-its own start (:func:`start_soon`: ``flashlight-fold`` does it before building its
-model, on CUDA devices, with ``FLASHLIGHT_CAPTURE_PROCESS=1``): starting one
-takes seconds (PyTorch's import), which a short warm-up would otherwise wait for. It
-sees no GPU (``CUDA_VISIBLE_DEVICES`` empty): PyTorch makes a CUDA context for the first
-fake CUDA tensor where a device is visible, which a trace does not need. A returned
-graph is installed by the first call of *any* traced function after it came back (so
-its kernels start compiling at once, not at its own next call). Symbolic
-captures (a second shape), functions that cannot be imported by name in another process,
-options that cannot be pickled, and any failure there are traced on the caller's thread
-as before. Off by default (``FLASHLIGHT_CAPTURE_PROCESS=1`` turns it on) until a GPU measurement shows
-a gain. The one made so far was of an earlier build, which installed a returned graph
-only at its own signature's next call (for the extra-MSA stack's cores, at the end of
-the pass) and unpickled it on a thread: on an H200, one sequence of 256 residues, the
-warm-up's pass ran faster (its stages 0.53 s against 1.43 s, fp32), but its kernels were
-submitted later and it then waited 1.2-1.7 s for them, so its first calls took 1.72 /
-2.59 s (fp32 / bf16) against 1.48 / 1.45 s traced in place
+The processes are used only where they were started before the first call and one has
+finished its own start (:func:`start_soon`: ``flashlight-fold`` does it before building
+its model, on CUDA devices, with ``FLASHLIGHT_CAPTURE_PROCESS=1``): starting one takes
+seconds (PyTorch's import), which a short warm-up would otherwise wait for. They see no
+GPU (``CUDA_VISIBLE_DEVICES`` empty): PyTorch makes a CUDA context for the first fake
+CUDA tensor where a device is visible, which a trace does not need. Symbolic captures (a
+second shape), functions that cannot be imported by name in another process, options
+that cannot be pickled, and any failure there are traced on the caller's thread as
+before.
+
+Off by default until a GPU measurement shows a gain. The one made so far was of an
+earlier build, which installed a returned graph only at its own signature's next call
+and unpickled it on a thread: on an H200, one sequence of 256 residues, the warm-up's
+pass ran faster (its stages 0.53 s against 1.43 s, fp32), but its kernels were submitted
+later and it then waited 1.2-1.7 s for them, so its first calls took 1.72 / 2.59 s
+(fp32 / bf16) against 1.48 / 1.45 s traced in place
 (``bench/results/fold_product_runs/h200_20261207_capture_trial.json``).
+``bench/run_all.sh capture-process-ab-off capture-process-ab-on`` measures the current one.
 
 Up to :data:`MAX_PROCESSES` processes (one per two CPU cores) capture at once, in the
 order the captures were asked for.
@@ -72,7 +74,7 @@ MAX_PROCESSES = 3  # captures at once: a fold's first pass meets about six cores
 _HIDDEN_GPUS = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": ""}
 
 _lock = threading.Lock()
-_workers: list[compile_workers._Worker] = []  # every process started
+_workers: list[compile_workers.WorkerProcess] = []  # every process started
 _idle: queue.Queue | None = None  # the processes not working on a capture
 _queue: ThreadPoolExecutor | None = None  # one thread per process
 STATS = {"processes": 0, "captures": 0, "failed": 0, "seconds": 0.0, "device_touched": False}
@@ -104,7 +106,7 @@ def start(processes: int | None = None) -> bool:
                 # no visible GPU: PyTorch would create a CUDA context for the first fake CUDA
                 # tensor (seconds, and the GPU's memory), which tracing does not need
                 for _ in range(processes or wanted_processes()):
-                    _workers.append(compile_workers._Worker(source=_SOURCE, env=_HIDDEN_GPUS))
+                    _workers.append(compile_workers.WorkerProcess(source=_SOURCE, env=_HIDDEN_GPUS))
             except Exception as error:  # noqa: BLE001 - captures stay on the caller's thread
                 log.debug("flashlight: no capture process (%s: %s)", type(error).__name__, error)
             if _workers:
@@ -146,7 +148,7 @@ def wait_ready() -> None:
         _ready_quietly(worker)
 
 
-def _ready_quietly(worker: compile_workers._Worker) -> None:
+def _ready_quietly(worker: compile_workers.WorkerProcess) -> None:
     try:
         worker.wait_ready()
     except compile_workers.WorkerError:

@@ -190,7 +190,7 @@ class WorkerError(RuntimeError):
     """A worker process died or answered nothing."""
 
 
-class _Worker:
+class WorkerProcess:
     """One ``python -c`` process running :data:`_WORKER_SOURCE` (or ``source``: any program
     that says ``{"ready": True}`` once, then answers each job, in the same framing)."""
 
@@ -241,10 +241,10 @@ class Pool:
     def __init__(self, processes: int, target: tuple | None = None):
         self.processes = processes
         self.target = target  # (backend, arch, warp size) the workers warm up for, if known
-        self._idle: queue.Queue[_Worker] = queue.Queue()
-        self._all: list[_Worker] = []
+        self._idle: queue.Queue[WorkerProcess] = queue.Queue()
+        self._all: list[WorkerProcess] = []
         for _ in range(processes):
-            worker = _Worker(target)
+            worker = WorkerProcess(target)
             self._all.append(worker)
             self._idle.put(worker)
         self._lock = threading.Lock()
@@ -268,7 +268,7 @@ class Pool:
                 result = worker.call(job)
         except WorkerError:
             worker.close()
-            self._idle.put(_Worker(self.target))  # a fresh one in its place
+            self._idle.put(WorkerProcess(self.target))  # a fresh one in its place
             with self._lock:
                 self.jobs += 1
                 self.failed += 1
