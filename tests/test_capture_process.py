@@ -161,7 +161,8 @@ def test_a_kept_kernel_unpickles_without_tracing(gen, cache_dir):
 def test_a_patched_model_folds_as_stock_while_its_cores_are_captured_elsewhere(cache_dir, capture_process):
     """The first pass of a patched OpenFold model inside a background-compile context:
     cores run eagerly until their graphs are back, the context's end installs and compiles
-    them, and both passes fold as stock does (tolerances of test_openfold_patch_model)."""
+    them, and the pass folds as stock does (tolerances of test_openfold_patch_model; the
+    installed graphs' values are checked by the tests above)."""
     pytest.importorskip("openfold")
     import copy
 
@@ -185,14 +186,12 @@ def test_a_patched_model_folds_as_stock_while_its_cores_are_captured_elsewhere(c
     openfold_core._compiled.clear()  # every core captured again, in this test's cache folder
     try:
         with background.compiling_in_background() as compiles:
-            first = fold(patched)
+            out = fold(patched)
         captured = [key for key in compiles.jobs() if capture_worker.is_capture(key)]
-        second = fold(patched)
     finally:
         openfold_core._compiled.clear()
     assert len(captured) >= 4  # row, column, triangle and the global column attention's cores
-    for out in (first, second):
-        for key in ("single", "pair"):
-            scale = want[key].abs().max().item()
-            assert (out[key] - want[key]).abs().max().item() <= 1e-4 * scale, key
-        assert torch.isfinite(out["final_atom_positions"]).all()
+    for key in ("single", "pair"):
+        scale = want[key].abs().max().item()
+        assert (out[key] - want[key]).abs().max().item() <= 1e-4 * scale, key
+    assert torch.isfinite(out["final_atom_positions"]).all()
