@@ -49,8 +49,8 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # launchers built after each compile (Triton's way, the default) and beside it, one after
 # the other on one machine ([Note: the launcher beside the compile] in
 # flashlight/compile_workers.py): run them in one call. So do the two capture-process-ab
-# parts: the cores traced on the main thread (the default) and in capture processes
-# ([Note: capturing in another process] in flashlight/capture_worker.py).
+# parts: the cores traced on the main thread and in capture processes (the default;
+# [Note: capturing in another process] in flashlight/capture_worker.py).
 # Parts writing to their own file re-measure cells of an earlier part after a compiler
 # change (the report keeps the newest cell of each implementation): the masked LM
 # variants after full-tile loops (and ALiBi's tile skipping) and again after the coarse

@@ -27,7 +27,7 @@ and wait for those kernels, so nothing recorded or timed runs a graph still comp
 
 The processes are used only where they were started before the first call and one has
 finished its own start (:func:`start_soon`: ``flashlight-fold`` does it before building
-its model, on CUDA devices, with ``FLASHLIGHT_CAPTURE_PROCESS=1``): starting one takes
+its model, on CUDA devices, unless ``FLASHLIGHT_CAPTURE_PROCESS=0``): starting one takes
 seconds (PyTorch's import), which a short warm-up would otherwise wait for. They see no
 GPU (``CUDA_VISIBLE_DEVICES`` empty): PyTorch makes a CUDA context for the first fake
 CUDA tensor where a device is visible, which a trace does not need. Symbolic captures (a
@@ -35,14 +35,17 @@ second shape), functions that cannot be imported by name in another process, opt
 that cannot be pickled, and any failure there are traced on the caller's thread as
 before.
 
-Off by default until a GPU measurement shows a gain. The one made so far was of an
-earlier build, which installed a returned graph only at its own signature's next call
-and unpickled it on a thread: on an H200, one sequence of 256 residues, the warm-up's
-pass ran faster (its stages 0.53 s against 1.43 s, fp32), but its kernels were submitted
-later and it then waited 1.2-1.7 s for them, so its first calls took 1.72 / 2.59 s
-(fp32 / bf16) against 1.48 / 1.45 s traced in place
-(``bench/results/fold_product_runs/h200_20261207_capture_trial.json``).
-``bench/run_all.sh capture-process-ab-off capture-process-ab-on`` measures the current one.
+On by default on CUDA devices (``FLASHLIGHT_CAPTURE_PROCESS=0`` traces on the calling
+thread). Measured on an H100 (torch 2.11, Triton 3.6), ``bench/run_all.sh
+capture-process-ab-off capture-process-ab-on``: ``flashlight-fold --compare`` from empty
+caches, 256 residues, the first call of the Flashlight fold in seconds, off / on: one
+sequence fp32 1.56 / 1.25, bf16 1.52 / 1.29; deep MSA fp32 2.18 / 1.91, bf16 1.44 /
+1.10 (``bench/results/fold_product_runs/capture_process_ab_{0,1}.json``). Runs in that
+order on one machine; a later run of the same default build measured 1.24 / 1.21 / 2.08 /
+1.39 (``launcher_beside_ab_0.json``), so on one sequence the gain is within what the
+order of the runs moves, on a deep MSA it is 0.2-0.3 s beyond it. An earlier build,
+which installed a returned graph only at its own signature's next call, was slower than
+tracing in place (``h200_20261207_capture_trial.json``).
 
 Up to :data:`MAX_PROCESSES` processes (one per two CPU cores) capture at once, in the
 order the captures were asked for.
@@ -81,7 +84,7 @@ STATS = {"processes": 0, "captures": 0, "failed": 0, "seconds": 0.0, "device_tou
 
 
 def wanted() -> bool:
-    """Whether capture processes are wanted here: ``FLASHLIGHT_CAPTURE_PROCESS`` on, and a
+    """Whether capture processes are wanted here: ``FLASHLIGHT_CAPTURE_PROCESS`` on (the default), and a
     CUDA device (not the Triton interpreter), whose first pass they shorten."""
     if not settings.get("capture_process") or settings.get("interpret"):
         return False

@@ -469,8 +469,11 @@ def compile_elsewhere(jit_fn, args: tuple, grid, options: dict) -> bool:
 # on): in two cold 256- and 512-residue folds on an H100 the launchers left the end of
 # each job (0.16-0.31 s a kernel before, 0.001-0.06 now) but the workers' compiles
 # took 0.12-0.26 s longer, on another machine than the run before, so the first call
-# was no shorter (bench/results/fold_product_runs/README.md); one machine, both
-# settings, has yet to decide it.
+# was no shorter (bench/results/fold_product_runs/README.md). On one H100, both settings
+# one after the other (launcher_beside_ab_{0,1}.json, 256 residues, from empty caches),
+# the first call went 1.24 -> 1.08 s and 1.21 -> 1.12 s on one sequence (fp32, bf16),
+# 2.08 -> 2.24 s and 1.39 -> 1.27 s on a deep MSA: within what the order of two runs
+# moves (0.05-0.3 s between two runs of one build), so it stays off.
 
 _LAUNCHER_METADATA = dict(tensordesc_meta=None, num_ctas=1, global_scratch_size=0, global_scratch_align=1,
                           profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False,

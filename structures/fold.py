@@ -247,7 +247,7 @@ class Folder(RecordFiles):
             # built and the features are made ([Note: compiling in other processes] in
             # flashlight.compile_workers); they idle if Flashlight turns out unusable
             compile_workers.start_soon()
-            # and, with FLASHLIGHT_CAPTURE_PROCESS=1, the processes that trace the cores the
+            # and (unless FLASHLIGHT_CAPTURE_PROCESS=0) the processes that trace the cores the
             # first pass meets ([Note: capturing in another process] in flashlight.capture_worker)
             capture_worker.start_soon()
         unusable = _flashlight_unusable(self.device)
