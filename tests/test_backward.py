@@ -445,3 +445,42 @@ def test_shared_keys_train_with_nothing_outside_the_kernels(name, causal, outsid
     assert prologue.count("tl.load(") == 2 and "offs_m[:, None]" in prologue, source  # k and v tiles
     built = looped[0].aot_compile(90, block_m=64, block_n=32, num_warps=4, num_stages=2)
     assert 0 < shared_memory(built) <= H200_SHARED_MEMORY
+
+
+def _softmax_of_a_rounded_difference(detach_max: bool):
+    """Half-precision attention whose exponent is a difference taken in bfloat16: a
+    narrowing cast between the scores' constant factor and the ``exp``."""
+    def fn(q, k, v):
+        s = (q @ k.transpose(-1, -2)) * 0.25                # [B, H, L, L] float16
+        m = s.amax(-1, keepdim=True)
+        m = m.detach() if detach_max else m
+        e = torch.exp((s.to(torch.bfloat16) - m.to(torch.bfloat16)).to(q.dtype))
+        return (e / e.sum(-1, keepdim=True)) @ v
+    return fn
+
+
+@pytest.mark.parametrize("detach_max", [True, False])
+def test_a_rounding_cast_inside_the_exponent_keeps_its_place(detach_max, gen):
+    """Folding ``log2(e)`` or the scale through a cast that rounds would round other
+    values than the program does (``round(k * x)`` is not ``k * round(x)``); the
+    recomputed probabilities then disagree with the forward's and the gradients of q and
+    k drifted to 5x PyTorch's own error. Output and gradients stay within twice eager's
+    float16 error from the float64 program (which rounds to bfloat16 where it casts)."""
+    fn = _softmax_of_a_rounded_difference(detach_max)
+    inputs = [torch.randn(2, 3, 24, 16, generator=gen) for _ in range(3)]
+    grad_out = torch.randn(2, 3, 24, 16, generator=gen, dtype=torch.float64)
+
+    def run(f, dtype):
+        args = _leaves(inputs, dtype)
+        out = f(*args)
+        return [out, *torch.autograd.grad(out, args, grad_out.to(out.dtype))]
+
+    want = run(fn, torch.float64)
+    eager = run(fn, torch.float16)
+    torch.compiler.reset()
+    got = run(torch.compile(fn, backend="flashlight"), torch.float16)
+    torch.compiler.reset()
+    for what, g, w, e in zip(("output", "dq", "dk", "dv"), got, want, eager, strict=True):
+        assert torch.isfinite(g).all(), what
+        err, own = ((x.double() - w).abs().max().item() for x in (g, e))
+        assert err <= 2 * own + 1e-4 * w.abs().max().item(), f"{what}: error {err:.3g}, eager's {own:.3g}"

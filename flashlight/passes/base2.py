@@ -110,7 +110,7 @@ from flashlight.ir import (
     walk,
 )
 from flashlight.ir_check import check_kernel_invariants, InvariantError
-from flashlight.passes.online import _constant, _float_cast, _linear_coeff
+from flashlight.passes.online import _constant, _exact_cast, _float_cast, _linear_coeff
 
 LOG2E = 1.4426950408889634  # log2(e)
 # exp2 of the largest exponent a lazily rescaled term reaches: 2 ** 8 = 256 ([Note: lazy rescaling])
@@ -158,7 +158,9 @@ def check_base2(kernel: Kernel) -> None:
 def _positive_factor(expr: Expr) -> tuple[Steps, Expr]:
     """``(steps, x)`` with ``expr`` equal to ``x`` with ``steps`` applied (multiplications
     and divisions by positive finite constants, innermost first), through ``-inf`` masks
-    and float casts; ``((), expr)`` where there is no such factor."""
+    and float casts that round nothing; ``((), expr)`` where there is no such factor. A
+    narrowing cast is a barrier: ``round(k * x)`` is not ``k * round(x)`` ([Note: rounding
+    keeps the max inside] in passes/online.py)."""
     if isinstance(expr, Pointwise) and expr.op in ("mul", "div"):
         pairs = [(expr.args[0], expr.args[1])] + ([(expr.args[1], expr.args[0])] if expr.op == "mul" else [])
         for x, k in pairs:
@@ -176,7 +178,7 @@ def _positive_factor(expr: Expr) -> tuple[Steps, Expr]:
                     args = list(expr.args)
                     args[branch] = raw
                     return steps, Pointwise("where", tuple(args), expr.dtype)
-    if _float_cast(expr):
+    if _exact_cast(expr):
         steps, raw = _positive_factor(expr.args[0])
         if steps:
             return steps, Pointwise("cast", (raw,), expr.dtype)

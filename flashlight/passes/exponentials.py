@@ -15,7 +15,8 @@ and folded into its constant factors,
 
 a score costs one multiply-add (``ptxas`` contracts it) and the ``ex2``; ``m * L`` is one
 value per row, computed at the row vector's shape. Distributing goes through ``+``, ``-``,
-negation, float casts and a ``where`` with a constant branch (``k * where(p, -inf, a) =
+negation, float casts that round nothing (not a narrowing one: ``round(k * x)`` is not
+``k * round(x)``, [Note: rounding keeps the max inside] in passes/online.py) and a ``where`` with a constant branch (``k * where(p, -inf, a) =
 where(p, -inf, k * a)`` for ``k > 0``; with two computed branches it would cost a second
 multiply), folds into multiplications and divisions by constants and into constants,
 and stops anywhere else (a multiply by ``L`` there). An exponential is rewritten only
@@ -40,7 +41,7 @@ import torch
 from flashlight.ir import Const, Expr, Kernel, Pointwise, replace_nodes
 from flashlight.passes import rewrite_loop_bodies
 from flashlight.passes.base2 import LOG2E
-from flashlight.passes.online import _constant, _float_cast
+from flashlight.passes.online import _constant, _exact_cast
 
 
 def exps_in_base2(kernel: Kernel) -> Kernel:
@@ -61,7 +62,7 @@ def _base2_form(node: Expr) -> Expr | None:
 
 
 def _times(expr: Expr, k: float, limit: float = math.inf) -> tuple[Expr, bool, bool]:
-    """``k * expr`` distributed over sums, differences, negations, float casts and
+    """``k * expr`` distributed over sums, differences, negations, widening float casts and
     selections with a constant branch, and folded into constant factors and constants;
     whether a constant absorbed ``k`` (an operation per score saved: a folded factor, or a
     multiply-add where a multiply and an add were); and whether distributing ``k`` into
@@ -88,7 +89,7 @@ def _times(expr: Expr, k: float, limit: float = math.inf) -> tuple[Expr, bool, b
     if op == "neg":
         inner, _, leaves = _times(args[0], -k, limit)
         return inner, True, leaves
-    if _float_cast(expr):  # computed in float32 either way, as base2 treats casts
+    if _exact_cast(expr):  # a narrowing cast rounds: round(k * x) is not k * round(x)
         inner, folded, leaves = _times(args[0], k, limit)
         return Pointwise("cast", (inner,), dtype), folded, leaves
     if op == "where":
