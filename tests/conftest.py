@@ -9,6 +9,9 @@
   caller chose otherwise.
 - The repository root goes on ``sys.path`` so that tests can import helpers from the
   ``bench`` folder (``import bench...``).
+- Files whose tests take minutes on a 2-core machine run first (:data:`LONG_FILES`), so
+  that the parallel workers (``scripts/test.sh``: one file per worker at a time, xdist's
+  ``--dist loadfile --no-loadscope-reorder``) do not end with one of them alone.
 - Fixtures shared by several test files: ``gen`` (a generator with a fresh seed per test,
   printed; ``FLASHLIGHT_TEST_SEED`` replays one) and ``fresh_openfold_warnings``.
 """
@@ -34,6 +37,30 @@ os.environ.setdefault("FLASHLIGHT_PRELOAD", "0")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+# the longest files first, longest first (measured: the trained and block-scoped OpenFold
+# files spend minutes in module fixtures and the Triton interpreter); then the others by
+# their number of tests, most first
+LONG_FILES = (
+    "test_openfold_block_scope.py", "test_openfold_training.py", "test_openfold_patch_model.py",
+    "test_variants.py", "test_backward.py", "test_symbolic_sizes.py", "test_openfold_global.py",
+    "test_compiler.py", "test_bench_smoke.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Run the files of :data:`LONG_FILES` first, then the rest by test count; a file's
+    own tests keep their order."""
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.path.name] = counts.get(item.path.name, 0) + 1
+
+    def rank(item):
+        name = item.path.name
+        return (LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES), -counts[name], name)
+
+    items.sort(key=rank)  # stable: a file's tests stay in order
 
 
 @pytest.fixture
