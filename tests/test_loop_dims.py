@@ -83,3 +83,27 @@ def test_a_dynamic_inner_dim_is_not_merged():
         red = Reduce("sum", Load("x", ((h,), (d,)), torch.float32), (h, d), torch.float32)
         with pytest.raises(MergeFailed):
             merge_loop_dims(red)
+
+
+def _point_distance_attention(q, k, v, a, b, w):
+    # invariant point attention's squared distances: a, b [B, H, L, 4 * 3] (points, xyz)
+    d2 = ((a.unflatten(-1, (4, 3))[:, :, :, None] - b.unflatten(-1, (4, 3))[:, :, None]) ** 2).sum((-1, -2))
+    s = q @ k.transpose(-1, -2) * D ** -0.5 - 0.5 * torch.nn.functional.softplus(w)[:, None, None] * d2
+    e = torch.exp(s - s.amax(-1, keepdim=True))  # numerator and denominator written apart
+    return (e / e.sum(-1, keepdim=True)) @ v
+
+
+def test_every_copy_of_an_inner_sum_over_several_dims_merges_alike():
+    """[Note: a sum over several dims inside the loop]: the distance sum, inlined into the
+    max and both sums of the softmax, is rewritten over one merged dim in every copy, so
+    the loop runs one max and the distances once per step (with a dim per copy the kernel
+    ran two maxes and computed the distances four times)."""
+    args = (*(rand(B, H, L, D, seed=20 + n) for n in range(3)), rand(B, H, L, 12, seed=23),
+            rand(B, H, L, 12, seed=24), rand(H, seed=25))
+    matches_float64(_point_distance_attention, args)
+    (tiled,) = plan_of(_point_distance_attention, args).kernels.values()
+    loop = tiled.kernel.loop
+    assert [red.op for red in loop].count("max") == 1, loop
+    distance_sums = {node for red in loop for node in walk(red.body)
+                     if isinstance(node, Reduce) and node.op == "sum" and node.dims[0].size == 12}
+    assert len(distance_sums) == 1, distance_sums

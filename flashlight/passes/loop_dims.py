@@ -44,8 +44,9 @@ class MergeFailed(Exception):
     read with the dims apart)."""
 
 
-def merge_loop_dims(red: Reduce) -> Reduce:
-    """``red`` as a reduction over one dim ([Note: a loop over several dims])."""
+def merge_loop_dims(red: Reduce, merged: Dim | None = None) -> Reduce:
+    """``red`` as a reduction over one dim ([Note: a loop over several dims]): ``merged``
+    if given (of the dims' total size), else a fresh one."""
     if len(red.dims) == 1:
         return red
     if not all(d.is_static for d in red.dims):
@@ -55,7 +56,7 @@ def merge_loop_dims(red: Reduce) -> Reduce:
         if free_dims(inner) & dims not in (frozenset(), dims):
             raise MergeFailed("a reduction inside the loop depends on some of its dims only, "
                               "so one loop would compute it again for each of the others")
-    merged = Dim.fresh(math.prod(d.size for d in red.dims))
+    merged = merged or Dim.fresh(math.prod(d.size for d in red.dims))
     # the stride of each merged dim in the row-major index of ``merged``
     strides = {d: math.prod(e.size for e in red.dims[k + 1:]) for k, d in enumerate(red.dims)}
 
@@ -127,7 +128,11 @@ def _cast(expr: Expr, dtype) -> Expr:
 # sum is rewritten over one dim as the loop's own sums are ([Note: a loop over several
 # dims]): the same elements, plain loads, one tile of ``|p| |x|`` positions. Any order of
 # the dims that reads them together is taken; where none does (the dims read apart,
-# which would need computed positions), the sum stays as it was.
+# which would need computed positions), the sum stays as it was. Every copy of one sum
+# (a distance read by the max and by the sums of a softmax, inlined into each) is
+# rewritten over the same merged dim, so that the copies stay equal and the loop
+# computes each once (with a fresh dim per copy, the max of a softmax whose numerator
+# and denominator were written apart ran twice, and the distances four times).
 
 
 def merge_inner_sums(expr: Expr) -> Expr:
@@ -135,13 +140,17 @@ def merge_inner_sums(expr: Expr) -> Expr:
     over one dim where every read names those dims together ([Note: a sum over several
     dims inside the loop])."""
 
+    merged_dims: dict[tuple[Dim, ...], Dim] = {}  # one merged dim per order of the same dims
+
     def inner(node: Expr) -> Expr | None:
         if not (isinstance(node, Reduce) and node.op == "sum" and 1 < len(node.dims) <= 3
                 and all(d.is_static for d in node.dims)):
             return None
         for order in itertools.permutations(node.dims):
+            if order not in merged_dims:
+                merged_dims[order] = Dim.fresh(math.prod(d.size for d in order))
             try:
-                merged = merge_loop_dims(dataclasses.replace(node, dims=order))
+                merged = merge_loop_dims(dataclasses.replace(node, dims=order), merged_dims[order])
             except MergeFailed:
                 continue
             if _gathers(merged.body) == _gathers(node.body):  # every read names the dims together
