@@ -48,7 +48,9 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # The two launcher-beside-ab parts fold the same records from empty caches with the
 # launchers built after each compile (Triton's way, the default) and beside it, one after
 # the other on one machine ([Note: the launcher beside the compile] in
-# flashlight/compile_workers.py): run them in one call. So do the two capture-process-ab
+# flashlight/compile_workers.py): run them in one call. The two launcher-beside-ab2 parts
+# do the same in the other order (on first), with capture processes on (the default
+# since), so that the order of the runs does not decide it. So do the two capture-process-ab
 # parts: the cores traced on the main thread and in capture processes (the default;
 # [Note: capturing in another process] in flashlight/capture_worker.py).
 # Parts writing to their own file re-measure cells of an earlier part after a compiler
@@ -64,6 +66,8 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # --flash), and run under gpu_run.sh --flash; without it the part says so and stays to do.
 PARTS=(
     "tune-configs-fold|$PY -m bench.tune_configs --fold-synthetic 256,512 --max-minutes 9"
+    "launcher-beside-ab2-on|env FLASHLIGHT_LAUNCHER_BESIDE=1 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab2_1.json"
+    "launcher-beside-ab2-off|env FLASHLIGHT_LAUNCHER_BESIDE=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab2_0.json"
     "launcher-beside-ab-off|env FLASHLIGHT_LAUNCHER_BESIDE=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab_0.json"
     "launcher-beside-ab-on|env FLASHLIGHT_LAUNCHER_BESIDE=1 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab_1.json"
     "capture-process-ab-off|env FLASHLIGHT_CAPTURE_PROCESS=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/capture_process_ab_0.json"
