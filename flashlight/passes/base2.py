@@ -110,7 +110,7 @@ from flashlight.ir import (
     walk,
 )
 from flashlight.ir_check import check_kernel_invariants, InvariantError
-from flashlight.passes.online import _constant, _exact_cast, _float_cast, _linear_coeff
+from flashlight.passes.online import _constant, _exact_cast, _linear_coeff
 
 LOG2E = 1.4426950408889634  # log2(e)
 # exp2 of the largest exponent a lazily rescaled term reaches: 2 ** 8 = 256 ([Note: lazy rescaling])
