@@ -1,7 +1,7 @@
 """``patch_openfold(model, scope="block")``: whole OpenFold blocks compiled with Flashlight (CPU).
 
 A stack of two tiny random Evoformer blocks (c_m 16, c_z 8, 2 heads of 4) runs stock and
-block-scoped at three MSA sizes (sequences x residues 3x5, 4x7, 5x9, masks with zeros),
+block-scoped at three MSA sizes (sequences x residues 3x5, 4x7, 3x6, masks with zeros),
 with the remainder eager (Inductor's C++ builds are slow on the CPU). Checked: the block
 outputs match stock float32 and float64 within 1e-4 of their magnitude; the two blocks
 share one graph; the second size compiles one graph with symbolic sizes and the third
@@ -30,7 +30,7 @@ from flashlight import settings  # noqa: E402
 from flashlight.integrations import openfold_blocks  # noqa: E402
 from flashlight.integrations import openfold_testing as oft  # noqa: E402
 
-SIZES = ((3, 5), (4, 7), (5, 9))  # (N_seq, N_res): static, then symbolic, then no compile
+SIZES = ((3, 5), (4, 7), (3, 6))  # (N_seq, N_res): static, then symbolic, then no compile (a small third)
 SEED = int(os.environ.get("FLASHLIGHT_TEST_SEED") or random.SystemRandom().randrange(2**31))
 
 
