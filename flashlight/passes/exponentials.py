@@ -18,8 +18,8 @@ value per row, computed at the row vector's shape. Distributing goes through ``+
 negation, float casts that round nothing (not a narrowing one: ``round(k * x)`` is not
 ``k * round(x)``, [Note: rounding keeps the max inside] in passes/online.py) and a
 ``where`` with a constant branch (``k * where(p, -inf, a) = where(p, -inf, k * a)`` for
-``k > 0``; with two computed branches it would cost a second multiply), folds into multiplications and divisions by constants and into constants,
-and stops anywhere else (a multiply by ``L`` there). An exponential is rewritten only
+``k > 0``; with two computed branches it would cost a second multiply), folds into
+multiplications and divisions by constants and into constants, and stops anywhere else (a multiply by ``L`` there). An exponential is rewritten only
 where a constant absorbed ``L``: a constant factor of the scores saves its multiply; a
 constant term, or a term's constant factor, takes ``L`` off the sum, so that ``x * L``
 and the next addition contract into one multiply-add (otherwise ``exp2(x * L)`` is what
