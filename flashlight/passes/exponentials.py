@@ -13,19 +13,19 @@ and folded into its constant factors,
 
     exp(s / c - m) = exp2(s * (L / c) - m * L)
 
-a score costs one multiply-add (``ptxas`` contracts it) and the ``ex2``; ``m * L`` is one
-value per row, computed at the row vector's shape. Distributing goes through ``+``, ``-``,
-negation, float casts that round nothing (not a narrowing one: ``round(k * x)`` is not
-``k * round(x)``, [Note: rounding keeps the max inside] in passes/online.py) and a
-``where`` with a constant branch (``k * where(p, -inf, a) = where(p, -inf, k * a)`` for
-``k > 0``; with two computed branches it would cost a second multiply), folds into
-multiplications and divisions by constants and into constants, and stops anywhere else (a multiply by ``L`` there). An exponential is rewritten only
-where a constant absorbed ``L``: a constant factor of the scores saves its multiply; a
-constant term, or a term's constant factor, takes ``L`` off the sum, so that ``x * L``
-and the next addition contract into one multiply-add (otherwise ``exp2(x * L)`` is what
-``tl.exp`` prints already). Counted per score in the loop, not over a kernel's whole
-instruction stream: a term that does not change along the loop is multiplied once,
-before it.
+a score costs one multiply-add (``ptxas`` contracts it) and the ``ex2``; ``m * L`` is
+one value per row, computed at the row vector's shape. Distributing goes through ``+``,
+``-``, negation, float casts that round nothing (not a narrowing one: ``round(k * x)``
+is not ``k * round(x)``, [Note: rounding keeps the max inside] in passes/online.py) and
+a ``where`` with a constant branch (``k * where(p, -inf, a) = where(p, -inf, k * a)``
+for ``k > 0``; with two computed branches it would cost a second multiply), folds into
+multiplications and divisions by constants and into constants, and stops anywhere else
+(a multiply by ``L`` there). An exponential is rewritten only where a constant absorbed
+``L``: a constant factor of the scores saves its multiply; a constant term, or a term's
+constant factor, takes ``L`` off the sum, so that ``x * L`` and the next addition
+contract into one multiply-add (otherwise ``exp2(x * L)`` is what ``tl.exp`` prints
+already). Counted per score in the loop, not over a kernel's whole instruction stream: a
+term that does not change along the loop is multiplied once, before it.
 
 *Exactness.* ``fl(s * fl(L / c))`` against ``fl(fl(s / c) * L)`` inside ``tl.exp``: the
 exponent's rounding is of the order of ``|s / c| * eps`` either way, as in [Note: base-2
