@@ -32,6 +32,22 @@ backward, which takes ``D`` from the rounded ``p`` and ``dp``). The forward's ma
 then computed in the term's precision and rounded after: the forward kernel accumulates
 in float32 anyway and now also stores that value, one more output the size of ``o``,
 which the backward reads for ``D``. Nothing of the size of the scores is kept.
+
+[Note: a 16-bit softmax's scores rounded]
+A softmax written out in a 16-bit graph, ``exp(s - s.amax(-1, keepdim=True))``, has
+16-bit scores and a 16-bit row max. The forward kernel computes both wide and rounds
+neither, but its backward reads the max rounded (saved to a 16-bit tensor, or taken
+again as the derivative of ``amax`` needs it, from scores materialized in 16 bits
+beside the comparison: [Note: ties between recomputed values]), and those scores
+rounded too: recomputed probabilities then differ from the forward's by
+``exp(|s| / 512)`` per element, which the saved row sum does not undo (the gradients
+of q and k were 2-4x eager's error from float64). Rounding only the max is no cure:
+``s - round(m)`` can be large and positive where a row is masked with ``-1e9``. So the
+scores that such a max and its exponent read are rounded to the graph's dtype in the
+joint graph, as eager rounds them: the max of rounded scores is a 16-bit value, saved
+exactly, and the same in the forward and the backward, and ``s - m <= 0`` still.
+The cost is a rounding per score in the training forward's loop; a softmax called as
+``torch.softmax`` takes its max in float32 and is left alone.
 """
 from __future__ import annotations
 
@@ -47,6 +63,64 @@ aten = torch.ops.aten
 
 _IN_PLACE = {aten.detach.default, aten.alias.default}  # the same elements, the same order
 _CASTS = {aten._to_copy.default, torch.ops.prims.convert_element_type.default}
+
+
+def round_softmax_scores(joint: fx.GraphModule) -> int:
+    """Round the scores of every 16-bit ``exp(s - amax(s))`` of ``joint`` where its max
+    and its exponent read them ([Note: a 16-bit softmax's scores rounded]); returns how
+    many were."""
+    count = 0
+    for node in list(joint.graph.nodes):
+        found = _narrow_softmax_shift(node)
+        if found is None:
+            continue
+        scores, readers = found
+        with joint.graph.inserting_after(scores):
+            wide = add_call(joint.graph, aten._to_copy.default, (scores,), {"dtype": torch.float32})
+        with joint.graph.inserting_after(wide):
+            rounded = add_call(joint.graph, aten._to_copy.default, (wide,), {"dtype": scores.meta["val"].dtype})
+        for reader in readers:
+            reader.replace_input_with(scores, rounded)
+        count += 1
+    if tidy(joint, count):
+        log.debug("[flashlight] the scores of %d 16-bit softmax(es) rounded", count)
+    return count
+
+
+def _narrow_softmax_shift(node: fx.Node):
+    """``(s, [the nodes reading s])`` where ``node`` is ``exp(s - amax(s, last dim,
+    keepdim))`` with ``s`` in 16 bits (float casts, detaches and aliases looked through
+    on either side of the difference), else None."""
+    if node.op != "call_function" or node.target is not aten.exp.default or not isinstance(node.args[0], fx.Node):
+        return None
+    shift = _through_casts(node.args[0])[-1]
+    if shift.target is not aten.sub.Tensor or len(shift.args) != 2 or shift.kwargs \
+            or not all(isinstance(a, fx.Node) for a in shift.args):
+        return None
+    left, right = _through_casts(shift.args[0]), _through_casts(shift.args[1])
+    scores, amax = left[-1], right[-1]
+    if amax.target is not aten.amax.default or not isinstance(amax.args[0], fx.Node) \
+            or _through_casts(amax.args[0])[-1] is not scores:
+        return None
+    val = scores.meta.get("val")
+    dims = list(amax.args[1]) if len(amax.args) > 1 else list(amax.kwargs.get("dim", []))
+    keepdim = amax.args[2] if len(amax.args) > 2 else amax.kwargs.get("keepdim", False)
+    if val is None or val.dtype not in (torch.bfloat16, torch.float16) or not keepdim \
+            or [d % val.dim() for d in dims] != [val.dim() - 1]:
+        return None
+    readers = [([shift, *left])[-2], ([amax, *_through_casts(amax.args[0])])[-2]]
+    return scores, readers
+
+
+def _through_casts(node: fx.Node) -> list[fx.Node]:
+    """``node`` and what it reads through float casts, detaches and aliases, in order."""
+    chain = [node]
+    while True:
+        last = chain[-1]
+        inner = last.args[0] if last.target in _IN_PLACE else _uncast(last)[0]
+        if inner is last or not isinstance(inner, fx.Node):
+            return chain
+        chain.append(inner)
 
 
 def rewrite_row_terms(joint: fx.GraphModule) -> int:

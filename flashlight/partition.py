@@ -56,13 +56,17 @@ def partition(joint: fx.GraphModule, joint_inputs, *, num_fwd_outputs: int, **kw
     from torch._functorch.partitioners import default_partition
     from torch.utils.checkpoint import CheckpointPolicy
 
-    from flashlight.backward_algebra import rewrite_row_terms
+    from flashlight.backward_algebra import rewrite_row_terms, round_softmax_scores
     from flashlight.concatenations import split_concatenations
 
     try:  # the backward derived from a concatenation, rewritten with its forward
         split_concatenations(joint)  # [Note: reductions through a concatenation]
     except Exception as error:  # noqa: BLE001 - the graph as written is right, only slower
         log.warning("[flashlight] the concatenations of the joint graph stay as written: %s", error)
+    try:
+        round_softmax_scores(joint)  # [Note: a 16-bit softmax's scores rounded]
+    except Exception as error:  # noqa: BLE001 - the shift as written is right, only less exact
+        log.warning("[flashlight] the 16-bit softmax shifts stay as written: %s", error)
     try:
         rewrite_row_terms(joint)  # [Note: the softmax backward's row term]
     except Exception as error:  # noqa: BLE001 - the term as written is right, only slower

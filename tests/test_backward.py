@@ -484,3 +484,36 @@ def test_a_rounding_cast_inside_the_exponent_keeps_its_place(detach_max, gen):
         assert torch.isfinite(g).all(), what
         err, own = ((x.double() - w).abs().max().item() for x in (g, e))
         assert err <= 2 * own + 1e-4 * w.abs().max().item(), f"{what}: error {err:.3g}, eager's {own:.3g}"
+
+
+def _distance_biased_attention(q, k, v, a, b):
+    """Attention biased by minus a squared distance between per-position points (two
+    groups of 4 coordinates), its softmax written out in the input's dtype."""
+    d2 = ((a.unflatten(-1, (2, 4))[:, :, :, None] - b.unflatten(-1, (2, 4))[:, :, None]) ** 2).sum((-1, -2))
+    s = q @ k.transpose(-1, -2) * 0.35 - d2  # [B, H, L, L]
+    p = torch.exp(s - s.amax(-1, keepdim=True))
+    return (p @ v) / p.sum(-1, keepdim=True)
+
+
+def test_a_softmax_written_out_in_bfloat16_recomputes_what_its_forward_computed(gen):
+    """The backward recomputes the scores, their max and probabilities of such a softmax
+    from the same values the forward used ([Note: a 16-bit softmax's scores rounded] in
+    flashlight/backward_algebra.py; the distances' sum over both groups inside the
+    scores' kernel, as in the forward). Where it read a max and distances rounded
+    otherwise, the gradients of q, k and the points were 2-4x eager's error from float64."""
+    fn = _distance_biased_attention
+    compiled = torch.compile(fn, backend="flashlight")
+    for _ in range(3):
+        inputs = [torch.randn(2, 3, 21, 8, generator=gen) for _ in range(5)]
+        reference = [x.double().requires_grad_() for x in inputs]
+        want_out = fn(*reference)
+        grad_out = torch.randn(want_out.shape, generator=gen, dtype=torch.float64)
+        want = torch.autograd.grad(want_out, reference, grad_out)
+        scales = _gradient_term_scales(fn, reference, (grad_out,), every_element=True)
+        _, eager, _ = _gradients(fn, _leaves(inputs, torch.bfloat16), grad_out, compiled=False)
+        args = _leaves(inputs, torch.bfloat16)
+        out = compiled(*args)
+        got = torch.autograd.grad(out, args, grad_out.to(out.dtype))
+        for what, g, w, e, scale in zip("qkvab", got, want, eager, scales, strict=True):
+            _assert_close(g, w, torch.bfloat16, f"d{what}", eager=e, scale=scale)
+    torch.compiler.reset()

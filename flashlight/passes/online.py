@@ -446,19 +446,26 @@ def _loops_over_one_dim(body: Expr, loop: list[Reduce],
 SMALL_SUM = 16
 
 
+def _positions(red: Reduce) -> float:
+    """How many positions ``red`` sums over (a symbolic count is taken as the most)."""
+    return math.prod(d.size for d in red.dims) if all(d.is_static for d in red.dims) else math.inf
+
+
+def _small(dims) -> bool:
+    """Static dims of at most ``SMALL_SUM`` positions in all."""
+    return all(d.is_static for d in dims) and math.prod(d.size for d in dims) <= SMALL_SUM
+
+
 def small_sums_inside(body: Expr) -> Expr:
     """``body`` with each small static sum around a longer sum moved inside it, and each
     symbolic sum around another symbolic one ([Note: a small sum inside the loop])."""
-    def small(dims) -> bool:
-        return all(d.is_static for d in dims) and math.prod(d.size for d in dims) <= SMALL_SUM
-
     def symbolic(dims) -> bool:
         return any(not d.is_static for d in dims)
 
     def swap(node: Expr) -> Expr | None:
         inner = node.body if isinstance(node, Reduce) else None
         if (isinstance(inner, Reduce) and node.op == inner.op == "sum"
-                and (small(node.dims) and not small(inner.dims)
+                and (_small(node.dims) and not _small(inner.dims)
                      or len(node.dims) == 1 and symbolic(node.dims) and symbolic(inner.dims))):
             return Reduce("sum", Reduce("sum", inner.body, node.dims, inner.dtype), inner.dims, node.dtype)
         return None
@@ -471,8 +478,10 @@ def _over_one_extent(candidates: list[Reduce]) -> list[Reduce]:
 
     The loop runs over the extent of the outermost candidates (those inside no other's
     body; among them, those that contain others: ``sum_j p_ij v_j`` over the softmax's
-    max and sum). A candidate over another extent that uses none of those stays a plain
-    reduction computed before the loop (a norm of the query row over its head dim).
+    max and sum; where the others are sums over at most ``SMALL_SUM`` positions, the
+    longest: a product's contraction beside a sum over a few features). A candidate over
+    another extent that uses none of those stays a plain reduction computed before the
+    loop (a norm of the query row over its head dim) or after it (those few features).
     """
     if all(sizes_equal(r.dims[0].size, candidates[0].dims[0].size) for r in candidates):
         return candidates
@@ -480,6 +489,9 @@ def _over_one_extent(candidates: list[Reduce]) -> list[Reduce]:
     nested = {id(o) for c in candidates for o in inside[id(c)]}
     outer = [c for c in candidates if id(c) not in nested]
     outer = [c for c in outer if inside[id(c)]] or outer
+    largest = max(outer, key=_positions)
+    if all(_small(c.dims) or sizes_equal(c.dims[0].size, largest.dims[0].size) for c in outer):
+        outer = [c for c in outer if sizes_equal(c.dims[0].size, largest.dims[0].size)]
     extent = outer[0].dims[0].size
     if not all(sizes_equal(c.dims[0].size, extent) for c in outer):
         raise NotOnline("loop reductions run over different extents")

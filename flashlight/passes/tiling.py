@@ -346,9 +346,13 @@ def _inner_reduce_dims(kernel: Kernel) -> list[Dim]:
                 dims.extend(d for d in node.dims if d not in dims)
     for node in (n for e in kernel.epilogues() for n in walk(e)):
         # over the output's features, on the loop's results ([Note: reductions over an
-        # output's features] in flashlight.passes.features): a reduction of the feature tile
+        # output's features] in flashlight.passes.features): a reduction of the feature tile;
+        # or one of the inputs alone that fits a tile (a few features summed beside a contraction)
         if isinstance(node, Reduce) and not set(node.dims) <= set(kernel.dims):
-            raise NotTileable("a reduction left in the epilogue")
+            if any(isinstance(n, (LoopResult, Reduce)) for n in walk(node.body)) \
+                    or not all(d.is_static for d in node.dims) or math.prod(d.size for d in node.dims) > MAX_TILE:
+                raise NotTileable("a reduction left in the epilogue")
+            dims.extend(d for d in node.dims if d not in dims)
     return dims
 
 
