@@ -89,7 +89,7 @@ def round_softmax_scores(joint: fx.GraphModule) -> int:
 
 def _narrow_softmax_shift(node: fx.Node):
     """``(s, [the nodes reading s])`` where ``node`` is ``exp(s - amax(s, last dim,
-    keepdim))`` with ``s`` in 16 bits (float casts, detaches and aliases looked through
+    keepdim))`` with ``s`` and its max in 16 bits (float casts, detaches and aliases looked through
     on either side of the difference), else None."""
     if node.op != "call_function" or node.target is not aten.exp.default or not isinstance(node.args[0], fx.Node):
         return None
@@ -102,7 +102,9 @@ def _narrow_softmax_shift(node: fx.Node):
     if amax.target is not aten.amax.default or not isinstance(amax.args[0], fx.Node) \
             or _through_casts(amax.args[0])[-1] is not scores:
         return None
-    val = scores.meta.get("val")
+    val, row_max = scores.meta.get("val"), amax.meta.get("val")
+    if row_max is None or row_max.dtype not in (torch.bfloat16, torch.float16):
+        return None  # a float32 max of widened scores (torch.softmax's) is saved as the kernel had it
     dims = list(amax.args[1]) if len(amax.args) > 1 else list(amax.kwargs.get("dim", []))
     keepdim = amax.args[2] if len(amax.args) > 2 else amax.kwargs.get("keepdim", False)
     if val is None or val.dtype not in (torch.bfloat16, torch.float16) or not keepdim \
