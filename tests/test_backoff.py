@@ -61,6 +61,21 @@ def test_a_reduction_after_the_attention_does_not_unfuse_it():
     assert len(attention) == 1 and sum(op.startswith("bmm") for op in attention[0].aten_ops) == 2
 
 
+def test_a_few_features_summed_beside_a_contraction_join_its_kernel():
+    """Scores less a distance summed over a few groups, ``q k^T - t.sum(-1)`` (t
+    ``[B, H, L, L, 3]``): two sums over different extents at the top of one nest. The contraction over the head width is the loop, and the small sum of
+    the inputs alone runs after it, in the same kernel (the contraction used to be cut
+    out and left to PyTorch, which rounds it in 16 bits where the fused forward did not)."""
+    q, k, _ = _qkv(41)
+    t = rand(2, 3, 29, 29, 3, seed=45)
+
+    def shifted(q, k, t):
+        return q @ k.transpose(-1, -2) * 0.35 - t.sum(-1)
+
+    report = _check(shifted, (q, k, t), kernels=1)
+    assert {"bmm.default", "sum.dim_IntList"} <= set(report.kernels[0].aten_ops), str(report)
+
+
 def test_the_backoff_is_logged(caplog):
     q, k, v = _qkv(21)
 
