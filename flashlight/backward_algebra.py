@@ -89,8 +89,8 @@ def round_softmax_scores(joint: fx.GraphModule) -> int:
 
 def _narrow_softmax_shift(node: fx.Node):
     """``(s, [the nodes reading s])`` where ``node`` is ``exp(s - amax(s, last dim,
-    keepdim))`` with ``s`` and its max in 16 bits (float casts, detaches and aliases looked through
-    on either side of the difference), else None."""
+    keepdim))`` with ``s`` and its max in 16 bits (float casts, detaches and aliases
+    looked through on either side of the difference), else None."""
     if node.op != "call_function" or node.target is not aten.exp.default or not isinstance(node.args[0], fx.Node):
         return None
     shift = _through_casts(node.args[0])[-1]

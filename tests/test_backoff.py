@@ -63,9 +63,10 @@ def test_a_reduction_after_the_attention_does_not_unfuse_it():
 
 def test_a_few_features_summed_beside_a_contraction_join_its_kernel():
     """Scores less a distance summed over a few groups, ``q k^T - t.sum(-1)`` (t
-    ``[B, H, L, L, 3]``): two sums over different extents at the top of one nest. The contraction over the head width is the loop, and the small sum of
-    the inputs alone runs after it, in the same kernel (the contraction used to be cut
-    out and left to PyTorch, which rounds it in 16 bits where the fused forward did not)."""
+    ``[B, H, L, L, 3]``): two sums over different extents at the top of one nest. The
+    contraction over the head width is the loop, and the small sum of the inputs alone
+    runs after it, in the same kernel (the contraction used to be cut out and left to
+    PyTorch, which rounds it in 16 bits where the fused forward did not)."""
     q, k, _ = _qkv(41)
     t = rand(2, 3, 29, 29, 3, seed=45)
 
