@@ -82,12 +82,39 @@ def compile_remainder(gm: fx.GraphModule, example_inputs: Sequence, kind: str):
     itself is left as it was (Inductor compiles a copy traced through its decompositions)."""
     from torch._inductor.compile_fx import compile_fx_inner
 
-    graph_copy = decompose(gm, example_inputs)
-    native_random_ops(graph_copy, example_inputs)
-    if kind == "inference":
-        write_into_overwritten_inputs(graph_copy)
-    return compile_fx_inner(graph_copy, list(example_inputs),
-                            is_inference=kind == "inference", is_backward=kind == "backward")
+    from torch._inductor import config
+
+    # [Note: exact comparisons in the remainder]: the trace marks the roundings to emulate
+    with config.patch(emulate_precision_casts=True) if compares_floats(gm) else contextlib.nullcontext():
+        graph_copy = decompose(gm, example_inputs)
+        native_random_ops(graph_copy, example_inputs)
+        if kind == "inference":
+            write_into_overwritten_inputs(graph_copy)
+        return compile_fx_inner(graph_copy, list(example_inputs),
+                                is_inference=kind == "inference", is_backward=kind == "backward")
+
+
+# [Note: exact comparisons in the remainder]
+# Inductor keeps a 16-bit intermediate in float32 inside the kernel that computes it and
+# rounds it only where it is stored. A graph that compares floats for equality, as the
+# derivative of ``amax`` compares the row max with the scores it came from (``x ==
+# amax(x)``, then a division by the count of ties), then compares an unrounded value
+# with a max that was rounded on its way through memory: no element equals the max, the
+# count is zero and the gradient NaN (a softmax written out in bfloat16, trained with
+# the remainder in Inductor). Such a graph is compiled with Inductor's emulation of
+# eager's roundings, so equal values in eager are equal there too.
+_FLOAT_COMPARISONS = frozenset({torch.ops.aten.eq.Tensor, torch.ops.aten.ne.Tensor})
+
+
+def compares_floats(gm: fx.GraphModule) -> bool:
+    """Whether ``gm`` compares two floating tensors for (in)equality ([Note: exact
+    comparisons in the remainder])."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _FLOAT_COMPARISONS:
+            values = [a.meta.get("val") for a in node.args if isinstance(a, fx.Node)]
+            if any(isinstance(v, torch.Tensor) and v.is_floating_point() for v in values):
+                return True
+    return False
 
 
 def decompose(gm: fx.GraphModule, example_inputs: Sequence) -> fx.GraphModule:

@@ -189,6 +189,36 @@ def test_gradients_through_the_inductor_remainder_match_eager():
         torch.testing.assert_close(w.grad.double(), r.grad, rtol=1e-4, atol=1e-4)
 
 
+def _written_out_softmax(q, k, v):
+    """A softmax written out in the inputs' dtype: its max's derivative compares the
+    scores with their max for equality."""
+    s = q @ k.transpose(-1, -2) * 0.35  # [B, H, L, L]
+    p = torch.exp(s - s.amax(-1, keepdim=True))
+    return (p @ v) / p.sum(-1, keepdim=True)
+
+
+def test_a_comparison_of_rounded_floats_in_the_remainder_finds_its_ties():
+    """The backward of a softmax written out in bfloat16 counts the scores equal to
+    their max in Inductor; kept unrounded in one kernel and rounded in another, none was
+    equal, the count zero and most gradients NaN ([Note: exact comparisons in the
+    remainder] in flashlight/inductor.py). Finite, and within 2e-2 of float64 relative
+    to each gradient's largest value."""
+    gen = torch.Generator().manual_seed(7)
+    inputs = [torch.randn(2, 2, 13, 8, generator=gen) for _ in range(3)]
+    args = [x.to(torch.bfloat16).requires_grad_() for x in inputs]
+    grad_out = torch.randn(2, 2, 13, 8, generator=gen, dtype=torch.float64)
+    torch.compiler.reset()
+    with settings.override(on_error="raise"):
+        out = flashlight.compile(_written_out_softmax, remainder="inductor")(*args)
+        got = torch.autograd.grad(out, args, grad_out.to(out.dtype))
+    torch.compiler.reset()
+    reference = [x.double().requires_grad_() for x in inputs]
+    want = torch.autograd.grad(_written_out_softmax(*reference), reference, grad_out)
+    for what, g, w in zip("qkv", got, want, strict=True):
+        assert torch.isfinite(g).all(), f"d{what}: non-finite values"
+        assert (g.double() - w).abs().max() <= 2e-2 * w.abs().max(), f"d{what}"
+
+
 def _banded(q, k, v):
     # a band of width 3 from aranges; masked scores replaced by a tensor constant
     i = torch.arange(q.shape[-2], device=q.device)
