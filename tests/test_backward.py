@@ -502,7 +502,7 @@ def test_a_softmax_written_out_in_bfloat16_recomputes_what_its_forward_computed(
     scores' kernel, as in the forward). Where it read a max and distances rounded
     otherwise, the gradients of q and k were 2-4x eager's error from float64 on a third
     of the draws. (The points' gradients, through the distances, reach 1.2x the bound on
-    about one draw in forty: checked finite only.)"""
+    about one draw in twenty: checked finite only.)"""
     fn = _distance_biased_attention
     compiled = torch.compile(fn, backend="flashlight")
     for _ in range(3):
