@@ -490,7 +490,7 @@ def _over_one_extent(candidates: list[Reduce]) -> list[Reduce]:
     outer = [c for c in candidates if id(c) not in nested]
     outer = [c for c in outer if inside[id(c)]] or outer
     largest = max(outer, key=_positions)
-    if all(_small(c.dims) or sizes_equal(c.dims[0].size, largest.dims[0].size) for c in outer):
+    if all(c.op == "sum" and _small(c.dims) or sizes_equal(c.dims[0].size, largest.dims[0].size) for c in outer):
         outer = [c for c in outer if sizes_equal(c.dims[0].size, largest.dims[0].size)]
     extent = outer[0].dims[0].size
     if not all(sizes_equal(c.dims[0].size, extent) for c in outer):
