@@ -57,6 +57,7 @@ import torch
 import torch.fx as fx
 
 from flashlight.graph_edits import add_call, replace, tidy
+from flashlight.shifts import row_max_dims
 
 log = logging.getLogger("flashlight")
 aten = torch.ops.aten
@@ -105,10 +106,8 @@ def _narrow_softmax_shift(node: fx.Node):
     val, row_max = scores.meta.get("val"), amax.meta.get("val")
     if row_max is None or row_max.dtype not in (torch.bfloat16, torch.float16):
         return None  # a float32 max of widened scores (torch.softmax's) is saved as the kernel had it
-    dims = list(amax.args[1]) if len(amax.args) > 1 else list(amax.kwargs.get("dim", []))
-    keepdim = amax.args[2] if len(amax.args) > 2 else amax.kwargs.get("keepdim", False)
-    if val is None or val.dtype not in (torch.bfloat16, torch.float16) or not keepdim \
-            or [d % val.dim() for d in dims] != [val.dim() - 1]:
+    if val is None or val.dtype not in (torch.bfloat16, torch.float16) \
+            or row_max_dims(amax, amax.args[0]) != (val.dim() - 1,):
         return None
     readers = [([shift, *left])[-2], ([amax, *_through_casts(amax.args[0])])[-2]]
     return scores, readers

@@ -39,11 +39,11 @@ def drop_repeated_maxes(gm: fx.GraphModule) -> int:
     count = 0
     for node in list(gm.graph.nodes):
         y = _difference(node)
-        dims = _row_max(node.args[1], y) if y is not None else None
+        dims = row_max_dims(node.args[1], y) if y is not None else None
         if dims is None:
             continue
         x, shift = y.args
-        if _row_max(_through_same_value(shift), x) != dims:
+        if row_max_dims(_through_same_value(shift), x) != dims:
             continue
         with gm.graph.inserting_before(node):  # values of the shapes and dtypes already known
             zero = gm.graph.call_function(aten.sub.Tensor, (shift, shift))  # 0, or NaN where M is not finite
@@ -74,7 +74,7 @@ def _through_same_value(node: fx.Node) -> fx.Node:
     return node
 
 
-def _row_max(node, of: fx.Node) -> tuple[int, ...] | None:
+def row_max_dims(node, of: fx.Node) -> tuple[int, ...] | None:
     """The dims (non-negative, sorted) over which ``node`` is ``of``'s max with ``keepdim``,
     or None where it is not one."""
     if not (isinstance(node, fx.Node) and node.op == "call_function"):
