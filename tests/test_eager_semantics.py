@@ -304,7 +304,9 @@ def _exp_log_softmax(q, k, v):
 def test_a_rounded_log_softmax_keeps_its_max_inside_the_rounding(gen):
     """[Note: rounding keeps the max inside] (flashlight/passes/online.py): in bfloat16,
     exp(log_softmax(s)) @ v is at least as close to float64 as eager's bfloat16 on each
-    draw (with the max moved out of the rounding, 1.2-3.4x eager's error)."""
+    draw, in RMS error (0.5-0.85x eager's; with the max moved out of the rounding 1.6-2.7x).
+    The max error of 1536 elements is too noisy for a per-draw rule (up to 1.6x eager's
+    on one draw in twelve with the fix in place)."""
     for _ in range(3):
         q, k, v = (torch.randn(2, 2, 24, 16, generator=gen) for _ in range(3))
         want = _exp_log_softmax(q.double(), k.double(), v.double())
@@ -313,6 +315,6 @@ def test_a_rounded_log_softmax_keeps_its_max_inside_the_rounding(gen):
             out = flashlight.compile(_exp_log_softmax)(*low)
         torch.compiler.reset()
         assert torch.isfinite(out).all()
-        err = (out.double() - want).abs().max()
-        eager_err = (_exp_log_softmax(*low).double() - want).abs().max()
-        assert err <= eager_err, f"{err:.3g} from float64 against eager's {eager_err:.3g}"
+        err = (out.double() - want).pow(2).mean().sqrt()
+        eager_err = (_exp_log_softmax(*low).double() - want).pow(2).mean().sqrt()
+        assert err <= eager_err, f"RMS {err:.3g} from float64 against eager's {eager_err:.3g}"

@@ -539,9 +539,10 @@ def test_interrupted_before_folding(tmp_path, signum, code, name):
     proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == code, stderr
-    assert stderr.splitlines() == [stderr.strip()], stderr
-    assert stderr.strip() == (
+    # the random-weights warning comes while the model is built: before or after the signal
+    lines = [line for line in stderr.splitlines() if not line.startswith("WARNING: no --params")]
+    assert lines == [
         f"interrupted ({name}): 0 of 2 record(s) finished; not finished: a, b "
         f"(listed in {out / 'summary.json'})"
-    )
+    ], stderr
     assert _hidden(out) == []
