@@ -107,3 +107,17 @@ def test_every_copy_of_an_inner_sum_over_several_dims_merges_alike():
     distance_sums = {node for red in loop for node in walk(red.body)
                      if isinstance(node, Reduce) and node.op == "sum" and node.dims[0].size == 12}
     assert len(distance_sums) == 1, distance_sums
+
+
+def test_a_distance_sum_in_the_scores_loops_and_the_rows_take_a_tile():
+    """[Note: elementwise inner loops] (passes/tiling.py): the squared distances, a sum of
+    an elementwise value over rows, keys and 12 positions, run as an inner loop of the
+    key loop's body; the queries keep their row tile and ``q k^T`` its ``tl.dot`` (the
+    rows went to the grid, one query per program, and no product ran as a dot)."""
+    args = (*(rand(B, H, L, D, seed=30 + n) for n in range(3)), rand(B, H, L, 12, seed=33),
+            rand(B, H, L, 12, seed=34), rand(H, seed=35))
+    matches_float64(_point_distance_attention, args)
+    (tiled,) = plan_of(_point_distance_attention, args).kernels.values()
+    assert tiled.tiling.row is not None, tiled.tiling
+    assert [d.size for d in tiled.tiling.inner_loops] == [12], tiled.tiling
+    assert tiled.tiling.dots >= 2, tiled.tiling  # q k^T and p v

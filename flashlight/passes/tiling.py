@@ -79,9 +79,11 @@ reduction dim as a tile exists, where the loop's body holds a ``tl.dot``, and fo
 most ``MAX_INNER_LOOP`` positions: each program computes the contraction for every
 position (every head, for each mixed head it outputs), work the unfused graph does once
 per head; the autotuner's timing against the unfused graph on the GPU keeps whichever
-is faster. A symbolic count (grouped-query attention's repeats ``H // h`` under
-``dynamic=True``) has no bound to check: its loop runs the count read at launch, and the
-tiling takes that form whenever such a dim is too wide to be a tile (it always is).
+is faster (a sum of an elementwise value runs so where it keeps the rows in a tile:
+[Note: elementwise inner loops]). A symbolic count (grouped-query attention's repeats
+``H // h`` under ``dynamic=True``) has no bound to check: its loop runs the count read at
+launch, and the tiling takes that form whenever such a dim is too wide to be a tile (it
+always is).
 """
 from __future__ import annotations
 
@@ -107,6 +109,7 @@ from flashlight.ir import (
     Tiling,
     TiledKernel,
     canonical,
+    contains,
     free_dims,
     walk,
 )
@@ -120,6 +123,7 @@ MIN_DOT = 16  # tl.dot needs every tile dim >= 16
 SCAN_TILES = 16  # key tiles per step of the tile-liveness scan (its coarse or vector step)
 MAX_POW_PRODUCT = 8  # integer powers up to this are printed as products (sign-exact)
 MAX_INNER_LOOP = 16  # most positions of a sum looped over in the key loop's body ([Note: inner loops])
+MAX_LOOPED_SUMS = 3  # most elementwise sums tried as inner loops together ([Note: elementwise inner loops])
 
 
 class NotTileable(Exception):
@@ -226,8 +230,9 @@ class Layouts:
             return self._dot_result(expr, "n")
         if expr.dims[0] in self.inner_loops:  # a loop of its own, added up elementwise
             layout = self.of(expr.body)
-            if not any(isinstance(node, Reduce) and node.op == "sum" and node.dims[0] in self.roles
-                       and self.is_dot(node.body, self.roles[node.dims[0]]) for node in walk(expr.body)):
+            if contains(expr.body, Reduce) and not any(
+                    isinstance(node, Reduce) and node.op == "sum" and node.dims[0] in self.roles
+                    and self.is_dot(node.body, self.roles[node.dims[0]]) for node in walk(expr.body)):
                 raise NotTileable("a sum in a loop of its own whose body holds no tl.dot")
             return layout
         role = self.roles.get(expr.dims[0])
@@ -410,11 +415,32 @@ def tile(kernel: Kernel) -> TiledKernel:
             raise NotTileable(f"contracted dim of size {d.size} does not fit one tile")
     if not wide:
         try:
-            return _tile(kernel, inner, frozenset())
+            return _with_rows(kernel, inner, _tile(kernel, inner, frozenset()))
         except NotTileable:
             if not looped:
                 raise
     return _tile(kernel, [d for d in inner if d not in looped], looped)
+
+
+def _with_rows(kernel: Kernel, inner: list[Dim], tiled: TiledKernel) -> TiledKernel:
+    """``tiled``, or where it has no row tile and some small sum of a product over rows,
+    keys and its own dim kept the rows out of every tile, the tiling that loops over
+    that sum's positions instead and so has rows ([Note: elementwise inner loops])."""
+    if tiled.tiling.row is not None or tiled.tiling.column is not None:
+        return tiled
+    loopable = sorted(_elementwise_loop_dims(kernel) & frozenset(inner), key=lambda d: d.name)
+    best = None
+    for count in range(1, min(len(loopable), MAX_LOOPED_SUMS) + 1):  # the fewest loops first
+        for looped in map(frozenset, itertools.combinations(loopable, count)):
+            try:
+                alternative = _tile(kernel, [d for d in inner if d not in looped], looped)
+            except NotTileable:
+                continue
+            if alternative.tiling.row is not None and (best is None or alternative.tiling.dots > best.tiling.dots):
+                best = alternative
+        if best is not None:
+            return best
+    return tiled
 
 
 def _inner_loop_dims(kernel: Kernel) -> frozenset[Dim]:
@@ -426,6 +452,28 @@ def _inner_loop_dims(kernel: Kernel) -> frozenset[Dim]:
                      if isinstance(node, Reduce) and node.op == "sum" and len(node.dims) == 1
                      and (not node.dims[0].is_static or node.dims[0].size <= MAX_INNER_LOOP)
                      and any(isinstance(inner, Reduce) for inner in walk(node.body)))
+
+
+# [Note: elementwise inner loops]
+# A sum of an elementwise value over a few positions inside the key loop's body, such as
+# squared distances between points, ``sum_c (a[i, c] - b[j, c])^2``, reads the rows, the
+# keys and its own dim at once: taken as a tile, it is a three-dim value that no
+# ``tl.dot`` computes, which the tiling rejects, so the rows went to the grid, one
+# query per program, and the scores' contraction ran without the tensor core. Where the
+# best tiling has no row tile, such a sum over at most ``MAX_INNER_LOOP`` static
+# positions (and no reduction in its body) may instead run as an inner loop of its own
+# ([Note: inner loops]): one position per step, a ``[rows, keys]`` tile added up, its
+# operands' columns loaded at the step's position. The fewest such loops that give a
+# tiling with rows are taken (a contraction over the head width stays a ``tl.dot``
+# where that suffices), the one with the most dots among them. The same terms are
+# summed in float32, one position after another.
+def _elementwise_loop_dims(kernel: Kernel) -> frozenset[Dim]:
+    """The dims of the loop body's small static sums of elementwise values ([Note:
+    elementwise inner loops])."""
+    return frozenset(node.dims[0] for red in kernel.loop for node in walk(red.body)
+                     if isinstance(node, Reduce) and node.op == "sum" and len(node.dims) == 1
+                     and node.dims[0].is_static and node.dims[0].size <= MAX_INNER_LOOP
+                     and not any(isinstance(inner, Reduce) for inner in walk(node.body)))
 
 
 def _tile(kernel: Kernel, inner: list[Dim], looped: frozenset[Dim]) -> TiledKernel:
