@@ -13,4 +13,4 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh --relax  # the tests cover --relax too
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-TRITON_INTERPRET=1 exec .venv/bin/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder tests "$@"
+TRITON_INTERPRET=1 exec .venv/bin/python -m pytest -q --durations=30 -n auto --dist loadfile --no-loadscope-reorder tests "$@"

@@ -92,13 +92,28 @@ def attention_inputs(seed, L=19, D=16):
     return rand(2, 3, L, D, seed=seed), rand(2, 3, L, D, seed=seed + 1), rand(2, 3, L, D, seed=seed + 2), rand(3, L, L, seed=seed + 3)
 
 
-def matches_float64(fn, args):
-    """``fn`` compiled by Flashlight gives finite values matching ``fn`` in float64."""
-    out = flashlight.compile(fn)(*args)
+def run_with_report(fn, args):
+    """``fn(*args)`` compiled by Flashlight, without gradients, and what that one compile
+    generated (``flashlight.explain``'s report, without compiling a second time)."""
+    from flashlight.report import ExplainReport
+
+    report = ExplainReport()
     torch.compiler.reset()
+    with torch.no_grad():
+        out = flashlight.compile(fn, report=report)(*args)
+    torch.compiler.reset()
+    return out, report
+
+
+def matches_float64(fn, args):
+    """``fn`` compiled by Flashlight gives finite values matching ``fn`` in float64;
+    returns what that one compile generated (as ``flashlight.explain`` reports it, without
+    compiling again)."""
+    out, report = run_with_report(fn, args)
     ref = fn(*(a.double() for a in args))
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    return report
 
 
 # ATen operations that only allocate, copy or view memory: all that calling compiled

@@ -22,10 +22,9 @@ def _qkv(seed, L=29, D=16):
 
 def _check(fn, args, kernels: int):
     """``fn`` runs as ``kernels`` Flashlight kernels and nothing else, matching float64."""
-    report = flashlight.explain(fn, *args)
+    report = _matches_float64(fn, args)
     assert len(report.kernels) == kernels, str(report)
     assert report.fallback_ops == [], str(report)
-    _matches_float64(fn, args)
     return report
 
 
@@ -140,12 +139,11 @@ def test_a_gate_before_an_output_projection_runs_fused_with_it():
         return o.transpose(1, 2).reshape(B, L, H * D) @ w_out
 
     args = (q, k, v, x, w_gate, w_out)
-    report = flashlight.explain(gated_projected, *args)
+    report = _matches_float64(gated_projected, args)
     assert not report.fallback_ops and len(report.kernels) == 2, str(report)
     gated = [kr for kr in report.kernels if "sigmoid.default" in kr.aten_ops]
     assert len(gated) == 1 and gated[0].aten_ops.count("mm.default") == 2, str(report)  # gate, output
     assert any(sum(op.startswith("bmm") for op in kr.aten_ops) == 2 for kr in report.kernels), str(report)
-    _matches_float64(gated_projected, args)
 
 
 def test_a_whole_gated_attention_block_is_not_left_to_pytorch():
@@ -157,11 +155,10 @@ def test_a_whole_gated_attention_block_is_not_left_to_pytorch():
     B, L, H, D, C = 2, 29, 3, 8, 24
     args = (rand(B, L, C, seed=71), *(rand(C, H * D, seed=72 + i) * 0.3 for i in range(4)),
             rand(H * D, C, seed=79) * 0.3)
-    report = flashlight.explain(gated_attention_block, *args)
+    report = _matches_float64(gated_attention_block, args)
     fused = [op for kr in report.kernels for op in kr.aten_ops]
     assert computes_softmax(fused) and "sigmoid.default" in fused, str(report)
     assert all(op.name == "mm.default" for op in report.fallback_ops), str(report)
-    _matches_float64(gated_attention_block, args)
 
 
 def test_a_value_over_three_tile_dims_is_never_handed_to_codegen():
@@ -287,11 +284,10 @@ def test_latent_keeps_its_output_not_a_term_of_its_scores(L, C):
     B, H, D, R = 2, 3, 16, 8
     args = (rand(B, H, L, D, seed=60), rand(B, H, L, R, seed=61), rand(B, L, C, seed=62), rand(B, L, R, seed=63),
             0.2 * rand(H, D, C, seed=64), 0.2 * rand(H, C, D, seed=65))
-    report = flashlight.explain(latent, *args)
+    report = _matches_float64(latent, args)
     (kernel,) = report.kernels
     assert computes_softmax(kernel.aten_ops) and sum(op.startswith("bmm") for op in kernel.aten_ops) == 4, str(report)
     assert [op.name for op in report.fallback_ops] == ["bmm.default"], str(report)
-    _matches_float64(latent, args)
 
 
 def test_a_loop_that_would_run_once_per_position_of_a_dim_wider_than_a_tile_is_left_to_pytorch():
@@ -302,11 +298,10 @@ def test_a_loop_that_would_run_once_per_position_of_a_dim_wider_than_a_tile_is_l
     from bench.new_forms import _inputs
 
     args = _inputs("latent", (1, 2, 8, 40), torch.float32, torch.device("cpu"))
-    report = flashlight.explain(latent, *args)
+    report = _matches_float64(latent, args)
     reasons = {op.name: op.reason for op in report.fallback_ops}
     assert "amax.default" in reasons and "320-wide dim" in reasons["amax.default"], str(report)
     assert not any(computes_softmax(kernel.aten_ops) for kernel in report.kernels), str(report)
-    _matches_float64(latent, args)
 
 
 def _rotate_half(x):
@@ -335,11 +330,10 @@ def test_a_key_side_prologue_is_computed_once_where_the_rows_span_several_tiles(
     q, k, v = (rand(1, 2, L, 16, seed=60 + n) for n in range(3))
     angle = torch.arange(L, dtype=torch.float32)[:, None] * torch.linspace(0.1, 1.0, 8)[None, :]
     cos, sin = torch.cat((angle, angle), -1).cos(), torch.cat((angle, angle), -1).sin()  # [L, 16]
-    report = flashlight.explain(_rotary, q, k, v, cos, sin)
+    report = _matches_float64(_rotary, (q, k, v, cos, sin))
     assert len(report.kernels) == 1, str(report)
     left = {op.name for op in report.fallback_ops}
     assert (("cat.default" in left and "add.Tensor" in left) if outside else not left), str(report)
-    _matches_float64(_rotary, (q, k, v, cos, sin))
     _check(_gated_keys, (q, k, v, rand(1, 2, L, 16, seed=70)), kernels=1)
 
 

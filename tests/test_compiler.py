@@ -19,6 +19,7 @@ from flashlight.lower import lower
 from flashlight.passes.online import exp_power, factor_invariants
 from flashlight.pipeline import compile_graph
 from tests.helpers import SOFTMAX_PARTS, attention, capture, computes_softmax, matches_float64, plan_of, rand
+from tests.helpers import run_with_report
 from tests.helpers import attention_inputs as _inputs
 from tests.helpers import cdist_scores as _cdist_scores
 from tests.helpers import elementary_functions as _elementary_functions
@@ -274,10 +275,10 @@ def test_scalar_constants_print_exactly():
 
 
 def _one_exact_kernel(fn, *inputs, rtol=1e-5):
-    report = flashlight.explain(fn, *inputs)
+    out, report = run_with_report(fn, inputs)
     assert len(report.kernels) == 1 and report.fallback_ops == [], report
     ref = fn(*[x.double() for x in inputs])
-    torch.testing.assert_close(flashlight.compile(fn)(*inputs).double(), ref, rtol=rtol, atol=rtol)
+    torch.testing.assert_close(out.double(), ref, rtol=rtol, atol=rtol)
 
 
 def _prior_mix(q, k, v):  # a softmax mixed with a uniform prior
@@ -359,11 +360,11 @@ def test_probabilities_used_beyond_a_value_product(fn, kernels):
     """A layer norm and a mean over heads after the loop are a second kernel: the
     attention's output is kept separate, not its row statistics. Matches float64."""
     q, k, v, _ = _inputs(47, L=37)
-    report = flashlight.explain(fn, q, k, v)
+    out, report = run_with_report(fn, (q, k, v))
     assert len(report.kernels) == kernels, report
     assert all(op.reason for op in report.fallback_ops), report
     ref = fn(q.double(), k.double(), v.double())
-    torch.testing.assert_close(flashlight.compile(fn)(q, k, v).double(), ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_a_sum_that_qualifies_as_written_is_not_split():
@@ -420,12 +421,11 @@ def test_norms_of_query_rows_and_key_rows_fuse(fn):
     statistics) inside the loop. Either way the attention is one kernel."""
     q, k, v, _ = _inputs(47, L=33, D=24)
     w = rand(24, seed=48).abs() + 0.5
-    report = flashlight.explain(fn, q, k, v, w)
+    out, report = run_with_report(fn, (q, k, v, w))
     attention = [kr for kr in report.kernels if computes_softmax(kr.aten_ops)]
     assert len(attention) == 1 and sum(op.startswith("bmm") for op in attention[0].aten_ops) == 2, report
     assert not any(op.name.startswith(("bmm", *SOFTMAX_PARTS)) for op in report.fallback_ops), report
     ref = fn(*[x.double() for x in (q, k, v, w)])
-    out = flashlight.compile(fn)(q, k, v, w)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 

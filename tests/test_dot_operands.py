@@ -51,10 +51,9 @@ def test_normalised_and_weighted_queries_and_keys_run_both_contractions_as_dots(
     and matches float64 (it once ran a program per query, with no dot at all)."""
     args = (*(rand(B, H, L, D, seed=41 + k) for k in range(3)), *_weights(44))
     _assert_row_tiled(_plan(fn, args), dots=2)
-    report = flashlight.explain(fn, *args)
+    report = _matches_float64(fn, args)
     attention = [kr for kr in report.kernels if computes_softmax(kr.aten_ops)]
     assert len(attention) == 1 and attention[0].source.count("tl.dot(") >= 2, str(report)
-    _matches_float64(fn, args)
 
 
 def _gated_values(q, k, v, gv, bias):
@@ -249,11 +248,10 @@ def test_scores_mixed_over_heads_loop_over_the_heads_in_the_kernel(heads, gen):
     reach memory: one kernel, nothing outside it, float64's values."""
     q, k, v = (torch.randn(2, heads, 37, 16, generator=gen) for _ in range(3))
     args = (q, k, v, _mixing(heads, gen))
-    report = flashlight.explain(talking_heads, *args)
+    report = _matches_float64(talking_heads, args)
     assert len(report.kernels) == 1 and report.fallback_ops == [], str(report)
     source = report.kernels[0].source
     assert f"in range(0, {heads}):" in source and source.count("tl.dot(") == 2, source
-    _matches_float64(talking_heads, args)
 
 
 def test_talking_heads_attention_is_one_kernel_in_float32_and_bfloat16(gen):
@@ -261,9 +259,8 @@ def test_talking_heads_attention_is_one_kernel_in_float32_and_bfloat16(gen):
     against float64 (bf16: within 2e-2 of the largest value)."""
     q, k, v = (torch.randn(1, 3, 29, 16, generator=gen) for _ in range(3))
     args = (q, k, v, _mixing(3, gen), _mixing(3, gen))
-    report = flashlight.explain(_talking_heads, *args)
+    report = _matches_float64(_talking_heads, args)
     assert len(report.kernels) == 1 and report.fallback_ops == [], str(report)
-    _matches_float64(_talking_heads, args)
     low = [a.bfloat16() for a in args]
     out = flashlight.compile(_talking_heads)(*low)
     torch.compiler.reset()
@@ -280,9 +277,8 @@ def test_more_heads_than_an_inner_loop_takes_leave_the_scores_to_a_matmul(gen):
     heads = MAX_INNER_LOOP + 1
     q, k, v = (torch.randn(1, heads, 19, 16, generator=gen) for _ in range(3))
     args = (q, k, v, _mixing(heads, gen))
-    report = flashlight.explain(talking_heads, *args)
+    report = _matches_float64(talking_heads, args)
     assert len(report.kernels) == 1 and [op.name for op in report.fallback_ops] == ["bmm.default"], str(report)
-    _matches_float64(talking_heads, args)
 
 
 def test_heads_mixed_before_the_softmax_build_for_hopper_in_the_registers_of_two(gen):
