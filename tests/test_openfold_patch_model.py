@@ -118,16 +118,19 @@ def test_state_dict_round_trip(folded, tmp_path):
     path = tmp_path / "weights.pt"
     torch.save(state, path)
 
-    # the patched model given a differently seeded model's weights folds otherwise; loaded
-    # from the file, it reproduces its outputs, so the loaded weights took effect (the
-    # same patched modules, so nothing compiles again; unpatching: test_unpatch_restores...)
+    # a differently seeded model (other outputs), patched, then loaded from the file:
+    # it reproduces the patched model's outputs, so the loaded weights took effect
     other = oft.random_model(oft.small_model_config(max_msa_clusters=5, max_extra_msa=5), seed=7)
-    patched.load_state_dict(other.state_dict())
-    assert not torch.allclose(_fold(patched, batch)["single"], patched_out["single"])
-    patched.load_state_dict(torch.load(path))
-    after = _fold(patched, batch)
+    assert not torch.allclose(_fold(other, batch)["single"], want["single"])
+    flashlight.patch_openfold(other)
+    other.load_state_dict(torch.load(path))
+    after = _fold(other, batch)
     for key in KEYS:
         torch.testing.assert_close(after[key], patched_out[key], rtol=1e-5, atol=1e-5)
+    # and unpatched, it reproduces the stock outputs exactly
+    flashlight.unpatch_openfold(other)
+    out = _fold(other, batch)
+    assert all(torch.equal(out[key], want[key]) for key in KEYS)
 
 
 @pytest.mark.parametrize("folded", [None], ids=["unchunked"], indirect=True)
