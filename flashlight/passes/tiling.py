@@ -473,6 +473,7 @@ def _elementwise_loop_dims(kernel: Kernel) -> frozenset[Dim]:
     return frozenset(node.dims[0] for red in kernel.loop for node in walk(red.body)
                      if isinstance(node, Reduce) and node.op == "sum" and len(node.dims) == 1
                      and node.dims[0].is_static and node.dims[0].size <= MAX_INNER_LOOP
+                     and node.dims[0] not in kernel.dims  # an output's dim is the grid's
                      and not any(isinstance(inner, Reduce) for inner in walk(node.body)))
 
 
