@@ -461,12 +461,12 @@ def _inner_loop_dims(kernel: Kernel) -> frozenset[Dim]:
 # ``tl.dot`` computes, which the tiling rejects, so the rows went to the grid, one
 # query per program, and the scores' contraction ran without the tensor core. Where the
 # best tiling has no row tile, such a sum over at most ``MAX_INNER_LOOP`` static
-# positions (and no reduction in its body) may instead run as an inner loop of its own
-# ([Note: inner loops]): one position per step, a ``[rows, keys]`` tile added up, its
-# operands' columns loaded at the step's position. The fewest such loops that give a
-# tiling with rows are taken (a contraction over the head width stays a ``tl.dot``
-# where that suffices), the one with the most dots among them. The same terms are
-# summed in float32, one position after another.
+# positions (no reduction in its body, and not a contraction: a product of two different
+# factors is a ``tl.dot`` or a projection the back-off keeps separate) may instead run as
+# an inner loop of its own ([Note: inner loops]): one position per step, a ``[rows,
+# keys]`` tile added up, its operands' columns loaded at the step's position. The fewest
+# such loops that give a tiling with rows are taken, the one with the most dots among
+# them. The same terms are summed in float32, one position after another.
 def _elementwise_loop_dims(kernel: Kernel) -> frozenset[Dim]:
     """The dims of the loop body's small static sums of elementwise values ([Note:
     elementwise inner loops])."""
@@ -474,7 +474,15 @@ def _elementwise_loop_dims(kernel: Kernel) -> frozenset[Dim]:
                      if isinstance(node, Reduce) and node.op == "sum" and len(node.dims) == 1
                      and node.dims[0].is_static and node.dims[0].size <= MAX_INNER_LOOP
                      and node.dims[0] not in kernel.dims  # an output's dim is the grid's
+                     and not _a_contraction(node.body)
                      and not any(isinstance(inner, Reduce) for inner in walk(node.body)))
+
+
+def _a_contraction(body: Expr) -> bool:
+    """A product of two different factors: a contraction (a projection of the keys, the
+    scores' ``q k^T``), which is a ``tl.dot`` or kept separate by the back-off, never an
+    elementwise loop (a square written ``d * d`` is not one)."""
+    return isinstance(body, Pointwise) and body.op == "mul" and body.args[0] != body.args[1]
 
 
 def _tile(kernel: Kernel, inner: list[Dim], looped: frozenset[Dim]) -> TiledKernel:
