@@ -99,6 +99,7 @@ PARTS=(
     "kernels-flex-flash|$K --variants msa_row_pair_bias,msa_column,triangle_start,triangle_end,evoformer_core,vanilla,causal_tril --shapes 0 --dtypes bf16 --impls flex_flash,flex,flashlight --require flex_flash --out $R/kernels_flex_flash.json"
     "kernels-flex-flash-lm|$K --variants vanilla,causal_tril --shapes 1,2 --dtypes bf16 --impls flex_flash,flex,flashlight,torch_compile,sdpa --require flex_flash --out $R/kernels_flex_flash.json"
     "sdpa-gate|$PY -m bench.sdpa_gate --profile --out $R/sdpa_gate.json"
+    "point-attention|$PY -m bench.point_attention --out $R/point_attention.json"
     "evoformer-peers-1024|$E --retry --n-res 1024 --scopes stack,model --modes ds4sci,cueq,flashlight,stock --dtypes bf16,tf32 --out $R/evoformer_peers.json"
     "kernels-evoformer-main|$K --variants evoformer --shapes 0 --dtypes bf16,tf32,fp32 --out $R/kernels_evoformer.json"
     "evoformer-256|$E --retry --n-res 256 --scopes stack,model --out $R/evoformer.json"
