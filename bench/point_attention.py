@@ -7,13 +7,14 @@ form), forward: Flashlight against eager and default ``torch.compile``.
 the keys, times the values: q/k/v ``[B, H, L, c]``, points ``[B, H, L, P * 3]`` (a view
 splits them), a learned weight per head. The distance sum is the case of [Note:
 elementwise inner loops] in flashlight/passes/tiling.py. Median of ``do_bench`` for each
-form in one process, each checked against float64; the tiling Flashlight chose is
-recorded with its time.
+form in one process, each checked against float64; the configuration autotuning kept
+for each Flashlight kernel is recorded with its time.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import pathlib
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +42,7 @@ def _inputs(shape, dtype, device, gen):
     return [t.to(dtype) for t in (*qkv, *points)] + [w.to(dtype)]
 
 
-def _tiling(report) -> str:
+def _configs(report) -> str:
     """Each kernel's configuration per call shape, as autotuning chose it."""
     return "; ".join(f"{k.name}: {k.chosen_configs()}" for k in report.kernels) if report.kernels else "none"
 
@@ -72,10 +73,10 @@ def main(argv=None) -> int:
                     ms = bench_ms(lambda: fn(*x), args.device)
                     rows.append({"dtype": dtype_name, "shape": "B{} H{} L{} c{} P{}".format(*shape), "impl": name,
                                  "ms": round(ms, 4), "max_rel_err": err,
-                                 "kernels": _tiling(report) if name == "flashlight" else None})
+                                 "kernels": _configs(report) if name == "flashlight" else None})
                     print(f"{dtype_name} {rows[-1]['shape']:22s} {name:14s} {ms:9.4f} ms  err {err:.1e}", flush=True)
             torch.compiler.reset()
-    atomic_write_json(__import__("pathlib").Path(args.out), {"environment": environment(args.device), "rows": rows})
+    atomic_write_json(pathlib.Path(args.out), {"environment": environment(args.device), "rows": rows})
     return 0
 
 

@@ -448,10 +448,15 @@ def _inner_loop_dims(kernel: Kernel) -> frozenset[Dim]:
     inner loops]): at most ``MAX_INNER_LOOP`` positions where static (a symbolic count,
     such as grouped-query attention's repeats under ``dynamic=True``, is read at launch),
     summing a value that holds a contraction of its own."""
-    return frozenset(node.dims[0] for red in kernel.loop for node in walk(red.body)
-                     if isinstance(node, Reduce) and node.op == "sum" and len(node.dims) == 1
-                     and (not node.dims[0].is_static or node.dims[0].size <= MAX_INNER_LOOP)
-                     and any(isinstance(inner, Reduce) for inner in walk(node.body)))
+    return frozenset(node.dims[0] for node in _small_loop_sums(kernel) if contains(node.body, Reduce))
+
+
+def _small_loop_sums(kernel: Kernel) -> list[Reduce]:
+    """The sums over one dim inside the loop's body with at most ``MAX_INNER_LOOP``
+    positions, or a symbolic count: those that may run as loops of their own."""
+    return [node for red in kernel.loop for node in walk(red.body)
+            if isinstance(node, Reduce) and node.op == "sum" and len(node.dims) == 1
+            and (not node.dims[0].is_static or node.dims[0].size <= MAX_INNER_LOOP)]
 
 
 # [Note: elementwise inner loops]
@@ -470,12 +475,10 @@ def _inner_loop_dims(kernel: Kernel) -> frozenset[Dim]:
 def _elementwise_loop_dims(kernel: Kernel) -> frozenset[Dim]:
     """The dims of the loop body's small static sums of elementwise values ([Note:
     elementwise inner loops])."""
-    return frozenset(node.dims[0] for red in kernel.loop for node in walk(red.body)
-                     if isinstance(node, Reduce) and node.op == "sum" and len(node.dims) == 1
-                     and node.dims[0].is_static and node.dims[0].size <= MAX_INNER_LOOP
+    return frozenset(node.dims[0] for node in _small_loop_sums(kernel)
+                     if node.dims[0].is_static
                      and node.dims[0] not in kernel.dims  # an output's dim is the grid's
-                     and not _a_contraction(node.body)
-                     and not any(isinstance(inner, Reduce) for inner in walk(node.body)))
+                     and not _a_contraction(node.body) and not contains(node.body, Reduce))
 
 
 def _a_contraction(body: Expr) -> bool:
