@@ -86,8 +86,8 @@ def test_a_dynamic_inner_dim_is_not_merged():
 
 
 def _point_distance_attention(q, k, v, a, b, w):
-    # invariant point attention's squared distances: a, b [B, H, L, 4 * 3] (points, xyz)
-    d2 = ((a.unflatten(-1, (4, 3))[:, :, :, None] - b.unflatten(-1, (4, 3))[:, :, None]) ** 2).sum((-1, -2))
+    # invariant point attention's squared distances: a, b [B, H, L, P * 3] (points, xyz)
+    d2 = ((a.unflatten(-1, (-1, 3))[:, :, :, None] - b.unflatten(-1, (-1, 3))[:, :, None]) ** 2).sum((-1, -2))
     s = q @ k.transpose(-1, -2) * D ** -0.5 - 0.5 * torch.nn.functional.softplus(w)[:, None, None] * d2
     e = torch.exp(s - s.amax(-1, keepdim=True))  # numerator and denominator written apart
     return (e / e.sum(-1, keepdim=True)) @ v
@@ -109,15 +109,16 @@ def test_every_copy_of_an_inner_sum_over_several_dims_merges_alike():
     assert len(distance_sums) == 1, distance_sums
 
 
-def test_a_distance_sum_in_the_scores_loops_and_the_rows_take_a_tile():
+@pytest.mark.parametrize("positions", [12, 24])  # 4 and 8 points: a loop of contractions takes at most 16
+def test_a_distance_sum_in_the_scores_loops_and_the_rows_take_a_tile(positions):
     """[Note: elementwise inner loops] (passes/tiling.py): the squared distances, a sum of
-    an elementwise value over rows, keys and 12 positions, run as an inner loop of the
-    key loop's body; the queries keep their row tile and ``q k^T`` its ``tl.dot`` (the
+    an elementwise value over rows, keys and 12 or 24 positions, run as an inner loop of
+    the key loop's body; the queries keep their row tile and ``q k^T`` its ``tl.dot`` (the
     rows went to the grid, one query per program, and no product ran as a dot)."""
-    args = (*(rand(B, H, L, D, seed=30 + n) for n in range(3)), rand(B, H, L, 12, seed=33),
-            rand(B, H, L, 12, seed=34), rand(H, seed=35))
+    args = (*(rand(B, H, L, D, seed=30 + n) for n in range(3)), rand(B, H, L, positions, seed=33),
+            rand(B, H, L, positions, seed=34), rand(H, seed=35))
     matches_float64(_point_distance_attention, args)
     (tiled,) = plan_of(_point_distance_attention, args).kernels.values()
     assert tiled.tiling.row is not None, tiled.tiling
-    assert [d.size for d in tiled.tiling.inner_loops] == [12], tiled.tiling
+    assert [d.size for d in tiled.tiling.inner_loops] == [positions], tiled.tiling
     assert tiled.tiling.dots >= 2, tiled.tiling  # q k^T and p v
