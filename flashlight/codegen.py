@@ -70,6 +70,7 @@ import hashlib
 
 import torch
 
+from flashlight import settings
 from flashlight.codegen_live import LiveScan, rounding_division
 from flashlight.codegen_sums import SUM_DOT_WIDTH, SumText
 from flashlight.codegen_text import TL_DTYPES, literal
@@ -114,7 +115,7 @@ class KernelSource:
     # many programs whose innermost tile axis should be contiguous
     fast_axes: tuple[tuple[int, int], ...]
     check_bounds: bool  # the kernel takes in{k}_span / out_span and asserts offsets
-    fp32_precision: str  # "ieee" or "tf32": how fp32 contractions run
+    fp32_precision: str  # "ieee", "tf32" or "tf32x3": how fp32 contractions run
     # TilePlan.fma_dots for this target: some tl.dot multiplies IEEE float32 operands on
     # CUDA cores, operands and products in registers (the launcher then tries smaller tiles)
     fma_dots: bool = False
@@ -638,10 +639,29 @@ def _pow(base: str, exponent) -> str:
     return f"tl.exp({literal(float(exponent))} * tl.log({base}))"
 
 
+# [Note: float32 products as three TF32 products]
+# With TF32 off (``torch.backends.cuda.matmul.allow_tf32 = False``) a float32 ``tl.dot``
+# printed with ``input_precision="ieee"`` runs on the CUDA cores as a loop of FMAs, at a
+# quarter to a third of the SGEMM rate cuBLAS reaches, and with operand tiles in
+# registers (smaller tiles, spills at head widths of 64-128). ``"tf32x3"`` splits each
+# operand into a TF32 high part and the TF32 rounding of the rest, and adds three
+# tensor-core products (high x high, high x low, low x high; the dropped low x low term
+# is below 2 ** -22 of the product), accumulated in float32: about 2 ** -21 relative per
+# product, the size of float32's own accumulated rounding over a few dozen terms. Measured
+# on an H100 against float64 (bench/results/h100_2026-12-07b/): the kernels' errors are
+# those of the IEEE kernels and of SDPA's float32 kernels (1e-7 to 2e-6), 1.1-2.6x faster
+# than the IEEE kernel or the unfused graph it fell back to, 1.2-2.9x faster than SDPA on
+# the MSA rows at head widths 64 and 128 (1.46x slower on a plain softmax of 16384
+# positions). So it is the default; ``FLASHLIGHT_FP32_DOTS=ieee`` keeps every product
+# exact. With TF32 on, ``"tf32"``.
 def fp32_precision() -> str:
     """How float32 ``tl.dot`` s are printed: ``"tf32"`` where
-    ``torch.backends.cuda.matmul.allow_tf32`` is on, else ``"ieee"``."""
-    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+    ``torch.backends.cuda.matmul.allow_tf32`` is on, else ``"tf32x3"`` (three TF32
+    products) or, with ``FLASHLIGHT_FP32_DOTS=ieee``, ``"ieee"`` ([Note: float32 products
+    as three TF32 products])."""
+    if torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"
+    return "tf32x3" if settings.get("fp32_dots") == "tf32x3" else "ieee"
 
 
 def generate(tk: TiledKernel, name: str | None = None, fp32_precision: str = "ieee", interpret: bool = False,

@@ -85,6 +85,13 @@ OUTSIDE                            heads sums the heads in a loop inside each st
                                    the query loop, never around it (by default around
                                    it where tile skipping does not split it;
                                    flashlight.passes.tiling)
+FLASHLIGHT_FP32_DOTS   tf32x3      float32 products where TF32 is off
+                                   (torch.backends.cuda.matmul.allow_tf32 False):
+                                   tf32x3: three TF32 tensor-core products per dot
+                                   (each operand split into a high and a low part);
+                                   ieee: on the CUDA cores, each product exact
+                                   (flashlight.codegen.fp32_precision, [Note: float32
+                                   products as three TF32 products])
 TRITON_INTERPRET       0           Triton's own switch; when 1, generated kernels run
                                    on CPU tensors through the Triton interpreter
 =====================  ==========  ==================================================
@@ -149,6 +156,7 @@ _KNOBS: dict[str, _Knob] = {
     "sum_dots": _Knob("FLASHLIGHT_SUM_DOTS", False, _bool),
     "lazy_rescale": _Knob("FLASHLIGHT_LAZY_RESCALE", False, _bool),
     "repeats_outside": _Knob("FLASHLIGHT_REPEATS_OUTSIDE", True, _bool),
+    "fp32_dots": _Knob("FLASHLIGHT_FP32_DOTS", "tf32x3", _choice("tf32x3", "ieee")),
 }
 
 _overrides: dict[str, Any] = {}

@@ -167,7 +167,8 @@ def test_ieee_fp32_kernels_also_autotune_over_tiles_that_fit_in_registers():
     at head width 128 every tensor-core tile shape spills kilobytes per thread to local
     memory on sm_90, so the autotuning space of such a kernel also holds smaller tiles
     that spill an order of magnitude less; a bf16 kernel keeps the tensor-core space."""
-    fp32_report = flashlight.explain(attention, *_inputs(16, L=40, D=128))
+    with settings.override(fp32_dots="ieee"):
+        fp32_report = flashlight.explain(attention, *_inputs(16, L=40, D=128))
     bf16_report = flashlight.explain(attention, *(x.bfloat16() for x in _inputs(16, L=40, D=128)))
     (fp32_kernel,), (bf16_kernel,) = fp32_report.kernels, bf16_report.kernels
     fp32_space, bf16_space = set(fp32_kernel.gpu_configs), set(bf16_kernel.gpu_configs)

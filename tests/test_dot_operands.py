@@ -251,7 +251,8 @@ def test_scores_mixed_over_heads_loop_over_the_heads_in_the_kernel(heads, gen):
     report = _matches_float64(talking_heads, args)
     assert len(report.kernels) == 1 and report.fallback_ops == [], str(report)
     source = report.kernels[0].source
-    assert f"in range(0, {heads}):" in source and source.count("tl.dot(") == 2, source
+    key_loops = source.count("for start_n in range(")  # the whole key tiles' loop apart, on tensor cores
+    assert f"in range(0, {heads}):" in source and source.count("tl.dot(") == 2 * key_loops, source
 
 
 def test_talking_heads_attention_is_one_kernel_in_float32_and_bfloat16(gen):

@@ -88,9 +88,12 @@ def _attention(q, k, v):
     return torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, -1) @ v
 
 
-@pytest.mark.parametrize("dtype, tf32, fma_dots", [(torch.float32, False, True), (torch.float32, True, False),
-                                                   (torch.bfloat16, False, False)])
-def test_ieee_float32_kernels_leave_out_the_wide_key_tiles(dtype, tf32, fma_dots):
+@pytest.mark.parametrize("dtype, tf32, fp32_dots, fma_dots", [
+    (torch.float32, False, "ieee", True), (torch.float32, False, "tf32x3", False),
+    (torch.float32, True, "ieee", False), (torch.bfloat16, False, "ieee", False)])
+def test_ieee_float32_kernels_leave_out_the_wide_key_tiles(dtype, tf32, fp32_dots, fma_dots):
+    """Only float32 dots on the CUDA cores (TF32 off, ``FLASHLIGHT_FP32_DOTS=ieee``) draw
+    from the register-bound tiles; three TF32 products run on the tensor cores."""
     import flashlight
 
     g = torch.Generator().manual_seed(5)
@@ -98,7 +101,8 @@ def test_ieee_float32_kernels_leave_out_the_wide_key_tiles(dtype, tf32, fma_dots
     before = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
     try:
-        report = flashlight.explain(_attention, q, k, v)
+        with settings.override(fp32_dots=fp32_dots):
+            report = flashlight.explain(_attention, q, k, v)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
         torch.compiler.reset()

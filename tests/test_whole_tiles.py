@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import flashlight
+from flashlight import settings
 
 
 @pytest.fixture(autouse=True)
@@ -38,12 +39,22 @@ def test_whole_key_tiles_are_read_and_reduced_without_bounds_checks(gen):
 
 
 def test_ieee_float32_kernels_keep_one_loop(gen):
-    torch.backends.cuda.matmul.allow_tf32 = False  # dots on CUDA cores: operand tiles in registers
+    """Float32 dots on the CUDA cores (TF32 off, ``FLASHLIGHT_FP32_DOTS=ieee``) keep
+    their operand tiles in registers: one loop. As three TF32 products (the default with
+    TF32 off) they run on the tensor cores, with the whole tiles' loop apart."""
+    torch.backends.cuda.matmul.allow_tf32 = False
     q, k, v = (torch.randn(1, 2, 40, 16, generator=gen) for _ in range(3))
-    (kernel,) = flashlight.explain(_attention, q, k, v).kernels
+    with settings.override(fp32_dots="ieee"):
+        (kernel,) = flashlight.explain(_attention, q, k, v).kernels
     torch.compiler.reset()
     (loop,) = _loops(kernel.source)
     assert loop.startswith("for start_n in range(0, N_SIZE, BLOCK_N)")
+    assert 'input_precision="ieee"' in loop
+    (kernel,) = flashlight.explain(_attention, q, k, v).kernels
+    torch.compiler.reset()
+    whole, last = _loops(kernel.source)
+    assert whole.startswith("for start_n in range(0, N_FULL, BLOCK_N)")
+    assert 'input_precision="tf32x3"' in whole and 'input_precision="tf32x3"' in last
 
 
 def test_lengths_with_and_without_a_partial_tile_match_float64(gen):
