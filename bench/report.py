@@ -213,8 +213,8 @@ CAUSES = {
     "failed": "Flashlight did not run (error, out of memory or timeout; messages in the report)",
     "ieee": "IEEE float32 (TF32 off): Triton's `tl.dot` ran on CUDA cores at a quarter to a third of "
             "the SGEMM rate that cuBLAS / CUTLASS reach for torch.compile and SDPA (measured before "
-            "float32 products ran as three TF32 products by default: 1.1-2.6x faster on an H100, "
-            "bench/results/h100_2026-12-07b/; these cells not yet measured again)",
+            "float32 products ran as three TF32 products by default: 1.02-3.5x faster on an H100, "
+            "bench/results/h100_2026-12-07c/; these cells not yet measured again)",
     "strided": "attention along a strided dim (triangle end, MSA column): the peer's wrapper copies q, k, v "
                "contiguous first, Flashlight's kernel reads the strided views",
     "block_mask": "masks that skip key tiles: FlexAttention's block mask is built once, outside the timing; "

@@ -648,10 +648,10 @@ def _pow(base: str, exponent) -> str:
 # tensor-core products (high x high, high x low, low x high; the dropped low x low term
 # is below 2 ** -22 of the product), accumulated in float32: about 2 ** -21 relative per
 # product, the size of float32's own accumulated rounding over a few dozen terms. Measured
-# on an H100 against float64 (bench/results/h100_2026-12-07b/): the kernels' errors are
-# those of the IEEE kernels and of SDPA's float32 kernels (1e-7 to 2e-6), 1.1-2.6x faster
-# than the IEEE kernel or the unfused graph it fell back to, 1.2-2.9x faster than SDPA on
-# the MSA rows at head widths 64 and 128 (1.46x slower on a plain softmax of 16384
+# on an H100 against float64 (bench/results/h100_2026-12-07c/, five catalog cells): the
+# kernels' errors are at most the IEEE kernels' (1e-7 to 2e-6), and they run 1.02-3.5x
+# faster than the IEEE kernel or the unfused graph it fell back to, and 1.2-2.9x faster
+# than SDPA's float32 kernels on four cells (1.53x slower on a plain softmax over 16384
 # positions). So it is the default; ``FLASHLIGHT_FP32_DOTS=ieee`` keeps every product
 # exact. With TF32 on, ``"tf32"``.
 def fp32_precision() -> str:
