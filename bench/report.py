@@ -211,10 +211,7 @@ WHOLE_MODULE = {"global_column"}
 # cause -> one line for the README's list of losses (the per-case text is _general_hypothesis)
 CAUSES = {
     "failed": "Flashlight did not run (error, out of memory or timeout; messages in the report)",
-    "ieee": "IEEE float32 (TF32 off): Triton's `tl.dot` ran on CUDA cores at a quarter to a third of "
-            "the SGEMM rate that cuBLAS / CUTLASS reach for torch.compile and SDPA (measured before "
-            "float32 products ran as three TF32 products by default: 1.02-3.5x faster on an H100, "
-            "bench/results/h100_2026-12-07c/; these cells not yet measured again)",
+    "ieee": "IEEE float32 before the three-TF32 default (results/h100_2026-12-07c): `tl.dot` on CUDA cores",
     "strided": "attention along a strided dim (triangle end, MSA column): the peer's wrapper copies q, k, v "
                "contiguous first, Flashlight's kernel reads the strided views",
     "block_mask": "masks that skip key tiles: FlexAttention's block mask is built once, outside the timing; "
