@@ -40,11 +40,10 @@ def point_attention_sdpa(q, k, v, a, b, w):
     |b_j|^2 - 2 a_i.b_j``; the ``|a_i|^2`` term is constant along a softmax row and
     cancels, ``a_i.b_j`` joins the features of the queries and keys, ``|b_j|^2`` is a
     per-key bias. Exact in real arithmetic; in 16 bits the expansion cancels."""
-    c = q.shape[-1]
-    gamma = F.softplus(w)[:, None, None]  # [H, 1, 1]
-    q2 = torch.cat([q / math.sqrt(c), gamma * a], -1)  # [B, H, L, c + 3P]
+    gamma = F.softplus(w)[:, None]  # [H, 1]
+    q2 = torch.cat([q / math.sqrt(q.shape[-1]), gamma[..., None] * a], -1)  # [B, H, L, c + 3P]
     k2 = torch.cat([k, b], -1)
-    bias = (-0.5 * gamma[..., 0] * (b * b).sum(-1))[:, :, None, :]  # [B, H, 1, L]
+    bias = (-0.5 * gamma * (b * b).sum(-1))[:, :, None, :]  # [B, H, 1, L]
     return F.scaled_dot_product_attention(q2, k2, v, attn_mask=bias.to(q.dtype), scale=1.0)
 
 

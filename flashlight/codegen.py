@@ -659,9 +659,9 @@ def fp32_precision() -> str:
     ``torch.backends.cuda.matmul.allow_tf32`` is on, else ``"tf32x3"`` (three TF32
     products) or, with ``FLASHLIGHT_FP32_DOTS=ieee``, ``"ieee"`` ([Note: float32 products
     as three TF32 products])."""
-    if torch.backends.cuda.matmul.allow_tf32:
-        return "tf32"
-    return "tf32x3" if settings.get("fp32_dots") == "tf32x3" else "ieee"
+    # the setting's values are the precisions' names; read only with TF32 off (the fold's
+    # float32 runs with it on), since traced capture asks on every call
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else settings.get("fp32_dots")
 
 
 def generate(tk: TiledKernel, name: str | None = None, fp32_precision: str = "ieee", interpret: bool = False,

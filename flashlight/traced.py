@@ -125,9 +125,10 @@ def call_signature(tensors: list[torch.Tensor]) -> tuple:
 
 def family_of(tensors: list[torch.Tensor]) -> tuple:
     """What every entry checks exactly: the device, each input's dtype and rank, and how
-    float32 products are computed (``torch.backends.cuda.matmul.allow_tf32``, which the
-    generated kernels print into their ``tl.dot`` s: a graph compiled with TF32 must not
-    serve a call made without it, nor the other way round)."""
+    float32 products are computed (``torch.backends.cuda.matmul.allow_tf32`` and, with it
+    off, ``FLASHLIGHT_FP32_DOTS``, which the generated kernels print into their ``tl.dot``
+    s: a graph compiled with TF32 must not serve a call made without it, nor the other
+    way round)."""
     return (str(tensors[0].device.type), *((t.dtype, t.dim()) for t in tensors), fp32_precision())
 
 
