@@ -21,11 +21,12 @@ specialisation and looks the compiled kernel up on every call: tens of microseco
 the fifty-odd arguments of a fused attention, more than a small kernel runs. Within one
 plan every size argument is fixed, so the only specialisation left to vary is whether
 each input's data starts on a 16-byte boundary (fresh outputs always do). A plan keeps
-the compiled kernel its first launch returned, per alignment of its inputs, and later
-launches with that alignment call the kernel's launcher directly, on the current
-stream, as Inductor launches its kernels. Where that cannot be the same launch (another
-current device, Triton's launch hooks set for a profiler, the interpreter, which
-returns no compiled kernel) the JIT function launches as before.
+how to launch the kernel compiled for each alignment of its inputs
+(:func:`flashlight.compiled_launch.launch`: PyTorch's static launcher, [Note: the static
+launcher], or Triton's launcher for the kernel), and later launches with that alignment
+call it directly, on the current stream, as Inductor launches its kernels. Where that
+cannot be the same launch (another current device, Triton's launch hooks set for a
+profiler, the interpreter, which compiles nothing) the JIT function launches as before.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ import dataclasses
 from typing import Sequence
 
 import torch
+
+from flashlight import compiled_launch
 
 
 def on_device(device: torch.device):
@@ -58,7 +61,7 @@ class LaunchPlan:
     tail: tuple[int, ...]
     grid: tuple[int, ...]
     chosen: dict
-    # inputs' alignment -> (compiled kernel, current device, its constexpr values)
+    # inputs' alignment -> how to launch the kernel compiled for it (flashlight.compiled_launch)
     compiled: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def launch(self, raw, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -70,43 +73,5 @@ class LaunchPlan:
         device = tensors[0].device
         outs = [torch.empty(shape, dtype=dtype, device=device)
                 for shape, dtype in zip(self.out_shapes, self.out_dtypes)]
-        args = (*tensors, *outs, *self.tail)
-        aligned = tuple(t.data_ptr() % 16 == 0 for t in tensors)
-        known = self.compiled.get(aligned)
-        if known is not None and _launch_compiled(known, self.grid, args):
-            return outs
-        kernel = raw[self.grid](*args, **self.chosen)
-        if known is None and hasattr(kernel, "packed_metadata"):  # a GPU kernel (not the interpreter's)
-            constexprs = tuple(self.chosen.get(p.name, p.default) for p in raw.params[len(args):])
-            self.compiled[aligned] = (kernel, current_device(), constexprs)
+        compiled_launch.launch(raw, self.grid, (*tensors, *outs, *self.tail), self.chosen, self.compiled)
         return outs
-
-
-def current_device() -> int:
-    """The current CUDA device, as Triton's launches read it."""
-    from triton.runtime import driver
-
-    return driver.active.get_current_device()
-
-
-def current_stream(device: int) -> int:
-    """The current CUDA stream of ``device``, as Triton's launches read it."""
-    from triton.runtime import driver
-
-    return driver.active.get_current_stream(device)
-
-
-def _launch_compiled(known: tuple, grid: tuple[int, ...], args: tuple) -> bool:
-    """Launch ``known``'s compiled kernel on ``args``; False where the JIT function must
-    launch instead ([Note: launching the compiled kernel])."""
-    from triton import knobs
-
-    kernel, device, constexprs = known
-    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
-    # Triton's default hooks are empty chains: calling them does nothing
-    if any(hook is not None and getattr(hook, "calls", True) for hook in hooks) or current_device() != device:
-        return False
-    g0, g1, g2 = (*grid, 1, 1)[:3]
-    kernel.run(g0, g1, g2, current_stream(device), kernel.function, kernel.packed_metadata, None,
-               None, None, *args, *constexprs)
-    return True

@@ -38,7 +38,7 @@ from typing import Sequence
 import torch
 import torch.fx as fx
 
-from flashlight import background, compile_workers, launch_plan, prepare, settings, tuned_configs, tuning
+from flashlight import background, compile_workers, compiled_launch, launch_plan, prepare, settings, tuned_configs, tuning
 from flashlight.codegen import KernelSource
 from flashlight.tile_configs import SMALL_FOOTPRINT_CONFIGS, candidate_space, configs, triton_configs
 from flashlight.ir import Dim, TiledKernel
@@ -215,7 +215,8 @@ class Launcher:
         chosen, where = self._known_choice(device, sizes, eager_ok) if tune else (None, None)
         if chosen is not None:
             try:
-                result = self._run_eager(eager_inputs) if chosen == EAGER else self._raw[grid](*args, **chosen, **wide)
+                result = self._run_eager(eager_inputs) if chosen == EAGER else compiled_launch.launch(
+                    self._raw, grid, args, {**chosen, **wide}, {})
             except Exception as error:  # noqa: BLE001 - a choice that cannot run here is tuned again
                 eager_oom = chosen == EAGER and isinstance(error, torch.cuda.OutOfMemoryError)
                 if not (eager_oom or (where == "shipped" and _out_of_resources(error))):
@@ -324,8 +325,8 @@ class Launcher:
                 kernel = self._raw.warmup(*args, grid=grid, **chosen)
             if elsewhere:
                 compile_workers.note_load(time.perf_counter() - start)
-            with phase("launcher_s"):
-                getattr(kernel, "run", None)
+            with phase("launcher_s"):  # [Note: the static launcher]
+                compiled_launch.prepared(kernel, device, len(args))
         return chosen
 
     def _check_known(self, device: torch.device, sizes: tuple[int, ...], tune: bool) -> None:
@@ -482,12 +483,13 @@ class Launcher:
             if self._chosen.get(sizes) == EAGER and not checks:
                 self._unfused.add(call)
         else:
-            self._raw[grid](*args, **chosen, **wide)
+            plan = launch_plan.LaunchPlan(
+                tuple(relayouts), tuple(tuple(o.shape) for o in outs), tuple(o.dtype for o in outs),
+                args[len(tensors) + len(outs):], tuple(grid(chosen)), {**chosen, **wide})
+            compiled_launch.launch(self._raw, plan.grid, args, plan.chosen, plan.compiled)
             result = None
             if not checks:
-                self._plans[call] = launch_plan.LaunchPlan(
-                    tuple(relayouts), tuple(tuple(o.shape) for o in outs), tuple(o.dtype for o in outs),
-                    args[len(tensors) + len(outs):], tuple(grid(chosen)), {**chosen, **wide})
+                self._plans[call] = plan
         if result is not None:
             return result  # the unfused graph ran instead of the kernel
         if checks and bool(errors.any()):
