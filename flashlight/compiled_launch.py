@@ -139,17 +139,26 @@ def static_kernel(kernel, device: int, count: int) -> StaticLaunch | None:
         return _static.setdefault(key, launch)
 
 
-def _load(kernel, device: int, count: int) -> StaticLaunch | None:
+def launcher_class():
+    """PyTorch's static launcher for CUDA kernels (importing it the first time: 0.3-1.4 s
+    holding the interpreter lock, which ``flashlight.prepare`` pays early), or None."""
     try:
         from torch._inductor.runtime.static_triton_launcher import StaticallyLaunchedCudaKernel
-    except ImportError:  # its name before PyTorch 2.12
-        from torch._inductor.runtime.static_cuda_launcher import StaticallyLaunchedCudaKernel
+    except ImportError:  # its module's name before PyTorch 2.12
+        try:
+            from torch._inductor.runtime.static_cuda_launcher import StaticallyLaunchedCudaKernel
+        except ImportError:
+            return None
+    return StaticallyLaunchedCudaKernel
 
+
+def _load(kernel, device: int, count: int) -> StaticLaunch | None:
+    static_class = launcher_class()
     cubins = [path for name, path in getattr(kernel, "metadata_group", {}).items() if name.endswith(".cubin")]
     kept = kept_arguments(kernel, count)
-    if len(cubins) != 1 or kept is None:
+    if static_class is None or len(cubins) != 1 or kept is None:
         return None
-    static = StaticallyLaunchedCudaKernel(_CubinOnDisk(kernel, cubins[0]))
+    static = static_class(_CubinOnDisk(kernel, cubins[0]))
     if len(static.arg_tys) != len(kept):
         return None
     static.load_kernel(device)
