@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     p = argparse.ArgumentParser(prog="python -m bench.tune_configs", description=__doc__.split("\n\n")[0])
     p.add_argument("--n-res", default="256,512", help="residue counts, comma-separated")
-    p.add_argument("--dtypes", default="bf16,tf32,fp32", help="bf16, tf32, fp32 (IEEE), comma-separated")
+    p.add_argument("--dtypes", default="bf16,tf32,fp32", help="bf16, tf32, fp32 (TF32 off), comma-separated")
     p.add_argument("--kernels", default="all", help=f"all, or some of {', '.join(KERNELS)}")
     p.add_argument("--out", default=SHIPPED, help="data file to merge the entries into")
     p.add_argument("--max-minutes", type=float, default=9.0)

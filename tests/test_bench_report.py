@@ -96,6 +96,24 @@ def test_readme_section_is_one_screen_and_the_report_keeps_every_case(tmp_path):
     assert "catalog's formulation" in full  # the Evoformer kernel table's note
 
 
+def test_float32_losses_name_how_their_dots_ran(tmp_path):
+    """A float32 loss measured since three TF32 products became the default is put down to
+    them, one measured before (or with ``FLASHLIGHT_FP32_DOTS=ieee``) to IEEE products."""
+    shapes = [{"B": 1, "H": 16, "L": 256 * (n + 1), "D": 128} for n in range(3)]
+    cells = []
+    for run, shape in enumerate(shapes):
+        cells += [_cell("gqa", shape, "fp32", "flashlight", 1.5, run), _cell("gqa", shape, "fp32", "sdpa", 1.0, run)]
+    _results(tmp_path, "kernels_x.json", cells, dates=("2026-12-03T10:00:00", "2026-12-07T10:00:00", "2026-12-08T10:00:00"))
+    data = json.loads((tmp_path / "kernels_x.json").read_text())
+    data["runs"][2]["flashlight_settings"] = {"FLASHLIGHT_FP32_DOTS": "ieee"}
+    (tmp_path / "kernels_x.json").write_text(json.dumps(data))
+    readme, full = _section(tmp_path)
+    (ieee,) = [line for line in readme.splitlines() if line.startswith("- IEEE float32")]
+    (three,) = [line for line in readme.splitlines() if line.startswith("- float32 as three TF32 products")]
+    assert "2 cases" in ieee and "1 case," in three and "L512" in three
+    assert full.count("three TF32 tensor-core products") == 1
+
+
 def test_summary_names_the_winning_formulation_instead_of_the_catalog_note(tmp_path):
     msa = {"B": 1, "S": 512, "L": 256, "H": 8, "c": 32}
     flex = {**_cell("msa_row_pair_bias", msa, "bf16", "flex", 0.311), "formulation": "bias_input"}
