@@ -53,6 +53,11 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # since), so that the order of the runs does not decide it. So do the two capture-process-ab
 # parts: the cores traced on the main thread and in capture processes (the default;
 # [Note: capturing in another process] in flashlight/capture_worker.py).
+# The two static-launch-ab parts (first in the list: not yet measured) fold the same records
+# from empty caches with Triton's launcher and PyTorch's static one ([Note: the static
+# launcher] in flashlight/compiled_launch.py), one after the other in one call: the two
+# H100 A/B calls of bench/results/h100_2026-12-07d left the first call and the timed pass
+# undecided (both halves' unpatched modules moved with the host).
 # Parts writing to their own file re-measure cells of an earlier part after a compiler
 # change (the report keeps the newest cell of each implementation): the masked LM
 # variants after full-tile loops (and ALiBi's tile skipping) and again after the coarse
@@ -65,6 +70,8 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # backend: carry .gpuflash/a, then .gpuflash/b, each in a call of its own (gpu_fetch.sh
 # --flash), and run under gpu_run.sh --flash; without it the part says so and stays to do.
 PARTS=(
+    "static-launch-ab-off|env FLASHLIGHT_STATIC_LAUNCH=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/static_launch_off/static_launch_ab_0.json"
+    "static-launch-ab-on|env FLASHLIGHT_STATIC_LAUNCH=1 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/static_launch_ab_1.json"
     "tune-configs-fold|$PY -m bench.tune_configs --fold-synthetic 256,512 --max-minutes 9"
     "launcher-beside-ab2-on|env FLASHLIGHT_LAUNCHER_BESIDE=1 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab2_1.json"
     "launcher-beside-ab2-off|env FLASHLIGHT_LAUNCHER_BESIDE=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab2_0.json"
