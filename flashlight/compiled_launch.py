@@ -16,7 +16,12 @@ arguments less those Triton specialised into constants (an integer equal to 1, f
 instance), in order, with the tensors as their data pointers. Where it cannot (a PyTorch
 without it, a kernel it does not take: scratch memory, clusters of CTAs, tensor
 descriptors; Triton's launch hooks set, for a profiler; a load that fails), Triton's
-launcher runs as before, and ``FLASHLIGHT_STATIC_LAUNCH=0`` keeps it everywhere.
+launcher runs as before. ``FLASHLIGHT_STATIC_LAUNCH=1`` turns it on; it is off by default:
+on an H100 (bench/results/h100_2026-12-07d) it took every launcher build (0.18-0.36 s a
+kernel) out of a cold fold's compile jobs, checked against float64, but the first call
+was no shorter, and the two processes that ran with it were slower throughout, in
+modules it does not touch too, for a cause not found; the ``static-launch-ab-*`` parts of
+bench/run_all.sh measure it again.
 """
 from __future__ import annotations
 
@@ -140,8 +145,8 @@ def static_kernel(kernel, device: int, count: int) -> StaticLaunch | None:
 
 
 def launcher_class():
-    """PyTorch's static launcher for CUDA kernels (importing it the first time: 0.3-1.4 s
-    holding the interpreter lock, which ``flashlight.prepare`` pays early), or None."""
+    """PyTorch's static launcher for CUDA kernels, or None where this PyTorch has none
+    (its module is cheap to import: ``import flashlight`` has imported Inductor's)."""
     try:
         from torch._inductor.runtime.static_triton_launcher import StaticallyLaunchedCudaKernel
     except ImportError:  # its module's name before PyTorch 2.12

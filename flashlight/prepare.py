@@ -12,9 +12,7 @@ fold's first call with empty caches (H200 host, ``bench/results/first_call``):
   registration reads source files (0.04 s on that machine);
 * Triton's driver builds its C utilities (``cuda_utils``, compiled with the system's C
   compiler when Triton's cache is empty: 0.4 s) and hashes its own installation for
-  the cache key of every compile (``triton_key``, 0.6 s, in every process);
-* the first launch through PyTorch's static launcher imports its module (1.4 s on that
-  machine, holding the interpreter lock: [Note: the static launcher]).
+  the cache key of every compile (``triton_key``, 0.6 s, in every process).
 
 None of it depends on the kernels, so :func:`start` runs it on a daemon thread as soon
 as a user says Flashlight will be used (``patch_openfold``; ``flashlight-fold`` starts it
@@ -141,8 +139,6 @@ def _run() -> None:
         if torch.cuda.is_available() and not settings.get("interpret"):
             _step("triton_driver", _triton_driver)
             _step("triton_key", _triton_key)
-            if settings.get("static_launch"):
-                _step("static_launcher", _static_launcher)
     finally:
         _done.set()
 
@@ -202,12 +198,3 @@ def _triton_key() -> None:
     key = getattr(cache, "triton_key", None)
     if key is not None:
         key()
-
-
-def _static_launcher() -> None:
-    """PyTorch's static launcher's module ([Note: the static launcher]): its first import
-    holds the interpreter lock for 0.3-1.4 s, which inside a fold's first pass delays the
-    pass and the compile jobs it submits."""
-    from flashlight import compiled_launch
-
-    compiled_launch.launcher_class()

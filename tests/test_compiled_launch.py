@@ -127,6 +127,7 @@ def test_the_static_launcher_is_used_where_it_loads_and_tritons_elsewhere(on_a_g
 
     monkeypatch.setattr(compiled_launch, "_load", load)
     monkeypatch.setattr(compiled_launch, "_static", {})
+    monkeypatch.setattr(settings, "_overrides", {"static_launch": True})
     x = torch.randn(8)
     args, options = (x, torch.empty(4), 4), {"BLOCK_M": 16, "BLOCK_N": 32}
     for _ in range(2):
