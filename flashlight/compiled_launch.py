@@ -1,16 +1,16 @@
-"""Launching a kernel Triton has compiled: through PyTorch's static launcher where it can.
+"""Launching a kernel Triton has compiled: by Triton's launcher, or PyTorch's static one.
 
 [Note: the static launcher]
 Triton 3.6 launches each compiled kernel through C code generated for that kernel's
-signature, built with the system's C compiler the first time the kernel runs: 0.18-0.31 s
+signature, built with the system's C compiler the first time the kernel runs: 0.18-0.36 s
 a kernel on an H100 host with empty caches, after the kernel's own compile and on the
 path of a cold fold's first pass (``launcher_s`` in the compile timeline of
 bench/results/fold_product_runs/: on one sequence the pass waited 0.59 s for its six
 kernels, each a compile and then a launcher build). PyTorch ships a launcher compiled
 once for every signature, the one Inductor launches its own Triton kernels through
 (``StaticallyLaunchedCudaKernel``: the kernel's cubin loaded with the CUDA driver, each
-argument converted by a one-letter code of its type). Flashlight launches its kernels
-through it where it can: a compiled kernel's cubin is loaded once per device (in the
+argument converted by a one-letter code of its type). Turned on, Flashlight launches its
+kernels through it where it can: a compiled kernel's cubin is loaded once per device (in the
 background compile's job, where there is one), and a launch passes the JIT function's
 arguments less those Triton specialised into constants (an integer equal to 1, for
 instance), in order, with the tensors as their data pointers. Where it cannot (a PyTorch
