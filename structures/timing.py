@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import statistics
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -208,10 +209,15 @@ class HostRecord:
     every object the process holds, and after compiling that includes the captured
     graphs), read from ``gc.get_stats()``. Not timed with ``gc.callbacks``: a Ctrl-C
     that arrives while a callback runs is raised inside it, where the collector
-    discards it, and the fold would not stop.
+    discards it, and the fold would not stop. Before the pass it times a fixed
+    pure-Python workload on the calling thread (``probe_ms``, :func:`host_probe_ms`):
+    two processes of one machine whose unpatched modules ran at different speeds
+    (bench/results/h100_2026-12-07d) say, by their probes, whether the host itself was
+    slower in one of them, or the process.
     """
 
     def __enter__(self) -> "HostRecord":
+        self.probe_ms = host_probe_ms()
         self._gc = [stat["collections"] for stat in gc.get_stats()]
         self._cpu, self.start = time.process_time(), time.perf_counter()
         return self
@@ -225,8 +231,22 @@ class HostRecord:
         self.collections = [stat["collections"] - before for stat, before in zip(gc.get_stats(), self._gc)]
 
     def to_json(self) -> Dict[str, float]:
-        return {"issue_s": self.issue_s, "cpu_s": self.cpu_s,
+        return {"issue_s": self.issue_s, "cpu_s": self.cpu_s, "probe_ms": self.probe_ms,
                 "gc_collections": sum(self.collections), "gc_full": self.collections[-1]}
+
+
+def host_probe_ms(repeats: int = 5, steps: int = 20000) -> float:
+    """Median milliseconds of a fixed pure-Python loop of ``steps`` steps on this thread
+    ([Note: the host's record of a pass]): the host's speed at the moment, other threads
+    of the process competing for the interpreter included (about 1 ms a run on a GPU
+    machine's host)."""
+    times = []
+    for _ in range(repeats):
+        start, total = time.perf_counter(), 0
+        for k in range(steps):
+            total += k & 7
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
 
 
 class Clock:
