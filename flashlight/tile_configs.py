@@ -56,9 +56,10 @@ def candidate_space(src: KernelSource, tiled: TiledKernel | None,
     space = config_space(src)
     if tiled is None:
         return space
+    split = src.fp32_precision == "tf32x3"  # float32 dots' operands split in the loop
     if autotune == "full":  # all that fit in shared memory
-        return tuning.fitting(tiled, space)
-    return tuning.pruned_space(tiled, src.fma_dots, space)
+        return tuning.fitting(tiled, space, split=split)
+    return tuning.pruned_space(tiled, src.fma_dots, space, split=split)
 
 
 def configs(src: KernelSource, interpret: bool, autotune: bool | str, tiled: TiledKernel | None = None):

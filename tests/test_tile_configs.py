@@ -19,7 +19,7 @@ from tests.helpers import H200_SHARED_MEMORY
 HOPPER = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3)]
 
 
-def _core(dtype: torch.dtype, c: int, tf32: bool = False, L: int = 256):
+def _core(dtype: torch.dtype, c: int, tf32: bool = False, L: int = 256, precision: str | None = None):
     """The Evoformer core's kernel (q, k, v [N, H, L, c], a mask and a pair bias): its
     launcher, GPU source, and its input tensors in argument order (keys for several tiles:
     a loop of one tile has no pipeline to stage)."""
@@ -30,7 +30,7 @@ def _core(dtype: torch.dtype, c: int, tf32: bool = False, L: int = 256):
     torch.backends.cuda.matmul.allow_tf32 = tf32
     try:
         (tiled,) = compile_graph(lower(gm)).kernels.values()
-        src = generate(tiled, None, "tf32" if tf32 else "ieee", interpret=False)
+        src = generate(tiled, None, precision or ("tf32" if tf32 else "ieee"), interpret=False)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
     tensor_of = dict(zip([n.name for n in gm.graph.nodes if n.op == "placeholder"], inputs))
@@ -76,6 +76,23 @@ def test_the_shared_memory_estimate_follows_the_sm90_build(dtype, tf32, c, confi
     estimate, _ = tuning.estimates(launcher.tiled, src.fma_dots, config)
     built = _built_shared(launcher, src, inputs, config)
     assert 0.85 * built <= estimate <= 1.35 * built, (estimate, built)
+
+
+@pytest.mark.parametrize("c, config", [(32, (64, 64, 4, 2)), (128, (128, 32, 4, 2))])
+def test_three_tf32_products_stage_split_operands_and_the_estimate_counts_them(c, config):
+    """Float32 dots as three TF32 products (TF32 off) split their operands inside the loop
+    and stage the parts in shared memory: the estimate follows the sm_90 build, and at head
+    width 128 the 8-warp 128 x 64 tile, which the build puts past sm_90's shared memory per block,
+    is not a candidate."""
+    launcher, src, inputs = _core(torch.float32, c, precision="tf32x3")
+    assert src.fp32_precision == "tf32x3" and not src.fma_dots
+    estimate, _ = tuning.estimates(launcher.tiled, src.fma_dots, config, split=True)
+    built = _built_shared(launcher, src, inputs, config)
+    assert 0.85 * built <= estimate <= 1.35 * built, (estimate, built)
+    assert estimate > tuning.estimates(launcher.tiled, src.fma_dots, config)[0]  # TF32's own is smaller
+    if c == 128:
+        assert (128, 64, 8, 2) not in tile_configs.candidate_space(src, launcher.tiled)
+        assert tuning.estimates(launcher.tiled, src.fma_dots, (128, 64, 8, 2), split=True)[0] > H200_SHARED_MEMORY
 
 
 def test_tiles_that_do_not_fit_in_shared_memory_are_left_out():
