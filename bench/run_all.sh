@@ -57,7 +57,9 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # from empty caches with Triton's launcher and PyTorch's static one ([Note: the static
 # launcher] in flashlight/compiled_launch.py), one after the other in one call: the two
 # H100 A/B calls of bench/results/h100_2026-12-07d left the first call and the timed pass
-# undecided (both halves' unpatched modules moved with the host).
+# undecided (both halves' unpatched modules moved with the host). kernels-fp32-three-products
+# measures every float32 (TF32 off) cell again with three TF32 products, the default since
+# the report's IEEE cells were measured, and the cost model's candidates that fit.
 # Parts writing to their own file re-measure cells of an earlier part after a compiler
 # change (the report keeps the newest cell of each implementation): the masked LM
 # variants after full-tile loops (and ALiBi's tile skipping) and again after the coarse
@@ -72,6 +74,7 @@ E="$PY -m bench.evoformer --max-minutes 9"
 PARTS=(
     "static-launch-ab-off|env FLASHLIGHT_STATIC_LAUNCH=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/static_launch_off/static_launch_ab_0.json"
     "static-launch-ab-on|env FLASHLIGHT_STATIC_LAUNCH=1 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/static_launch_ab_1.json"
+    "kernels-fp32-three-products|$K --variants lm,evoformer --shapes all --dtypes fp32 --impls flashlight,sdpa,torch_compile,flex --out $R/kernels_fp32_three_products.json"
     "tune-configs-fold|$PY -m bench.tune_configs --fold-synthetic 256,512 --max-minutes 9"
     "launcher-beside-ab2-on|env FLASHLIGHT_LAUNCHER_BESIDE=1 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab2_1.json"
     "launcher-beside-ab2-off|env FLASHLIGHT_LAUNCHER_BESIDE=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab2_0.json"
