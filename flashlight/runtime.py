@@ -38,7 +38,8 @@ from typing import Sequence
 import torch
 import torch.fx as fx
 
-from flashlight import background, compile_workers, compiled_launch, launch_plan, prepare, settings, tuned_configs, tuning
+from flashlight import (background, compile_workers, compiled_launch, launch_plan, prepare, settings, tuned_configs,
+                        tuning)
 from flashlight.codegen import KernelSource
 from flashlight.tile_configs import SMALL_FOOTPRINT_CONFIGS, candidate_space, configs, triton_configs
 from flashlight.ir import Dim, TiledKernel
