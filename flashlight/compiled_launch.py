@@ -189,9 +189,11 @@ def prepared(kernel, device: torch.device, count: int) -> None:
     """Make ``kernel``'s first launch on ``device`` find everything done: its static
     launch loaded, or else Triton's launcher built and the binary loaded (what reading
     its ``run`` does)."""
-    index = device.index if device.index is not None else torch.cuda.current_device() if device.type == "cuda" else -1
-    if device.type != "cuda" or static_kernel(kernel, index, count) is None:
-        getattr(kernel, "run", None)
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if static_kernel(kernel, index, count) is not None:
+            return
+    getattr(kernel, "run", None)
 
 
 def compiles(args: Sequence) -> bool:
@@ -200,12 +202,13 @@ def compiles(args: Sequence) -> bool:
     return bool(args) and isinstance(args[0], torch.Tensor) and args[0].device.type == "cuda"
 
 
-def launch(raw, grid, args: Sequence, options: dict, known: dict) -> None:
+def launch(raw, grid, args: Sequence, options: dict, known: dict, inputs: int) -> None:
     """Launch ``raw`` on ``args`` with ``options`` over ``grid`` (a tuple, or Triton's
     function of the launch options): through the compiled launch ``known`` holds for the
-    inputs' alignment, finding it the first time; through the JIT function where there is
+    alignment of the first ``inputs`` arguments (the input tensors; fresh outputs are
+    always aligned), finding it the first time; through the JIT function where there is
     none or it declines."""
-    aligned = tuple(a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor))
+    aligned = tuple(args[k].data_ptr() % 16 == 0 for k in range(inputs))
     how = known.get(aligned)
     if how is None and compiles(args):
         how = compiled_launch(raw, args, options)

@@ -73,5 +73,6 @@ class LaunchPlan:
         device = tensors[0].device
         outs = [torch.empty(shape, dtype=dtype, device=device)
                 for shape, dtype in zip(self.out_shapes, self.out_dtypes)]
-        compiled_launch.launch(raw, self.grid, (*tensors, *outs, *self.tail), self.chosen, self.compiled)
+        compiled_launch.launch(raw, self.grid, (*tensors, *outs, *self.tail), self.chosen, self.compiled,
+                               len(tensors))
         return outs

@@ -217,7 +217,7 @@ class Launcher:
         if chosen is not None:
             try:
                 result = self._run_eager(eager_inputs) if chosen == EAGER else compiled_launch.launch(
-                    self._raw, grid, args, {**chosen, **wide}, {})
+                    self._raw, grid, args, {**chosen, **wide}, {}, 0)
             except Exception as error:  # noqa: BLE001 - a choice that cannot run here is tuned again
                 eager_oom = chosen == EAGER and isinstance(error, torch.cuda.OutOfMemoryError)
                 if not (eager_oom or (where == "shipped" and _out_of_resources(error))):
@@ -386,7 +386,7 @@ class Launcher:
         """Median milliseconds of the best kernel candidate and of the unfused graph (None
         where the graph fails, e.g. runs out of memory materialising its scores)."""
         known: dict = {}  # the compiled launch, found at the first timed call
-        kernel_ms = _median_ms(lambda: compiled_launch.launch(self._raw, grid, args, best, known))
+        kernel_ms = _median_ms(lambda: compiled_launch.launch(self._raw, grid, args, best, known, 0))
         try:
             eager_ms = _median_ms(lambda: self.eager(*tensors))
         except Exception as error:  # noqa: BLE001 - the kernel stays the choice
@@ -488,7 +488,7 @@ class Launcher:
             plan = launch_plan.LaunchPlan(
                 tuple(relayouts), tuple(tuple(o.shape) for o in outs), tuple(o.dtype for o in outs),
                 args[len(tensors) + len(outs):], tuple(grid(chosen)), {**chosen, **wide})
-            compiled_launch.launch(self._raw, plan.grid, args, plan.chosen, plan.compiled)
+            compiled_launch.launch(self._raw, plan.grid, args, plan.chosen, plan.compiled, len(tensors))
             result = None
             if not checks:
                 self._plans[call] = plan
