@@ -9,7 +9,10 @@
 Each cell (an Evoformer kernel of the catalog, :mod:`bench.variants_evoformer`, at one
 N_res and dtype: ``bf16``; ``tf32``: float32 with TF32 matmuls; ``fp32``: IEEE float32)
 is compiled afresh with ``FLASHLIGHT_AUTOTUNE=full`` (every candidate configuration, no
-shipped choice consulted) and the tuning cache off, and called once on random inputs.
+shipped choice consulted), the tuning cache off and each candidate's build timed
+(``FLASHLIGHT_RECORD_BUILDS``), and called once on random inputs. An entry ships the
+candidate that builds fastest among those within 3% of the fastest ([Note: a choice that
+builds fast] in ``flashlight/tuned_configs.py``).
 Each autotuning that call runs (``flashlight.runtime.TUNING_EVENTS``: the best of the
 full space, timed against the unfused graph) becomes one entry of ``--out``, keyed by
 GPU model, Triton major.minor, kernel signature and size bucket, with the measured
@@ -118,7 +121,7 @@ def measure_cell(variant_name: str, shape: dict, dtype_name: str, seed: int) -> 
     inputs = variant.make_inputs(shape, dtype, "cuda", g)
     torch.compiler.reset()
     start = len(runtime.TUNING_EVENTS)
-    with settings.override(autotune="full", tuning_cache=False), torch.no_grad():
+    with settings.override(autotune="full", tuning_cache=False, record_builds=True), torch.no_grad():
         out = flashlight.compile(variant.fn)(*inputs)
         torch.cuda.synchronize()
     if not bool(torch.isfinite(out.float()).all()):
@@ -172,7 +175,7 @@ def measure_fold(fasta: str, alignment_dir: str | None, dtype_name: str, length:
         argv += ["--alignment-dir", alignment_dir]
     torch.compiler.reset()
     start = len(runtime.TUNING_EVENTS)
-    with tempfile.TemporaryDirectory() as out, settings.override(autotune="full", tuning_cache=False):
+    with tempfile.TemporaryDirectory() as out, settings.override(autotune="full", tuning_cache=False, record_builds=True):
         status = cli.main([*argv, "--out-dir", out])
     if status != 0:
         raise RuntimeError(f"flashlight-fold exited with status {status}")
@@ -224,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         if entries:
             tuned_configs.write_entries(args.out, entries)
         for e in entries:
-            print(f"{cell}: {e['kernel']}: {_described(e['choice'])} (kernel {_ms(e['kernel_ms'])}, "
+            fastest = f", builds faster than the fastest {_described(e['fastest'])}" if e.get("fastest") else ""
+            print(f"{cell}: {e['kernel']}: {_described(e['choice'])}{fastest} (kernel {_ms(e['kernel_ms'])}, "
                   f"unfused graph {_ms(e['eager_ms'])}) [{time.monotonic() - t0:.1f} s]")
         if not entries:
             print(f"{cell}: no kernel was autotuned", file=sys.stderr)

@@ -415,6 +415,51 @@ def specialization(jit_fn, args: tuple, grid, options: dict) -> str | None:
     return _PROBE.found
 
 
+_PROBE_KERNEL = (
+    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def flashlight_probe(x, y, BLOCK: tl.constexpr):\n"
+    "    offs = tl.arange(0, BLOCK)\n"
+    "    tl.store(y + offs, tl.load(x + offs))\n")
+
+
+def warm_specialization() -> None:
+    """Ask Triton once what a small kernel's launch would compile, compiling nothing:
+    the first such question in a process pays one-time costs of Triton's launch path
+    (0.10-0.14 s on an H100 host, the ``specialize_s`` of a cold fold's first compile
+    job, against 0.001-0.006 s for the jobs after it), which :mod:`flashlight.prepare`
+    pays here ahead of the first job. Only where workers run (else nothing asks)."""
+    if pool() is None:
+        return
+    import importlib.util
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="flashlight-probe-") as folder:
+        path = os.path.join(folder, "flashlight_probe.py")
+        with open(path, "w") as f:
+            f.write(_PROBE_KERNEL)
+        spec = importlib.util.spec_from_file_location("flashlight_probe_kernel", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        x = _Pointer()  # no memory: nothing is launched, and no device context is made here
+        specialization(module.flashlight_probe, (x, x), (1,), {"BLOCK": 16})
+
+
+class _Pointer:
+    """A float32 pointer as Triton's specialization sees one (an object with ``data_ptr``
+    and ``dtype``), pointing nowhere."""
+
+    dtype = None
+
+    def __init__(self):
+        import torch
+
+        self.dtype = torch.float32
+
+    @staticmethod
+    def data_ptr() -> int:
+        return 0
+
+
 def compile_elsewhere(jit_fn, args: tuple, grid, options: dict) -> bool:
     """Compile the launch of ``jit_fn`` on ``args`` in a worker process, into Triton's
     on-disk cache, so that the caller's own compile of it only loads the binary ([Note:
@@ -454,6 +499,43 @@ def compile_elsewhere(jit_fn, args: tuple, grid, options: dict) -> bool:
               result.get("seconds", 0.0), time.perf_counter() - start_s)
     return True
 
+
+
+def build_seconds(jit_fn, args: tuple, grid, configs, extra: dict | None = None) -> dict[tuple, float]:
+    """Seconds a worker process takes to compile each of ``configs`` (Triton configs) for
+    the launch of ``jit_fn`` on ``args`` from nothing, each in a Triton cache of its own
+    so that nothing is loaded: what the candidate adds to a first call with empty caches
+    ([Note: a choice that builds fast] in :mod:`flashlight.tuned_configs`). ``extra``:
+    launch options every candidate gets. Keyed by
+    :func:`flashlight.tuned_configs.config_key`; a candidate that could not be timed (no
+    workers, already compiled in this process, a failed compile) is left out."""
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from flashlight.tuned_configs import config_key
+
+    workers = start()
+    if workers is None:
+        return {}
+    module = sys.modules[jit_fn.fn.__module__]
+    import triton
+
+    target = (dict(zip(("backend", "arch", "warp_size"), workers.target)) if workers.target
+              else dict(vars(triton.runtime.driver.active.get_current_target())))
+    env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_") and k != "TRITON_INTERPRET"}
+    with tempfile.TemporaryDirectory(prefix="flashlight-builds-") as folder:
+        jobs = {}
+        for k, config in enumerate(configs):
+            options = {**config.all_kwargs(), **(extra or {})}
+            data = specialization(jit_fn, args, grid, options)
+            if data is not None:
+                jobs[config_key(options)] = {
+                    "path": module.__file__, "module": module.__name__, "name": jit_fn.fn.__name__,
+                    "specialization": data, "target": target, "reader": triton_specializations.__file__,
+                    "env": {**env, "TRITON_CACHE_DIR": os.path.join(folder, str(k))}}
+        with ThreadPoolExecutor(max_workers=workers.processes) as threads:
+            results = dict(zip(jobs, threads.map(workers.compile, jobs.values())))
+    return {key: round(r["seconds"], 3) for key, r in results.items() if r.get("ok")}
 
 # [Note: the launcher beside the compile]
 # Triton 3.6 launches each compiled kernel through C code generated for the kernel's

@@ -141,6 +141,9 @@ class Launcher:
         self._unfused: set[tuple] = set()  # call signatures whose sizes chose the unfused graph
         # sizes whose deferred tuning ran ([Note: autotuning in the background])
         self._tuned_late: set[tuple[int, ...]] = set()
+        # sizes -> seconds each candidate took to build from nothing, where recorded
+        # (FLASHLIGHT_RECORD_BUILDS; [Note: a choice that builds fast])
+        self._build_s: dict[tuple[int, ...], dict[tuple, float]] = {}
         # the integer arguments (sizes, strides) of the first launch, by name: what Triton's
         # JIT specializes on, so an ahead-of-time build can do the same (flashlight.aot)
         self.first_arguments: dict[str, int] | None = None
@@ -228,6 +231,7 @@ class Launcher:
                 self._chosen[sizes] = chosen
                 return result if chosen == EAGER else None
         if tune:
+            self._time_builds(fn.configs, args, grid, wide, sizes)
             precompile(self._raw, fn.configs, args, grid, wide)
         try:
             fn[grid](*args, **wide)
@@ -246,8 +250,15 @@ class Launcher:
         if tune and (len(fn.configs) > 1 or eager_ms is not None):
             remember_choice(self.src, device, sizes, self._chosen[sizes])
         if tune:
-            self._record_tuning(device, sizes, len(fn.configs), kernel_ms, eager_ms)
+            timings = getattr(fn, "configs_timings", None) or {}
+            self._record_tuning(device, sizes, len(fn.configs), kernel_ms, eager_ms, timings)
         return None
+
+    def _time_builds(self, configs, args: tuple, grid, wide: dict, sizes: tuple[int, ...]) -> None:
+        """With ``record_builds`` on, each candidate's build seconds for ``sizes``, timed
+        once, before any of them is compiled in this process."""
+        if settings.get("record_builds") and sizes not in self._build_s:
+            self._build_s[sizes] = compile_workers.build_seconds(self._raw, args, grid, configs, wide)
 
     def _compiled_in_background(self, args: tuple, grid, sizes: tuple[int, ...], device: torch.device,
                                 tensors: Sequence[torch.Tensor]):
@@ -289,6 +300,7 @@ class Launcher:
         def build():
             prepare.wait()  # [Note: a process's one-time costs]: Triton's driver, loaded once
             with launch_plan.on_device(device):
+                self._time_builds(fn.configs, args, grid, {}, sizes)
                 precompile(self._raw, fn.configs, args, grid)  # for this launch's GPU
             return _TUNED_AT_SETTLE
 
@@ -395,17 +407,27 @@ class Launcher:
         return kernel_ms, eager_ms
 
     def _record_tuning(self, device: torch.device, sizes: tuple[int, ...], candidates: int,
-                       kernel_ms: float | None, eager_ms: float | None) -> None:
-        """Note an autotuning outcome in :data:`TUNING_EVENTS` (what the shipped data holds)."""
+                       kernel_ms: float | None, eager_ms: float | None, timings: dict | None = None) -> None:
+        """Note an autotuning outcome in :data:`TUNING_EVENTS` (what the shipped data holds),
+        with each candidate's time (the autotuner's ``timings``: config -> median ms, or
+        its quantiles) and build seconds where recorded."""
         if self.signature is None:
             return
         chosen = self._chosen[sizes]
+        builds = self._build_s.get(sizes, {})
+        measured = []
+        for config, ms in (timings or {}).items():
+            key = tuned_configs.config_key(config.all_kwargs())
+            ms = ms[0] if isinstance(ms, (list, tuple)) else ms
+            measured.append({"config": dict(zip(tuned_configs.CONFIG_KEYS, key)), "ms": float(ms),
+                             "build_s": builds.get(key)})
         TUNING_EVENTS.append({
             "kernel": self.src.name, "gpu": gpu_name(device), "capability": gpu_capability(device),
             "triton": tuned_configs.triton_version(),
             "signature": self.signature, "bucket": self._bucket(sizes), "sizes": list(sizes),
             "choice": EAGER if chosen == EAGER else {k: int(chosen[k]) for k in tuned_configs.CONFIG_KEYS},
             "candidates": candidates, "kernel_ms": kernel_ms, "eager_ms": eager_ms,
+            "measured_candidates": measured,
         })
 
     def _size(self, d: Dim, values: dict[str, int]) -> int:

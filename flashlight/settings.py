@@ -68,11 +68,15 @@ BESIDE                             signature) on a thread while a worker compile
                                    kernel (0: after the compile, as Triton does;
                                    flashlight.compile_workers; measured mixed: 3 of 4
                                    first calls shorter, one longer)
-FLASHLIGHT_STATIC_     0           1: launch compiled kernels through PyTorch's
+FLASHLIGHT_STATIC_     1           1: launch compiled kernels through PyTorch's
 LAUNCH                             launcher built for every signature, so that none
                                    waits for a C compile of Triton's own (0: Triton's
-                                   launcher; flashlight.compiled_launch; off until an
-                                   A/B decides it: bench/results/h100_2026-12-07d)
+                                   launcher; flashlight.compiled_launch, [Note: the
+                                   static launcher])
+FLASHLIGHT_RECORD_     0           1: autotuning also times each candidate's build
+BUILDS                             from nothing in a compile worker, for the shipped
+                                   choices (bench/tune_configs.py sets it;
+                                   [Note: a choice that builds fast])
 FLASHLIGHT_GRAPH_      overlap     how patch_openfold's CUDA graphs are recorded:
 CAPTURE                            overlap (captured while the device runs earlier
                                    work, where free memory allows) or drain (the
@@ -157,7 +161,8 @@ _KNOBS: dict[str, _Knob] = {
     "compile_processes": _Knob("FLASHLIGHT_COMPILE_PROCESSES", -1, int),
     "capture_process": _Knob("FLASHLIGHT_CAPTURE_PROCESS", True, _bool),
     "launcher_beside": _Knob("FLASHLIGHT_LAUNCHER_BESIDE", False, _bool),
-    "static_launch": _Knob("FLASHLIGHT_STATIC_LAUNCH", False, _bool),
+    "static_launch": _Knob("FLASHLIGHT_STATIC_LAUNCH", True, _bool),
+    "record_builds": _Knob("FLASHLIGHT_RECORD_BUILDS", False, _bool),
     "graph_capture": _Knob("FLASHLIGHT_GRAPH_CAPTURE", "overlap", _choice("drain", "overlap")),
     "sum_dots": _Knob("FLASHLIGHT_SUM_DOTS", False, _bool),
     "lazy_rescale": _Knob("FLASHLIGHT_LAZY_RESCALE", False, _bool),

@@ -40,6 +40,14 @@ ABOUT = ("Autotuning choices measured by bench/tune_configs.py, keyed by GPU mod
          "kernel signature and size bucket (flashlight/tuned_configs.py); choice: a configuration or 'eager'")
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 _LOADED: dict[str, tuple[tuple, dict]] = {}  # path -> (file stamp, index)
+# A candidate this much slower than the fastest may be shipped where it builds faster
+# ([Note: a choice that builds fast]).
+BUILD_TOLERANCE = 0.03
+
+
+def config_key(options: dict) -> tuple[int, ...]:
+    """A configuration's (BLOCK_M, BLOCK_N, num_warps, num_stages) from launch options."""
+    return tuple(int(options[k]) for k in CONFIG_KEYS)
 
 
 def data_path() -> str | None:
@@ -215,13 +223,54 @@ def nearest_bucket(bucket: str, measured: list[str]) -> str | None:
     return min(ranked)[2] if ranked else None
 
 
+# [Note: a choice that builds fast]
+# A shipped choice is launched without autotuning, so with empty caches it is the one
+# configuration a first call compiles, on the first call's critical path: a fold's first
+# pass waits for its slowest kernel's build. Builds differ more than run times do near
+# the top of a kernel's ranking: Triton's stages for the single-sequence MSA row
+# attention kernel (bf16, 256 residues, built for sm_90 on a 2-core CPU) took 2.08 s at
+# 64 x 128 tiles, 4 warps, 2 stages (255 registers, 1.2 KB of spills; LLVM 0.99 s, ptxas
+# 0.82 s) and 0.47 s at 64 x 32, 3 stages (96 registers); on an H100 host a cold
+# single-sequence fold's slowest kernel took 0.7-1.0 s in a compile worker. So a candidate within
+# BUILD_TOLERANCE of the fastest candidate's time that builds faster is shipped in its
+# place (the fastest is kept in the entry as ``fastest``, every candidate's time and
+# build seconds in ``candidates_measured``). Build seconds come from each candidate
+# compiled from nothing in a compile worker (``FLASHLIGHT_RECORD_BUILDS``, which
+# bench/tune_configs.py sets); where they are missing the fastest is shipped. The
+# unfused graph's choice is never changed. Autotuning in place keeps the fastest: there
+# every candidate has been built already.
+
+
+def quick_build_choice(measured: list[dict], tolerance: float = BUILD_TOLERANCE) -> dict | None:
+    """Of the ``measured`` candidates (``{"config", "ms", "build_s"}``), the one that builds
+    fastest among those at most ``tolerance`` slower than the fastest; None where no
+    candidate has both times ([Note: a choice that builds fast])."""
+    timed = [m for m in measured if m.get("ms") is not None and m["ms"] == m["ms"] and m["ms"] > 0]
+    if not timed:
+        return None
+    best_ms = min(m["ms"] for m in timed)
+    near = [m for m in timed if m["ms"] <= best_ms * (1 + tolerance) and m.get("build_s") is not None]
+    if not near:
+        return None
+    return dict(min(near, key=lambda m: (m["build_s"], m["ms"]))["config"])
+
+
 def entry_from_event(event: dict, **notes) -> dict:
     """A data-file entry from one autotuning outcome (``flashlight.runtime.TUNING_EVENTS``),
-    with its measured times and ``notes`` on the measurement (``measured``: what ran)."""
+    with its measured times and ``notes`` on the measurement (``measured``: what ran).
+    Where the event holds every candidate's time and build seconds, the choice is the
+    fastest-building candidate near the fastest ([Note: a choice that builds fast])."""
     entry = {k: event[k] for k in ("gpu", "triton", "signature", "bucket", "choice")}
     if event.get("capability"):
         entry["capability"] = event["capability"]
     entry.update({k: event.get(k) for k in ("kernel_ms", "eager_ms", "candidates")})
+    measured = event.get("measured_candidates") or []
+    quick = quick_build_choice(measured) if entry["choice"] != EAGER else None
+    if quick is not None and quick != entry["choice"]:
+        entry["fastest"], entry["choice"] = entry["choice"], quick
+    if measured:  # (BLOCK_M, BLOCK_N, num_warps, num_stages, ms, build seconds) each
+        entry["candidates_measured"] = [[*config_key(m["config"]), round(m["ms"], 5), m.get("build_s")]
+                                        for m in measured]
     entry.update(notes)
     return entry
 
