@@ -12,7 +12,10 @@ fold's first call with empty caches (H200 host, ``bench/results/first_call``):
   registration reads source files (0.04 s on that machine);
 * Triton's driver builds its C utilities (``cuda_utils``, compiled with the system's C
   compiler when Triton's cache is empty: 0.4 s) and hashes its own installation for
-  the cache key of every compile (``triton_key``, 0.6 s, in every process).
+  the cache key of every compile (``triton_key``, 0.6 s, in every process);
+* the first launch Triton is asked about (what it would compile, for a compile worker)
+  pays for its launch path's set-up (0.10-0.14 s on an H100 host, 0.001-0.006 s for
+  the launches after it; ``triton_launch``, where compile workers run).
 
 None of it depends on the kernels, so :func:`start` runs it on a daemon thread as soon
 as a user says Flashlight will be used (``patch_openfold``; ``flashlight-fold`` starts it
@@ -138,6 +141,7 @@ def _run() -> None:
         _step("modules", _compile_modules)
         if torch.cuda.is_available() and not settings.get("interpret"):
             _step("triton_driver", _triton_driver)
+            _step("triton_launch", _triton_launch)
             _step("triton_key", _triton_key)
     finally:
         _done.set()
@@ -189,6 +193,14 @@ def _triton_driver() -> None:
     import triton
 
     triton.runtime.driver.active.utils  # noqa: B018 - the property builds or loads them
+
+
+def _triton_launch() -> None:
+    """Triton's launch path asked once what a launch would compile (where compile workers
+    run: ``flashlight.compile_workers.warm_specialization``)."""
+    from flashlight import compile_workers
+
+    compile_workers.warm_specialization()
 
 
 def _triton_key() -> None:

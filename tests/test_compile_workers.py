@@ -180,3 +180,20 @@ def test_the_launcher_is_built_beside_the_compile_from_the_specialization(kernel
     monkeypatch.setattr(compile_workers, "_launcher_cls", failing)
     compile_workers.build_launcher_beside(_jit_fn(kernel_job), kernel_job["specialization"],
                                           kernel_job["target"]).join()  # logged, nothing raised
+
+
+def test_the_first_launch_question_is_asked_ahead_only_where_workers_run(monkeypatch):
+    """[Note: a process's one-time costs] in ``flashlight.prepare``: Triton is asked once
+    what a small kernel would compile, with a pointer that points nowhere (no memory, no
+    device context), and only where a compile worker's job would ask it."""
+    asked = []
+    monkeypatch.setattr(compile_workers, "specialization",
+                        lambda fn, args, grid, options: asked.append((fn, args, grid, options)))
+    monkeypatch.setattr(compile_workers, "pool", lambda: None)
+    compile_workers.warm_specialization()
+    assert asked == []
+    monkeypatch.setattr(compile_workers, "pool", lambda: object())
+    compile_workers.warm_specialization()
+    ((fn, args, grid, options),) = asked
+    assert "flashlight_probe" in str(getattr(fn, "fn", fn)) and options == {"BLOCK": 16} and grid == (1,)
+    assert all(a.data_ptr() == 0 and a.dtype == torch.float32 for a in args)
