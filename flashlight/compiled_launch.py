@@ -16,12 +16,15 @@ arguments less those Triton specialised into constants (an integer equal to 1, f
 instance), in order, with the tensors as their data pointers. Where it cannot (a PyTorch
 without it, a kernel it does not take: scratch memory, clusters of CTAs, tensor
 descriptors; Triton's launch hooks set, for a profiler; a load that fails), Triton's
-launcher runs as before. ``FLASHLIGHT_STATIC_LAUNCH=1`` turns it on; it is off by default:
-on an H100 (bench/results/h100_2026-12-07d) it took every launcher build (0.18-0.36 s a
-kernel) out of a cold fold's compile jobs, checked against float64, but the first call
-was no shorter, and the two processes that ran with it were slower throughout, in
-modules it does not touch too, for a cause not found; the ``static-launch-ab-*`` parts of
-bench/run_all.sh measure it again.
+launcher runs as before. On by default (``FLASHLIGHT_STATIC_LAUNCH=0``: Triton's launcher
+everywhere). On an H100 (bench/results/h100_2026-12-07d) it took every launcher build
+(0.18-0.36 s a kernel) out of a cold fold's compile jobs, checked against float64; in the
+first two A/B pairs the first call was no shorter (the processes that ran with it were
+slower throughout, in modules it does not touch too, as the host moved), in the third
+(bench/results/fold_product_runs/static_launch_ab_h100_20261207c, the order off, on) it
+was 0.20 s shorter in bf16 (1.41 -> 1.22 s) and 0.30 s in float32 (1.37 -> 1.07 s), its
+compile jobs ending 0.2-0.4 s earlier: over the three pairs, three first calls shorter,
+two longer, one level, and on every job the launcher's step left the critical path.
 """
 from __future__ import annotations
 
