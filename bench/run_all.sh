@@ -53,11 +53,14 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # since), so that the order of the runs does not decide it. So do the two capture-process-ab
 # parts: the cores traced on the main thread and in capture processes (the default;
 # [Note: capturing in another process] in flashlight/capture_worker.py).
-# The two static-launch-ab parts (first in the list: not yet measured) fold the same records
-# from empty caches with Triton's launcher and PyTorch's static one ([Note: the static
-# launcher] in flashlight/compiled_launch.py), one after the other in one call: the two
-# H100 A/B calls of bench/results/h100_2026-12-07d left the first call and the timed pass
-# undecided (both halves' unpatched modules moved with the host). kernels-fp32-three-products
+# tune-configs-fold (first: the compiler changed, and tuning now times each candidate's
+# build, so the shipped choices are the fastest-building near the fastest, [Note: a choice
+# that builds fast] in flashlight/tuned_configs.py) measures the shipped choices of this GPU
+# again; fold-cold-quick-builds then folds with them from empty caches, every record of the
+# fold benchmark (its first call is the one the choices shorten). The two static-launch-ab
+# parts fold the same records from empty caches with Triton's launcher and PyTorch's static
+# one ([Note: the static launcher] in flashlight/compiled_launch.py), one after the other
+# in one call (on by default since a third H100 A/B). kernels-fp32-three-products
 # measures every float32 (TF32 off) cell again with three TF32 products, the default since
 # the report's IEEE cells were measured, and the cost model's candidates that fit.
 # Parts writing to their own file re-measure cells of an earlier part after a compiler
@@ -72,12 +75,13 @@ E="$PY -m bench.evoformer --max-minutes 9"
 # backend: carry .gpuflash/a, then .gpuflash/b, each in a call of its own (gpu_fetch.sh
 # --flash), and run under gpu_run.sh --flash; without it the part says so and stays to do.
 PARTS=(
-    "static-launch-ab-off|env FLASHLIGHT_STATIC_LAUNCH=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/static_launch_off/static_launch_ab_0.json"
-    "static-launch-ab-on|env FLASHLIGHT_STATIC_LAUNCH=1 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/static_launch_ab_1.json"
-    "kernels-fp32-three-products|$K --variants lm,evoformer --shapes all --dtypes fp32 --impls flashlight,sdpa,torch_compile,flex --out $R/kernels_fp32_three_products.json"
     "tune-configs-fold|$PY -m bench.tune_configs --fold-synthetic 256,512 --max-minutes 9"
+    "fold-cold-quick-builds|$PY -m bench.fold_product --lengths 256,512 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 9 --out $R/fold_product_runs/quick_builds.json"
+    "kernels-fp32-three-products|$K --variants lm,evoformer --shapes all --dtypes fp32 --impls flashlight,sdpa,torch_compile,flex --out $R/kernels_fp32_three_products.json"
     "launcher-beside-ab2-on|env FLASHLIGHT_LAUNCHER_BESIDE=1 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab2_1.json"
     "launcher-beside-ab2-off|env FLASHLIGHT_LAUNCHER_BESIDE=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab2_0.json"
+    "static-launch-ab-off|env FLASHLIGHT_STATIC_LAUNCH=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/static_launch_off/static_launch_ab_0.json"
+    "static-launch-ab-on|env FLASHLIGHT_STATIC_LAUNCH=1 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/static_launch_ab_1.json"
     "launcher-beside-ab-off|env FLASHLIGHT_LAUNCHER_BESIDE=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab_0.json"
     "launcher-beside-ab-on|env FLASHLIGHT_LAUNCHER_BESIDE=1 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/launcher_beside_ab_1.json"
     "capture-process-ab-off|env FLASHLIGHT_CAPTURE_PROCESS=0 $PY -m bench.fold_product --lengths 256 --msa single,deep --dtypes fp32,bf16 --rows cold --max-minutes 4 --out $R/fold_product_runs/capture_process_ab_0.json"

@@ -505,9 +505,9 @@ def test_run_all_lists_the_new_parts_first():
     listed = subprocess.run(["bash", "bench/run_all.sh", "--list"], cwd=root, capture_output=True, text=True,
                             check=True).stdout.split("\n")
     names = [line.split()[0] for line in listed if line.strip()]
-    assert names[:22] == ["static-launch-ab-off", "static-launch-ab-on", "kernels-fp32-three-products",
-                          "tune-configs-fold", "launcher-beside-ab2-on", "launcher-beside-ab2-off",
-                          "launcher-beside-ab-off", "launcher-beside-ab-on",
+    assert names[:23] == ["tune-configs-fold", "fold-cold-quick-builds", "kernels-fp32-three-products",
+                          "launcher-beside-ab2-on", "launcher-beside-ab2-off", "static-launch-ab-off",
+                          "static-launch-ab-on", "launcher-beside-ab-off", "launcher-beside-ab-on",
                           "capture-process-ab-off", "capture-process-ab-on", "warm-first-fold",
                           "warm-first-fold-bf16", "new-forms", "fold-product", "fold-warmup-ab", "kernels-general",
                           "training-kernels", "training-step", "training-profile", "tune-configs", "kernels-core",
