@@ -122,12 +122,19 @@ def load(path, name):
 
 
 def compile_job(job):
-    for key, value in job["env"].items():
-        os.environ[key] = value
-    fn = getattr(load(job["path"], job["module"]), job["name"])
-    reader = load(job["reader"], "flashlight_triton_specializations")
-    src, target, options = reader.read(fn, job["specialization"], job["target"])
-    triton.compile(src, target=target, options=options)
+    saved = {key: os.environ.get(key) for key in job["env"]}
+    os.environ.update(job["env"])
+    try:
+        fn = getattr(load(job["path"], job["module"]), job["name"])
+        reader = load(job["reader"], "flashlight_triton_specializations")
+        src, target, options = reader.read(fn, job["specialization"], job["target"])
+        triton.compile(src, target=target, options=options)
+    finally:  # a job's environment (its own cache folder, say) is not the next job's
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def read():

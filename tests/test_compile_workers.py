@@ -197,3 +197,20 @@ def test_the_first_launch_question_is_asked_ahead_only_where_workers_run(monkeyp
     ((fn, args, grid, options),) = asked
     assert "flashlight_probe" in str(getattr(fn, "fn", fn)) and options == {"BLOCK": 16} and grid == (1,)
     assert all(a.data_ptr() == 0 and a.dtype == torch.float32 for a in args)
+
+
+def test_a_jobs_environment_is_not_the_next_jobs(kernel_job, tmp_path, monkeypatch):
+    """A job that names its own Triton cache (a build timed from nothing, say) leaves the
+    worker's own cache in place for the jobs after it."""
+    own, timed = tmp_path / "own", tmp_path / "timed"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(own))  # the worker's environment at its start
+    pool = compile_workers.Pool(1)
+    try:
+        first = {**kernel_job, "env": {"TRITON_CACHE_DIR": str(timed)}}
+        spec = json.loads(kernel_job["specialization"])
+        spec["options"] = {**spec["options"], "num_stages": 3}  # another build: nothing cached
+        second = {**kernel_job, "specialization": json.dumps(spec), "env": {}}
+        assert pool.compile(first)["ok"] and pool.compile(second)["ok"]
+    finally:
+        pool.close()
+    assert len(_cache_groups(timed)) == 1 and len(_cache_groups(own)) == 1
