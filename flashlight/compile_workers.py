@@ -422,51 +422,6 @@ def specialization(jit_fn, args: tuple, grid, options: dict) -> str | None:
     return _PROBE.found
 
 
-_PROBE_KERNEL = (
-    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-    "def flashlight_probe(x, y, BLOCK: tl.constexpr):\n"
-    "    offs = tl.arange(0, BLOCK)\n"
-    "    tl.store(y + offs, tl.load(x + offs))\n")
-
-
-def warm_specialization() -> None:
-    """Ask Triton once what a small kernel's launch would compile, compiling nothing:
-    the first such question in a process pays one-time costs of Triton's launch path
-    (0.10-0.14 s on an H100 host, the ``specialize_s`` of a cold fold's first compile
-    job, against 0.001-0.006 s for the jobs after it), which :mod:`flashlight.prepare`
-    pays here ahead of the first job. Only where workers run (else nothing asks)."""
-    if pool() is None:
-        return
-    import importlib.util
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="flashlight-probe-") as folder:
-        path = os.path.join(folder, "flashlight_probe.py")
-        with open(path, "w") as f:
-            f.write(_PROBE_KERNEL)
-        spec = importlib.util.spec_from_file_location("flashlight_probe_kernel", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        x = _Pointer()  # no memory: nothing is launched, and no device context is made here
-        specialization(module.flashlight_probe, (x, x), (1,), {"BLOCK": 16})
-
-
-class _Pointer:
-    """A float32 pointer as Triton's specialization sees one (an object with ``data_ptr``
-    and ``dtype``), pointing nowhere."""
-
-    dtype = None
-
-    def __init__(self):
-        import torch
-
-        self.dtype = torch.float32
-
-    @staticmethod
-    def data_ptr() -> int:
-        return 0
-
-
 def compile_elsewhere(jit_fn, args: tuple, grid, options: dict) -> bool:
     """Compile the launch of ``jit_fn`` on ``args`` in a worker process, into Triton's
     on-disk cache, so that the caller's own compile of it only loads the binary ([Note:

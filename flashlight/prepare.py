@@ -195,12 +195,48 @@ def _triton_driver() -> None:
     triton.runtime.driver.active.utils  # noqa: B018 - the property builds or loads them
 
 
+_PROBE_KERNEL = (
+    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def flashlight_probe(x, y, BLOCK: tl.constexpr):\n"
+    "    offs = tl.arange(0, BLOCK)\n"
+    "    tl.store(y + offs, tl.load(x + offs))\n")
+
+
 def _triton_launch() -> None:
-    """Triton's launch path asked once what a launch would compile (where compile workers
-    run: ``flashlight.compile_workers.warm_specialization``)."""
+    """Ask Triton once what a small kernel's launch would compile, compiling nothing
+    (``flashlight.compile_workers.specialization``, what a compile worker's job asks
+    first): the first such question in a process pays one-time costs of Triton's launch
+    path (0.10-0.14 s on an H100 host, the ``specialize_s`` of a cold fold's first compile
+    job, against 0.001-0.006 s for the jobs after it). Only where workers run (else
+    nothing asks)."""
+    import importlib.util
+    import os
+    import tempfile
+
     from flashlight import compile_workers
 
-    compile_workers.warm_specialization()
+    if compile_workers.pool() is None:
+        return
+    with tempfile.TemporaryDirectory(prefix="flashlight-probe-") as folder:
+        path = os.path.join(folder, "flashlight_probe.py")
+        with open(path, "w") as f:
+            f.write(_PROBE_KERNEL)
+        spec = importlib.util.spec_from_file_location("flashlight_probe_kernel", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        x = _Pointer()  # no memory: nothing is launched, and no device context is made here
+        compile_workers.specialization(module.flashlight_probe, (x, x), (1,), {"BLOCK": 16})
+
+
+class _Pointer:
+    """A float32 pointer as Triton's specialization sees one (an object with ``data_ptr``
+    and ``dtype``), pointing nowhere."""
+
+    dtype = torch.float32
+
+    @staticmethod
+    def data_ptr() -> int:
+        return 0
 
 
 def _triton_key() -> None:

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from flashlight import compile_workers, runtime, triton_specializations
+from flashlight import compile_workers, prepare, runtime, triton_specializations
 from flashlight.aot import specialization
 from tests.test_runtime_tuning import _attention, _built, _inputs
 
@@ -190,10 +190,10 @@ def test_the_first_launch_question_is_asked_ahead_only_where_workers_run(monkeyp
     monkeypatch.setattr(compile_workers, "specialization",
                         lambda fn, args, grid, options: asked.append((fn, args, grid, options)))
     monkeypatch.setattr(compile_workers, "pool", lambda: None)
-    compile_workers.warm_specialization()
+    prepare._triton_launch()
     assert asked == []
     monkeypatch.setattr(compile_workers, "pool", lambda: object())
-    compile_workers.warm_specialization()
+    prepare._triton_launch()
     ((fn, args, grid, options),) = asked
     assert "flashlight_probe" in str(getattr(fn, "fn", fn)) and options == {"BLOCK": 16} and grid == (1,)
     assert all(a.data_ptr() == 0 and a.dtype == torch.float32 for a in args)
