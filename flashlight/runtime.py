@@ -417,7 +417,10 @@ class Launcher:
         builds = self._build_s.get(sizes, {})
         measured = []
         for config, ms in (timings or {}).items():
-            key = tuned_configs.config_key(config.all_kwargs())
+            options = config.all_kwargs()
+            if not all(k in options for k in tuned_configs.CONFIG_KEYS):
+                continue  # not a tile configuration the shipped data can hold
+            key = tuned_configs.config_key(options)
             ms = ms[0] if isinstance(ms, (list, tuple)) else ms
             measured.append({"config": dict(zip(tuned_configs.CONFIG_KEYS, key)), "ms": float(ms),
                              "build_s": builds.get(key)})
