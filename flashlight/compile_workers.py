@@ -435,13 +435,7 @@ def compile_elsewhere(jit_fn, args: tuple, grid, options: dict) -> bool:
             data = specialization(jit_fn, args, grid, options)
         if data is None:
             return False
-        module = sys.modules[jit_fn.fn.__module__]
-        import triton
-
-        target = triton.runtime.driver.active.get_current_target()
-        job = {"path": module.__file__, "module": module.__name__, "name": jit_fn.fn.__name__,
-               "specialization": data, "target": dict(vars(target)), "reader": triton_specializations.__file__,
-               "env": {k: v for k, v in os.environ.items() if k.startswith("TRITON_") and k != "TRITON_INTERPRET"}}
+        job = _job(jit_fn, data, None, {})
         launcher = build_launcher_beside(jit_fn, data, job["target"]) if settings.get("launcher_beside") else None
         try:
             result = workers.compile(job)
@@ -470,7 +464,7 @@ def build_seconds(jit_fn, args: tuple, grid, configs, extra: dict | None = None)
     ([Note: a choice that builds fast] in :mod:`flashlight.tuned_configs`). ``extra``:
     launch options every candidate gets. Keyed by
     :func:`flashlight.tuned_configs.config_key`; a candidate that could not be timed (no
-    workers, already compiled in this process, a failed compile) is left out."""
+    workers, already compiled in this process, a failed compile or worker) is left out."""
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
@@ -479,25 +473,43 @@ def build_seconds(jit_fn, args: tuple, grid, configs, extra: dict | None = None)
     workers = start()
     if workers is None:
         return {}
-    module = sys.modules[jit_fn.fn.__module__]
+
+    def timed(job: dict) -> dict:
+        try:
+            return workers.compile(job)
+        except WorkerError:
+            return {"ok": False}
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="flashlight-builds-") as folder:
+            jobs = {}
+            for k, config in enumerate(configs):
+                options = {**config.all_kwargs(), **(extra or {})}
+                data = specialization(jit_fn, args, grid, options)
+                if data is not None:
+                    jobs[config_key(options)] = _job(jit_fn, data, workers.target,
+                                                     {"TRITON_CACHE_DIR": os.path.join(folder, str(k))})
+            with ThreadPoolExecutor(max_workers=workers.processes) as threads:
+                results = dict(zip(jobs, threads.map(timed, jobs.values())))
+    except Exception as error:  # noqa: BLE001 - only a measurement: tuning goes on without it
+        log.warning("flashlight: timing the candidates' builds failed (%s: %s)", type(error).__name__, error)
+        return {}
+    return {key: round(r["seconds"], 3) for key, r in results.items() if r.get("ok")}
+
+
+def _job(jit_fn, data: str, target: tuple | None, env: dict) -> dict:
+    """A worker's job compiling ``jit_fn`` for specialization ``data`` (``env`` on top of
+    the caller's ``TRITON_*`` environment)."""
     import triton
 
-    target = (dict(zip(("backend", "arch", "warp_size"), workers.target)) if workers.target
+    module = sys.modules[jit_fn.fn.__module__]
+    target = (dict(zip(("backend", "arch", "warp_size"), target)) if target
               else dict(vars(triton.runtime.driver.active.get_current_target())))
-    env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_") and k != "TRITON_INTERPRET"}
-    with tempfile.TemporaryDirectory(prefix="flashlight-builds-") as folder:
-        jobs = {}
-        for k, config in enumerate(configs):
-            options = {**config.all_kwargs(), **(extra or {})}
-            data = specialization(jit_fn, args, grid, options)
-            if data is not None:
-                jobs[config_key(options)] = {
-                    "path": module.__file__, "module": module.__name__, "name": jit_fn.fn.__name__,
-                    "specialization": data, "target": target, "reader": triton_specializations.__file__,
-                    "env": {**env, "TRITON_CACHE_DIR": os.path.join(folder, str(k))}}
-        with ThreadPoolExecutor(max_workers=workers.processes) as threads:
-            results = dict(zip(jobs, threads.map(workers.compile, jobs.values())))
-    return {key: round(r["seconds"], 3) for key, r in results.items() if r.get("ok")}
+    caller = {k: v for k, v in os.environ.items() if k.startswith("TRITON_") and k != "TRITON_INTERPRET"}
+    return {"path": module.__file__, "module": module.__name__, "name": jit_fn.fn.__name__,
+            "specialization": data, "target": target, "reader": triton_specializations.__file__,
+            "env": {**caller, **env}}
+
 
 # [Note: the launcher beside the compile]
 # Triton 3.6 launches each compiled kernel through C code generated for the kernel's

@@ -230,27 +230,28 @@ def nearest_bucket(bucket: str, measured: list[str]) -> str | None:
 # the top of a kernel's ranking: Triton's stages for the single-sequence MSA row
 # attention kernel (bf16, 256 residues, built for sm_90 on a 2-core CPU) took 2.08 s at
 # 64 x 128 tiles, 4 warps, 2 stages (255 registers, 1.2 KB of spills; LLVM 0.99 s, ptxas
-# 0.82 s) and 0.47 s at 64 x 32, 3 stages (96 registers); on an H100 host a cold
-# single-sequence fold's slowest kernel took 0.7-1.0 s in a compile worker. So a candidate within
-# BUILD_TOLERANCE of the fastest candidate's time that builds faster is shipped in its
-# place (the fastest is kept in the entry as ``fastest``, every candidate's time and
-# build seconds in ``candidates_measured``). Build seconds come from each candidate
-# compiled from nothing in a compile worker (``FLASHLIGHT_RECORD_BUILDS``, which
-# bench/tune_configs.py sets); where they are missing the fastest is shipped. The
-# unfused graph's choice is never changed. Autotuning in place keeps the fastest: there
-# every candidate has been built already.
+# 0.82 s) and 0.47 s at 64 x 32, 3 stages (96 registers); on an H100 host the longest
+# compile jobs of a cold single-sequence fold took 0.66-1.08 s in a compile worker. So a
+# candidate within BUILD_TOLERANCE of the fastest candidate's time that builds faster is
+# shipped in its place (the fastest is kept in the entry as ``fastest``, every
+# candidate's time and build seconds in ``candidates_measured``). Build seconds come
+# from each candidate compiled from nothing in a compile worker
+# (``FLASHLIGHT_RECORD_BUILDS``, which bench/tune_configs.py sets); where any candidate
+# within the tolerance lacks one, the fastest is shipped. The unfused graph's choice is
+# never changed. Autotuning in place keeps the fastest: there every candidate has been
+# built already.
 
 
 def quick_build_choice(measured: list[dict], tolerance: float = BUILD_TOLERANCE) -> dict | None:
     """Of the ``measured`` candidates (``{"config", "ms", "build_s"}``), the one that builds
-    fastest among those at most ``tolerance`` slower than the fastest; None where no
-    candidate has both times ([Note: a choice that builds fast])."""
+    fastest among those at most ``tolerance`` slower than the fastest; None where none was
+    timed or one of those lacks its build seconds ([Note: a choice that builds fast])."""
     timed = [m for m in measured if m.get("ms") is not None and m["ms"] == m["ms"] and m["ms"] > 0]
     if not timed:
         return None
     best_ms = min(m["ms"] for m in timed)
-    near = [m for m in timed if m["ms"] <= best_ms * (1 + tolerance) and m.get("build_s") is not None]
-    if not near:
+    near = [m for m in timed if m["ms"] <= best_ms * (1 + tolerance)]
+    if any(m.get("build_s") is None for m in near):
         return None
     return dict(min(near, key=lambda m: (m["build_s"], m["ms"]))["config"])
 

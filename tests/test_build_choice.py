@@ -30,6 +30,8 @@ def test_the_fastest_building_candidate_near_the_fastest_is_chosen():
     # beyond the tolerance, only the fastest is near; without build times, nothing is decided
     assert tuned_configs.quick_build_choice(rows, tolerance=0.01) == dict(zip(tuned_configs.CONFIG_KEYS, slow_build))
     assert tuned_configs.quick_build_choice(_measured((slow_build, 1.0, None), (quick_build, 1.0, None))) is None
+    # one near candidate's build unknown (the fastest's, say): nothing to weigh it against
+    assert tuned_configs.quick_build_choice(_measured((slow_build, 1.0, None), (quick_build, 1.01, 0.5))) is None
     # a candidate whose time is not a number never sets the bar nor wins
     rows = _measured((slow_build, math.nan, 0.1), (quick_build, 1.0, 0.5))
     assert tuned_configs.quick_build_choice(rows) == dict(zip(tuned_configs.CONFIG_KEYS, quick_build))
