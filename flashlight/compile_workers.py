@@ -456,7 +456,6 @@ def compile_elsewhere(jit_fn, args: tuple, grid, options: dict) -> bool:
     return True
 
 
-
 def build_seconds(jit_fn, args: tuple, grid, configs, extra: dict | None = None) -> dict[tuple, float]:
     """Seconds a worker process takes to compile each of ``configs`` (Triton configs) for
     the launch of ``jit_fn`` on ``args`` from nothing, each in a Triton cache of its own

@@ -165,8 +165,7 @@ class Launcher:
     def chosen_configs(self) -> dict[tuple[int, ...], tuple[int, int, int, int] | str]:
         """Size arguments -> (BLOCK_M, BLOCK_N, num_warps, num_stages) autotuning chose for
         them, or ``"eager"`` (:data:`EAGER`) where the unfused graph runs instead."""
-        keys = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
-        return {sizes: EAGER if kw == EAGER else tuple(int(kw[k]) for k in keys) for sizes, kw in self._chosen.items()}
+        return {sizes: EAGER if kw == EAGER else tuned_configs.config_key(kw) for sizes, kw in self._chosen.items()}
 
     def candidate_configs(self) -> list[tuple[int, int, int, int]]:
         """The (BLOCK_M, BLOCK_N, num_warps, num_stages) autotuning times on a GPU."""
@@ -421,8 +420,8 @@ class Launcher:
             if not all(k in options for k in tuned_configs.CONFIG_KEYS):
                 continue  # not a tile configuration the shipped data can hold
             key = tuned_configs.config_key(options)
-            ms = ms[0] if isinstance(ms, (list, tuple)) else ms
-            measured.append({"config": dict(zip(tuned_configs.CONFIG_KEYS, key)), "ms": float(ms),
+            median = ms[0] if isinstance(ms, (list, tuple)) else ms
+            measured.append({"config": dict(zip(tuned_configs.CONFIG_KEYS, key)), "ms": float(median),
                              "build_s": builds.get(key)})
         TUNING_EVENTS.append({
             "kernel": self.src.name, "gpu": gpu_name(device), "capability": gpu_capability(device),
